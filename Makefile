@@ -1,0 +1,31 @@
+# Thin wrapper for the README's commands. Everything real is in CMake and scripts.
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all setup build demo test bench clean
+all: build
+
+setup:
+	./deploy/setup.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Local cluster (2 ps_server + 2 worker on 127.0.0.1) training the MLP on Fashion-MNIST.
+demo: build
+	./deploy/local_cluster.sh --build $(BUILD) --job_spec deploy/jobs/mlp.json
+
+test: setup
+	cmake -S . -B $(BUILD) -DPSC_WERROR=ON $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	./tests/bench/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

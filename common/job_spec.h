@@ -1,0 +1,112 @@
+/* job_spec.h — the Keras-like JSON job specification (see README "Job spec").
+ *
+ * Parsing is strict: unknown keys and wrong types are errors naming the key
+ * ("job spec: model.layers[2].units: expected a positive integer"). Defaults are
+ * filled in, so a parsed spec is complete. psc_model_variables() derives the
+ * ordered variable list (global_step first, then each layer's kernel and bias in
+ * layer order, with Keras names dense, dense_1, conv2d, ...) and checks shapes.
+ * Thread-safety: plain data.
+ */
+#ifndef PSC_JOB_SPEC_H
+#define PSC_JOB_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum psc_layer_type { PSC_LAYER_DENSE = 0, PSC_LAYER_FLATTEN, PSC_LAYER_CONV2D, PSC_LAYER_MAX_POOL2D, PSC_LAYER_DROPOUT };
+enum psc_activation { PSC_ACT_NONE = 0, PSC_ACT_RELU, PSC_ACT_TANH, PSC_ACT_SIGMOID };
+enum psc_padding { PSC_PAD_VALID = 0, PSC_PAD_SAME };
+enum psc_optim_kind { PSC_OPT_SGD = 0, PSC_OPT_MOMENTUM, PSC_OPT_ADAGRAD, PSC_OPT_ADAM, PSC_OPT_RMSPROP };
+enum psc_placement_strategy { PSC_PLACE_ROUND_ROBIN = 0, PSC_PLACE_GREEDY_BYTES };
+
+typedef struct psc_layer_spec {
+    enum psc_layer_type type;
+    char name[64];                  /* Keras-style unique name: dense, dense_1, conv2d, ... */
+    enum psc_activation activation; /* dense, conv2d ("linear"/absent = none) */
+    int units;                      /* dense */
+    int use_bias;                   /* dense, conv2d; default 1 */
+    int filters;                    /* conv2d */
+    int kernel_size[2];             /* conv2d (h, w); an int k means (k, k) */
+    int strides[2];                 /* conv2d, max_pool2d; default (1,1) conv, pool_size for pool */
+    int pool_size[2];               /* max_pool2d; default (2, 2) */
+    enum psc_padding padding;       /* conv2d, max_pool2d; default valid */
+    float rate;                     /* dropout, in [0, 1) */
+} psc_layer_spec_t;
+
+/* Optimizer hyper-parameters, all resolved (defaults filled in). The formulas are
+ * TensorFlow's tf.compat.v1.train ones; see ps_server/optim.h. */
+typedef struct psc_optim_config {
+    enum psc_optim_kind kind;
+    float learning_rate;
+    float momentum;     /* momentum: default 0.9; rmsprop: default 0 */
+    int use_nesterov;   /* momentum */
+    float beta1, beta2; /* adam: 0.9, 0.999 */
+    float epsilon;      /* adam 1e-8, adagrad unused, rmsprop 1e-10 */
+    float initial_accumulator_value; /* adagrad 0.1 */
+    float decay;        /* rmsprop rho 0.9 */
+} psc_optim_config_t;
+
+typedef struct psc_job_spec {
+    int input_shape[3]; /* (h, w, c) for images; rank 1 specs use input_shape[0] */
+    int input_rank;     /* 1 or 3 */
+    psc_layer_spec_t *layers; /* owned */
+    int num_layers;
+    char loss[48]; /* "sparse_softmax_cross_entropy" */
+
+    psc_optim_config_t optimizer;
+
+    char train_path[512];  /* IDX prefix: <prefix>-images-idx3-ubyte[.gz] + -labels-idx1-ubyte[.gz] */
+    char test_path[512];
+    int64_t train_examples; /* data.train_examples: use the first N (0 = all) */
+    int64_t test_examples;  /* data.test_examples */
+
+    int batch_size; /* per replica */
+    int epochs;     /* default 1 */
+    int64_t steps;  /* max steps per worker (0 = no limit) */
+
+    int sync;                  /* 1 when "sync" is present */
+    int replicas_to_aggregate; /* R */
+    int total_num_replicas;    /* N */
+    double sync_timeout_secs;  /* sync.timeout_secs, default 30 */
+
+    enum psc_placement_strategy placement;
+    uint64_t min_shard_bytes; /* 0 = never partition */
+
+    int64_t ckpt_every_steps; /* 0 = off */
+    double ckpt_every_secs;   /* 0 = off */
+    int ckpt_keep;            /* default 5 */
+
+    uint64_t seed; /* default 42 */
+    char job_id[17]; /* 16 hex digits: FNV-1a of the canonical model+optimizer+seed (same spec => same id) */
+} psc_job_spec_t;
+
+/* Parses JSON text into *out. Returns 0, or PSC_ECONFIG with `err` naming the key. */
+int psc_job_spec_parse(const char *json, psc_job_spec_t *out, char *err, size_t errlen);
+/* Reads and parses a file ("job spec FILE: cannot read: ..." on I/O errors). */
+int psc_job_spec_load(const char *path, psc_job_spec_t *out, char *err, size_t errlen);
+void psc_job_spec_deinit(psc_job_spec_t *s);
+
+const char *psc_optim_name(enum psc_optim_kind k);
+const char *psc_activation_name(enum psc_activation a);
+
+/* One model variable. */
+#define PSC_MAX_RANK 4
+typedef struct psc_var_desc {
+    char name[96];     /* "global_step", "dense/kernel", "conv2d/bias", ... */
+    int rank;          /* 0 for global_step */
+    int64_t shape[PSC_MAX_RANK]; /* dense kernel (in, out); conv kernel (kh, kw, in_c, filters); bias (out) */
+    int64_t numel;     /* product of shape (1 for rank 0) */
+    int is_step;       /* global_step: an int64 counter, not trained */
+    int layer;         /* index of the layer it belongs to, -1 for global_step */
+} psc_var_desc_t;
+
+/* The model's ordered variables (global_step first). *out is heap-allocated
+ * (free()). Checks that the layers fit together (e.g. dense after an image needs a
+ * flatten). Returns 0 or PSC_ECONFIG naming the layer. */
+int psc_model_variables(const psc_job_spec_t *spec, psc_var_desc_t **out, int *nout, char *err, size_t errlen);
+
+/* Output shape (h, w, c) of each layer, for the towers: shapes[i] is the output of
+ * layer i (rank-1 outputs have h = w = 1). `shapes` holds num_layers entries. */
+int psc_model_shapes(const psc_job_spec_t *spec, int (*shapes)[3], char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,79 @@
+/* psc.h — error codes, assertions and allocation wrappers shared by every program.
+ *
+ * Functions in psc return 0 on success or a negative PSC_E* code from the X-macro
+ * table below; psc_strerror() gives its text. Where a caller needs more detail
+ * (configuration, job specs, checkpoints) the last parameters are a caller-owned
+ * `char *err, size_t errlen` buffer that receives one line naming the problem.
+ *
+ * PSC_ASSERT is for bugs only and stays on in every build; runtime failures are
+ * returned as codes, never asserted. The allocation wrappers abort on out-of-memory
+ * with a message: a parameter server that cannot allocate has no useful way on.
+ */
+#ifndef PSC_H
+#define PSC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PSC_ERRNO_MAP(X)                                              \
+    X(INVAL, "invalid argument")                                      \
+    X(NOMEM, "out of memory")                                         \
+    X(IO, "input/output error")                                       \
+    X(CONFIG, "bad configuration")                                    \
+    X(NOTFOUND, "not found")                                          \
+    X(EXISTS, "already exists")                                       \
+    X(MISMATCH, "shape or size mismatch")                             \
+    X(NOTREADY, "not ready")                                          \
+    X(RPC, "remote call failed")                                      \
+    X(TIMEOUT, "timed out")                                           \
+    X(CORRUPT, "corrupt data")                                        \
+    X(UNSUPPORTED, "not supported")                                   \
+    X(CANCELLED, "cancelled")                                         \
+    X(STALE, "stale")
+
+enum {
+    PSC_OK = 0,
+#define PSC_E_ENUM(name, text) PSC_E##name,
+    PSC__EFIRST = -1000,
+    PSC_ERRNO_MAP(PSC_E_ENUM)
+#undef PSC_E_ENUM
+    PSC__ELAST
+};
+
+/* Text of a PSC_E* code (or "success" for 0). Never NULL. Thread-safe. */
+const char *psc_strerror(int code);
+
+/* Aborts with file:line and the expression. On in every build. */
+#define PSC_ASSERT(expr)                                                     \
+    do {                                                                     \
+        if (!(expr)) psc_assert_fail(#expr, __FILE__, __LINE__, __func__);   \
+    } while (0)
+_Noreturn void psc_assert_fail(const char *expr, const char *file, int line, const char *func);
+
+/* Allocation that aborts on out-of-memory. psc_xfree(NULL) is a no-op. */
+void *psc_xmalloc(size_t n);
+void *psc_xcalloc(size_t count, size_t size);
+void *psc_xrealloc(void *p, size_t n);
+char *psc_xstrdup(const char *s);
+/* 64-byte aligned allocation for tensors (free with free()). */
+void *psc_xaligned(size_t n);
+
+/* snprintf into a caller's error buffer (err may be NULL). Returns `code`. */
+int psc_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Monotonic clock in seconds. */
+double psc_now(void);
+
+#define PSC_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define PSC_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define PSC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Exit codes of the programs (sysexits.h). */
+#define PSC_EXIT_USAGE 64
+#define PSC_EXIT_DATAERR 65
+#define PSC_EXIT_UNAVAILABLE 69
+#define PSC_EXIT_SOFTWARE 70
+#define PSC_EXIT_CONFIG 78
+
+#endif

@@ -1,0 +1,33 @@
+/* optim.h — TensorFlow's optimizer updates, applied element-wise on the PS.
+ *
+ * Formulas are those of tf.compat.v1.train's kernels (training_ops.cc):
+ *   GradientDescent  w -= lr*g
+ *   Momentum         a = m*a + g;  w -= lr*a            (nesterov: w -= lr*g + lr*m*a)
+ *   Adagrad          acc += g*g;   w -= lr*g/sqrt(acc)   (acc starts at initial_accumulator_value)
+ *   Adam (step t>=1) lr_t = lr*sqrt(1-b2^t)/(1-b1^t); m = b1*m+(1-b1)*g; v = b2*v+(1-b2)*g*g;
+ *                    w -= lr_t*m/(sqrt(v)+eps)
+ *   RMSProp          ms = rho*ms + (1-rho)*g*g; mom = momentum*mom + lr*g/sqrt(ms+eps); w -= mom
+ *                    (ms starts at 1, as in tf.compat.v1.train.RMSPropOptimizer)
+ * Slots: Momentum 1 (accumulation), Adagrad 1 (accumulator), Adam 2 (m, v), RMSProp 2 (ms, mom).
+ * Pure functions; thread-safe on disjoint arrays.
+ */
+#ifndef PSC_OPTIM_H
+#define PSC_OPTIM_H
+
+#include "job_spec.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Number of slot arrays (each the size of the variable) the optimizer needs: 0..2. */
+int optim_slot_count(const psc_optim_config_t *c);
+/* Names of the slots as TF calls them ("momentum", "accumulator", "m", "v", "rms", "momentum"). */
+const char *optim_slot_name(const psc_optim_config_t *c, int slot);
+/* Fills fresh slot arrays with their initial values. slot1 may be NULL if unused. */
+void optim_init_slots(const psc_optim_config_t *c, float *slot0, float *slot1, size_t n);
+/* Applies one update of gradient g to w[0..n). t is the 1-based count of updates
+ * of these elements including this one (Adam's bias correction). */
+void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const float *g, size_t n,
+                 int64_t t);
+
+#endif
