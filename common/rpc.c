@@ -1,0 +1,695 @@
+/* rpc.c — unary RPCs over the gRPC C core (see rpc.h).
+ *
+ * Server design: one completion queue per polling thread; for every registered
+ * method and every cq, PSC_RPC_POSTED requests are pre-posted with the payload
+ * pre-read (GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER), so a new call arrives with
+ * its request. A call context lives from its posting to the completion of its
+ * final batch {SEND_INITIAL_METADATA, SEND_MESSAGE, SEND_STATUS, RECV_CLOSE}; a
+ * call has at most one batch outstanding, so batches need no lock even when a
+ * parked call is completed from another thread. One generic request per cq
+ * answers unknown methods with UNIMPLEMENTED.
+ *
+ * Shutdown order (GRPC_CORE.md §1.8): stop re-posting, shutdown_and_notify,
+ * wait for the grace period, cancel_all_calls, pluck the shutdown tag while the
+ * threads keep polling, wait for every context to be freed, then shut the cqs
+ * down, join, destroy the cqs and the server.
+ *
+ * Client design: psc_rpc_run makes one cq per run and keeps up to max_in_flight
+ * calls of one batch of six ops each. Request bodies go out as a slice over the
+ * caller's memory whose release is counted, so the run returns only after gRPC
+ * has dropped every reference to the caller's buffers.
+ */
+#include "rpc.h"
+
+#include "log.h"
+#include "psc.h"
+#include "wire.h"
+
+#include "grpc/health/v1/health.pb-c.h"
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PSC_RPC_POSTED 4      /* requests pre-posted per method per cq */
+#define PSC_RPC_MAX_METHODS 32
+#define PSC_RPC_MAX_SERVICES 8
+
+static const char *const code_names[] = {
+    "OK",        "CANCELLED",           "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+    "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+};
+
+const char *psc_rpc_code_name(int code)
+{
+    if (code >= 0 && code < (int)PSC_ARRAY_LEN(code_names)) return code_names[code];
+    return "UNKNOWN_CODE";
+}
+
+/* Channel arguments shared by servers and channels: bounded receive size,
+ * keepalive that the other side permits (GRPC_CORE.md pitfall 10). */
+static grpc_channel_args *make_args(grpc_arg *storage, int is_server)
+{
+    static grpc_channel_args args;
+    int n = 0;
+    storage[n].type = GRPC_ARG_INTEGER;
+    storage[n].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    storage[n++].value.integer = (int)PSC_MAX_MESSAGE_BYTES;
+    storage[n].type = GRPC_ARG_INTEGER;
+    storage[n].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    storage[n++].value.integer = (int)PSC_MAX_MESSAGE_BYTES;
+    if (is_server) {
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
+        storage[n++].value.integer = 1;
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS;
+        storage[n++].value.integer = 5000;
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_HTTP2_MAX_PING_STRIKES;
+        storage[n++].value.integer = 0;
+    } else {
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
+        storage[n++].value.integer = 10000;
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
+        storage[n++].value.integer = 1;
+        /* Separate connections per channel: a worker's channels to different
+         * PS never share, and tests can open several to one server. */
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+        storage[n++].value.integer = 1;
+    }
+    args.num_args = (size_t)n;
+    args.args = storage;
+    return &args;
+}
+
+static gpr_timespec deadline_in(int ms)
+{
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* Copies a byte buffer into one malloc'd block (1 copy). */
+static uint8_t *bb_to_bytes(grpc_byte_buffer *bb, size_t *len)
+{
+    grpc_byte_buffer_reader r;
+    *len = 0;
+    if (!bb || !grpc_byte_buffer_reader_init(&r, bb)) return NULL;
+    size_t total = grpc_byte_buffer_length(bb);
+    uint8_t *out = psc_xmalloc(total ? total : 1);
+    size_t at = 0;
+    grpc_slice s;
+    while (grpc_byte_buffer_reader_next(&r, &s)) {
+        size_t n = GRPC_SLICE_LENGTH(s);
+        PSC_ASSERT(at + n <= total);
+        memcpy(out + at, GRPC_SLICE_START_PTR(s), n);
+        at += n;
+        grpc_slice_unref(s);
+    }
+    grpc_byte_buffer_reader_destroy(&r);
+    *len = at;
+    return out;
+}
+
+/* ================================ server ================================ */
+
+typedef struct method_entry {
+    const char *path;
+    psc_rpc_handler_fn fn;
+    void *arg;
+    void *handle; /* grpc_server_register_method */
+} method_entry_t;
+
+enum call_state { CALL_NEW = 1, CALL_FINISH };
+
+struct psc_rpc_call {
+    psc_rpc_server_t *server;
+    int cq_index;
+    int method; /* index into methods, -1 generic */
+    enum call_state state;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_call_details details; /* generic only */
+    grpc_byte_buffer *payload;
+    grpc_byte_buffer *reply_bb;
+    grpc_slice reply_slice;
+    int has_reply_slice;
+    int cancelled;
+    char *peer;
+    int completed; /* reply/fail called */
+};
+
+struct psc_rpc_server {
+    char addr[256];
+    int nthreads;
+    grpc_server *server;
+    grpc_completion_queue **cqs;
+    grpc_completion_queue *shut_cq;
+    pthread_t *threads;
+    method_entry_t methods[PSC_RPC_MAX_METHODS];
+    int nmethods;
+    const char *services[PSC_RPC_MAX_SERVICES];
+    int nservices;
+    atomic_int serving;
+    atomic_int stopping;
+    atomic_long live_calls;
+    int started, stopped;
+    pthread_mutex_t lock;
+};
+
+static void post_request(psc_rpc_server_t *s, int cq_index, int method);
+
+static void call_free(psc_rpc_call_t *c)
+{
+    grpc_metadata_array_destroy(&c->md);
+    if (c->method < 0) grpc_call_details_destroy(&c->details);
+    if (c->payload) grpc_byte_buffer_destroy(c->payload);
+    if (c->reply_bb) grpc_byte_buffer_destroy(c->reply_bb);
+    if (c->has_reply_slice) grpc_slice_unref(c->reply_slice);
+    if (c->peer) gpr_free(c->peer);
+    if (c->call) grpc_call_unref(c->call);
+    atomic_fetch_sub(&c->server->live_calls, 1);
+    free(c);
+}
+
+/* Starts the final batch of a call: optional message, then the status. */
+static void finish(psc_rpc_call_t *c, grpc_status_code code, const char *msg)
+{
+    PSC_ASSERT(!c->completed);
+    c->completed = 1;
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n++].data.send_initial_metadata.count = 0;
+    if (code == GRPC_STATUS_OK && c->has_reply_slice) {
+        c->reply_bb = grpc_raw_byte_buffer_create(&c->reply_slice, 1);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->reply_bb;
+    }
+    grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    ops[n].data.send_status_from_server.status_details = &details;
+    ops[n++].data.send_status_from_server.trailing_metadata_count = 0;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    c->state = CALL_FINISH;
+    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, c, NULL);
+    grpc_slice_unref(details);
+    PSC_ASSERT(e == GRPC_CALL_OK);
+}
+
+void *psc_rpc_reply_alloc(psc_rpc_call_t *c, size_t len)
+{
+    PSC_ASSERT(!c->has_reply_slice && !c->completed);
+    c->reply_slice = grpc_slice_malloc(len);
+    c->has_reply_slice = 1;
+    return GRPC_SLICE_START_PTR(c->reply_slice);
+}
+
+void psc_rpc_reply_send(psc_rpc_call_t *c)
+{
+    PSC_ASSERT(c->has_reply_slice);
+    finish(c, GRPC_STATUS_OK, NULL);
+}
+
+void psc_rpc_reply_send_range(psc_rpc_call_t *c, size_t offset, size_t len)
+{
+    PSC_ASSERT(c->has_reply_slice && offset + len <= GRPC_SLICE_LENGTH(c->reply_slice));
+    grpc_slice sub = grpc_slice_sub(c->reply_slice, offset, offset + len);
+    grpc_slice_unref(c->reply_slice);
+    c->reply_slice = sub;
+    finish(c, GRPC_STATUS_OK, NULL);
+}
+
+void psc_rpc_reply(psc_rpc_call_t *c, const void *msg, size_t len)
+{
+    void *p = psc_rpc_reply_alloc(c, len);
+    if (len) memcpy(p, msg, len);
+    psc_rpc_reply_send(c);
+}
+
+void psc_rpc_fail(psc_rpc_call_t *c, int code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    PSC_ASSERT(code != PSC_RPC_OK);
+    if (c->has_reply_slice) {
+        grpc_slice_unref(c->reply_slice);
+        c->has_reply_slice = 0;
+    }
+    finish(c, (grpc_status_code)code, msg);
+}
+
+const char *psc_rpc_call_peer(psc_rpc_call_t *c)
+{
+    if (!c->peer) c->peer = grpc_call_get_peer(c->call);
+    return c->peer ? c->peer : "?";
+}
+
+static void health_check(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    psc_rpc_server_t *s = arg;
+    Grpc__Health__V1__HealthCheckRequest *r = grpc__health__v1__health_check_request__unpack(NULL, len, req);
+    if (!r) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "HealthCheckRequest does not parse");
+        return;
+    }
+    int known = r->service[0] == '\0';
+    for (int i = 0; i < s->nservices && !known; i++) known = strcmp(r->service, s->services[i]) == 0;
+    if (!known) {
+        psc_rpc_fail(call, PSC_RPC_NOT_FOUND, "unknown service \"%s\"", r->service);
+        grpc__health__v1__health_check_request__free_unpacked(r, NULL);
+        return;
+    }
+    grpc__health__v1__health_check_request__free_unpacked(r, NULL);
+    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    resp.status = atomic_load(&s->serving) ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                                           : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    size_t n = grpc__health__v1__health_check_response__get_packed_size(&resp);
+    grpc__health__v1__health_check_response__pack(&resp, psc_rpc_reply_alloc(call, n));
+    psc_rpc_reply_send(call);
+}
+
+psc_rpc_server_t *psc_rpc_server_create(const char *addr, int threads, char *err, size_t errlen)
+{
+    if (threads < 1 || threads > 64) {
+        psc_seterr(err, errlen, PSC_EINVAL, "server threads must be 1..64, got %d", threads);
+        return NULL;
+    }
+    if (strlen(addr) >= sizeof(((psc_rpc_server_t *)0)->addr)) {
+        psc_seterr(err, errlen, PSC_EINVAL, "address too long");
+        return NULL;
+    }
+    grpc_init();
+    psc_rpc_server_t *s = psc_xcalloc(1, sizeof *s);
+    snprintf(s->addr, sizeof s->addr, "%s", addr);
+    s->nthreads = threads;
+    atomic_init(&s->serving, 0);
+    atomic_init(&s->stopping, 0);
+    atomic_init(&s->live_calls, 0);
+    pthread_mutex_init(&s->lock, NULL);
+    grpc_arg storage[8];
+    s->server = grpc_server_create(make_args(storage, 1), NULL);
+    s->cqs = psc_xcalloc((size_t)threads, sizeof *s->cqs);
+    for (int i = 0; i < threads; i++) {
+        s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
+        grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);
+    }
+    s->shut_cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_server_register_completion_queue(s->server, s->shut_cq, NULL);
+    psc_rpc_server_add_method(s, PSC_M_HEALTH, health_check, s);
+    return s;
+}
+
+void psc_rpc_server_add_method(psc_rpc_server_t *s, const char *path, psc_rpc_handler_fn fn, void *arg)
+{
+    PSC_ASSERT(!s->started && s->nmethods < PSC_RPC_MAX_METHODS);
+    method_entry_t *m = &s->methods[s->nmethods++];
+    m->path = path;
+    m->fn = fn;
+    m->arg = arg;
+    m->handle = grpc_server_register_method(s->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    PSC_ASSERT(m->handle != NULL);
+}
+
+void psc_rpc_server_add_service(psc_rpc_server_t *s, const char *service)
+{
+    PSC_ASSERT(!s->started && s->nservices < PSC_RPC_MAX_SERVICES);
+    s->services[s->nservices++] = service;
+}
+
+void psc_rpc_server_set_serving(psc_rpc_server_t *s, int serving) { atomic_store(&s->serving, serving ? 1 : 0); }
+
+static void post_request(psc_rpc_server_t *s, int cq_index, int method)
+{
+    if (atomic_load(&s->stopping)) return;
+    psc_rpc_call_t *c = psc_xcalloc(1, sizeof *c);
+    c->server = s;
+    c->cq_index = cq_index;
+    c->method = method;
+    c->state = CALL_NEW;
+    grpc_metadata_array_init(&c->md);
+    atomic_fetch_add(&s->live_calls, 1);
+    grpc_completion_queue *cq = s->cqs[cq_index];
+    grpc_call_error e;
+    if (method >= 0) {
+        e = grpc_server_request_registered_call(s->server, s->methods[method].handle, &c->call, &c->deadline,
+                                                &c->md, &c->payload, cq, cq, c);
+    } else {
+        grpc_call_details_init(&c->details);
+        e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, cq, cq, c);
+    }
+    if (e != GRPC_CALL_OK) {
+        /* The server is shutting down underneath us. */
+        call_free(c);
+    }
+}
+
+static void on_new_call(psc_rpc_call_t *c)
+{
+    psc_rpc_server_t *s = c->server;
+    post_request(s, c->cq_index, c->method); /* re-post first (GRPC_CORE.md pitfall 6) */
+    if (c->method < 0) {
+        char *path = grpc_slice_to_c_string(c->details.method);
+        finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+        PSC_DEBUG("unknown method %s", path);
+        gpr_free(path);
+        return;
+    }
+    if (!c->payload) {
+        finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request has no message");
+        return;
+    }
+    size_t len;
+    uint8_t *req = bb_to_bytes(c->payload, &len);
+    grpc_byte_buffer_destroy(c->payload);
+    c->payload = NULL;
+    if (!req) {
+        finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request message cannot be read");
+        return;
+    }
+    method_entry_t *m = &s->methods[c->method];
+    m->fn(c, req, len, m->arg);
+    free(req);
+}
+
+static void *server_thread(void *arg)
+{
+    void **a = arg;
+    psc_rpc_server_t *s = a[0];
+    int idx = (int)(intptr_t)a[1];
+    free(a);
+    grpc_completion_queue *cq = s->cqs[idx];
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+        if (ev.type != GRPC_OP_COMPLETE) continue;
+        psc_rpc_call_t *c = ev.tag;
+        if (c->state == CALL_NEW) {
+            if (!ev.success) { /* server shutting down: request never matched */
+                call_free(c);
+                continue;
+            }
+            on_new_call(c);
+        } else {
+            call_free(c);
+        }
+    }
+    return NULL;
+}
+
+int psc_rpc_server_start(psc_rpc_server_t *s, char *err, size_t errlen)
+{
+    PSC_ASSERT(!s->started);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(s->server, s->addr, creds);
+    grpc_server_credentials_release(creds);
+    if (port <= 0)
+        return psc_seterr(err, errlen, PSC_EIO, "cannot bind %s: address in use or not local (another daemon? use --port)",
+                          s->addr);
+    grpc_server_start(s->server);
+    s->started = 1;
+    for (int i = 0; i < s->nthreads; i++) {
+        for (int m = 0; m < s->nmethods; m++)
+            for (int k = 0; k < PSC_RPC_POSTED; k++) post_request(s, i, m);
+        post_request(s, i, -1);
+    }
+    s->threads = psc_xcalloc((size_t)s->nthreads, sizeof *s->threads);
+    for (int i = 0; i < s->nthreads; i++) {
+        void **a = psc_xmalloc(2 * sizeof(void *));
+        a[0] = s;
+        a[1] = (void *)(intptr_t)i;
+        PSC_ASSERT(pthread_create(&s->threads[i], NULL, server_thread, a) == 0);
+    }
+    atomic_store(&s->serving, 1);
+    return port;
+}
+
+void psc_rpc_server_shutdown(psc_rpc_server_t *s, int grace_ms)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->stopped || !s->started) {
+        s->stopped = 1;
+        pthread_mutex_unlock(&s->lock);
+        return;
+    }
+    s->stopped = 1;
+    pthread_mutex_unlock(&s->lock);
+    atomic_store(&s->serving, 0);
+    atomic_store(&s->stopping, 1);
+    grpc_server_shutdown_and_notify(s->server, s->shut_cq, s);
+    grpc_event ev = grpc_completion_queue_pluck(s->shut_cq, s, deadline_in(grace_ms > 0 ? grace_ms : 1), NULL);
+    if (ev.type != GRPC_OP_COMPLETE) {
+        grpc_server_cancel_all_calls(s->server);
+        ev = grpc_completion_queue_pluck(s->shut_cq, s, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    }
+    /* Every call has finished; contexts still waiting for a request come back with ok=0. */
+    while (atomic_load(&s->live_calls) > 0) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < s->nthreads; i++) grpc_completion_queue_shutdown(s->cqs[i]);
+    for (int i = 0; i < s->nthreads; i++) pthread_join(s->threads[i], NULL);
+}
+
+void psc_rpc_server_destroy(psc_rpc_server_t *s)
+{
+    if (!s) return;
+    psc_rpc_server_shutdown(s, 0);
+    if (!s->started) {
+        /* Never started: shut down so the cqs drain cleanly. */
+        grpc_server_shutdown_and_notify(s->server, s->shut_cq, s);
+        grpc_completion_queue_pluck(s->shut_cq, s, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        for (int i = 0; i < s->nthreads; i++) {
+            grpc_completion_queue_shutdown(s->cqs[i]);
+            while (grpc_completion_queue_next(s->cqs[i], gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+                   GRPC_QUEUE_SHUTDOWN) {
+            }
+        }
+    }
+    grpc_server_destroy(s->server);
+    for (int i = 0; i < s->nthreads; i++) grpc_completion_queue_destroy(s->cqs[i]);
+    grpc_completion_queue_shutdown(s->shut_cq);
+    while (grpc_completion_queue_pluck(s->shut_cq, NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(s->shut_cq);
+    free(s->cqs);
+    free(s->threads);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    grpc_shutdown();
+}
+
+/* ================================ client ================================ */
+
+struct psc_rpc_channel {
+    grpc_channel *ch;
+    char target[256];
+};
+
+psc_rpc_channel_t *psc_rpc_channel_create(const char *target)
+{
+    grpc_init();
+    psc_rpc_channel_t *c = psc_xcalloc(1, sizeof *c);
+    snprintf(c->target, sizeof c->target, "%s", target);
+    grpc_arg storage[8];
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    c->ch = grpc_channel_create(target, creds, make_args(storage, 0));
+    grpc_channel_credentials_release(creds);
+    return c;
+}
+
+void psc_rpc_channel_destroy(psc_rpc_channel_t *c)
+{
+    if (!c) return;
+    grpc_channel_destroy(c->ch);
+    free(c);
+    grpc_shutdown();
+}
+
+const char *psc_rpc_channel_target(const psc_rpc_channel_t *c) { return c->target; }
+
+typedef struct client_call {
+    psc_rpc_op_t *op;
+    grpc_call *call;
+    grpc_byte_buffer *send_bb;
+    grpc_byte_buffer *recv_bb;
+    grpc_metadata_array initial_md, trailing_md;
+    grpc_status_code status;
+    grpc_slice details;
+    const char *error_string;
+} client_call_t;
+
+static void body_released(void *user_data) { atomic_fetch_sub((atomic_long *)user_data, 1); }
+
+static int start_call(client_call_t *cc, psc_rpc_op_t *op, grpc_completion_queue *cq, int timeout_ms,
+                      atomic_long *bodies)
+{
+    memset(cc, 0, sizeof *cc);
+    cc->op = op;
+    op->code = PSC_RPC_UNKNOWN;
+    op->msg[0] = '\0';
+    op->reply = NULL;
+    op->reply_len = 0;
+    grpc_slice method = grpc_slice_from_static_string(op->method);
+    cc->call = grpc_channel_create_call(op->ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method, NULL,
+                                        deadline_in(timeout_ms), NULL);
+    grpc_slice parts[2];
+    size_t nparts = 0;
+    parts[nparts++] = grpc_slice_from_copied_buffer(op->hdr ? op->hdr : "", op->hdr_len);
+    if (op->body_len) {
+        atomic_fetch_add(bodies, 1);
+        parts[nparts++] = grpc_slice_new_with_user_data((void *)op->body, op->body_len, body_released, bodies);
+    }
+    cc->send_bb = grpc_raw_byte_buffer_create(parts, nparts);
+    for (size_t i = 0; i < nparts; i++) grpc_slice_unref(parts[i]);
+    grpc_metadata_array_init(&cc->initial_md);
+    grpc_metadata_array_init(&cc->trailing_md);
+
+    grpc_op ops[6];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].flags = op->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = cc->send_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &cc->initial_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &cc->recv_bb;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &cc->trailing_md;
+    ops[5].data.recv_status_on_client.status = &cc->status;
+    ops[5].data.recv_status_on_client.status_details = &cc->details;
+    ops[5].data.recv_status_on_client.error_string = &cc->error_string;
+    grpc_call_error e = grpc_call_start_batch(cc->call, ops, 6, cc, NULL);
+    PSC_ASSERT(e == GRPC_CALL_OK);
+    return 0;
+}
+
+static void end_call(client_call_t *cc, int success)
+{
+    psc_rpc_op_t *op = cc->op;
+    if (!success) {
+        op->code = PSC_RPC_INTERNAL;
+        snprintf(op->msg, sizeof op->msg, "call batch failed");
+    } else {
+        op->code = (int)cc->status;
+        if (cc->status != GRPC_STATUS_OK) {
+            char *d = grpc_slice_to_c_string(cc->details);
+            snprintf(op->msg, sizeof op->msg, "%s", d[0] ? d : (cc->error_string ? cc->error_string : ""));
+            gpr_free(d);
+        } else if (cc->recv_bb) {
+            op->reply = bb_to_bytes(cc->recv_bb, &op->reply_len);
+        } else {
+            op->code = PSC_RPC_INTERNAL;
+            snprintf(op->msg, sizeof op->msg, "reply has no message");
+        }
+    }
+    grpc_slice_unref(cc->details);
+    if (cc->error_string) gpr_free((void *)cc->error_string);
+    grpc_metadata_array_destroy(&cc->initial_md);
+    grpc_metadata_array_destroy(&cc->trailing_md);
+    if (cc->send_bb) grpc_byte_buffer_destroy(cc->send_bb);
+    if (cc->recv_bb) grpc_byte_buffer_destroy(cc->recv_bb);
+    grpc_call_unref(cc->call);
+}
+
+int psc_rpc_run(psc_rpc_op_t *ops, size_t n, size_t max_in_flight, int timeout_ms)
+{
+    if (n == 0) return 0;
+    if (max_in_flight < 1) max_in_flight = 1;
+    if (max_in_flight > n) max_in_flight = n;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    client_call_t *calls = psc_xcalloc(max_in_flight, sizeof *calls);
+    size_t *free_slots = psc_xmalloc(max_in_flight * sizeof *free_slots);
+    atomic_long bodies;
+    atomic_init(&bodies, 0);
+    size_t next = 0, done = 0, nfree = 0;
+    for (size_t i = 0; i < max_in_flight; i++) start_call(&calls[i], &ops[next++], cq, timeout_ms, &bodies);
+    while (done < n) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        PSC_ASSERT(ev.type == GRPC_OP_COMPLETE);
+        client_call_t *cc = ev.tag;
+        end_call(cc, ev.success);
+        done++;
+        if (next < n)
+            start_call(cc, &ops[next++], cq, timeout_ms, &bodies);
+        else
+            free_slots[nfree++] = (size_t)(cc - calls);
+    }
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+    /* gRPC may release the body slices a moment after the calls complete. */
+    for (int spins = 0; atomic_load(&bodies) > 0 && spins < 10000; spins++) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    free(calls);
+    free(free_slots);
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].code != PSC_RPC_OK) return PSC_ERPC;
+    return 0;
+}
+
+int psc_rpc_call(psc_rpc_channel_t *ch, const char *method, const void *req, size_t len, int timeout_ms,
+                 int wait_for_ready, psc_rpc_op_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ch = ch;
+    out->method = method;
+    out->hdr = req;
+    out->hdr_len = len;
+    out->wait_for_ready = wait_for_ready;
+    return psc_rpc_run(out, 1, 1, timeout_ms);
+}
+
+int psc_rpc_health_check(psc_rpc_channel_t *ch, int timeout_ms)
+{
+    Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    uint8_t buf[64];
+    size_t n = grpc__health__v1__health_check_request__pack(&req, buf);
+    psc_rpc_op_t op;
+    int serving = 0;
+    if (psc_rpc_call(ch, PSC_M_HEALTH, buf, n, timeout_ms, 0, &op) == 0) {
+        Grpc__Health__V1__HealthCheckResponse *r =
+            grpc__health__v1__health_check_response__unpack(NULL, op.reply_len, op.reply);
+        if (r) {
+            serving = r->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+            grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+        }
+    }
+    psc_rpc_op_clear(&op);
+    return serving;
+}
+
+void psc_rpc_op_clear(psc_rpc_op_t *op)
+{
+    free(op->reply);
+    op->reply = NULL;
+    op->reply_len = 0;
+}

@@ -1,0 +1,126 @@
+/* rpc.h — the small RPC layer over the gRPC C core that every program uses.
+ *
+ * Only common/rpc.c includes gRPC headers. All methods are unary: one request
+ * message, one reply message (or a status with a message).
+ *
+ * Server: N threads, each polling its own completion queue, with requests
+ * pre-posted for every registered method; an unknown method gets UNIMPLEMENTED.
+ * A handler runs on a server thread with the request bytes (valid only during the
+ * handler) and must complete the call exactly once with psc_rpc_reply*() or
+ * psc_rpc_fail(), from any thread, possibly after it returned (a parked call).
+ * Every server also answers grpc.health.v1.Health/Check ("" and the names given
+ * to psc_rpc_server_add_service) with SERVING or NOT_SERVING.
+ *
+ * Client: psc_rpc_run() runs a batch of calls, up to max_in_flight at a time on
+ * one completion queue, each with a deadline, and returns when all are done.
+ * Request bodies are sent without a copy; replies are copied once into a
+ * malloc'd buffer the caller frees.
+ *
+ * Status codes are gRPC's (PSC_RPC_*), so messages and logs match grpc tools.
+ */
+#ifndef PSC_RPC_H
+#define PSC_RPC_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum psc_rpc_code {
+    PSC_RPC_OK = 0,
+    PSC_RPC_CANCELLED = 1,
+    PSC_RPC_UNKNOWN = 2,
+    PSC_RPC_INVALID_ARGUMENT = 3,
+    PSC_RPC_DEADLINE_EXCEEDED = 4,
+    PSC_RPC_NOT_FOUND = 5,
+    PSC_RPC_ALREADY_EXISTS = 6,
+    PSC_RPC_PERMISSION_DENIED = 7,
+    PSC_RPC_RESOURCE_EXHAUSTED = 8,
+    PSC_RPC_FAILED_PRECONDITION = 9,
+    PSC_RPC_ABORTED = 10,
+    PSC_RPC_OUT_OF_RANGE = 11,
+    PSC_RPC_UNIMPLEMENTED = 12,
+    PSC_RPC_INTERNAL = 13,
+    PSC_RPC_UNAVAILABLE = 14,
+    PSC_RPC_DATA_LOSS = 15,
+    PSC_RPC_UNAUTHENTICATED = 16,
+};
+
+/* "OK", "INVALID_ARGUMENT", ... */
+const char *psc_rpc_code_name(int code);
+
+/* ---- server ---- */
+typedef struct psc_rpc_server psc_rpc_server_t;
+typedef struct psc_rpc_call psc_rpc_call_t;
+typedef void (*psc_rpc_handler_fn)(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+
+/* Creates a server that will listen on `addr` ("host:port", port 0 = any) with
+ * `threads` polling threads. NULL with err set on failure. */
+psc_rpc_server_t *psc_rpc_server_create(const char *addr, int threads, char *err, size_t errlen);
+/* Registers a method (full path, a string that outlives the server). Before start. */
+void psc_rpc_server_add_method(psc_rpc_server_t *s, const char *path, psc_rpc_handler_fn fn, void *arg);
+/* A service name the health check reports on (besides ""). Before start. */
+void psc_rpc_server_add_service(psc_rpc_server_t *s, const char *service);
+/* Binds and starts. Returns the bound port (> 0) or a negative PSC_E* code with
+ * err set ("cannot bind 127.0.0.1:2222: address in use?"). */
+int psc_rpc_server_start(psc_rpc_server_t *s, char *err, size_t errlen);
+/* Health status reported by Health/Check (1 = SERVING, the default after start). */
+void psc_rpc_server_set_serving(psc_rpc_server_t *s, int serving);
+/* Stops: health goes NOT_SERVING, no new calls, in-flight calls are given
+ * `grace_ms` to finish, then cancelled; threads joined. Idempotent. */
+void psc_rpc_server_shutdown(psc_rpc_server_t *s, int grace_ms);
+void psc_rpc_server_destroy(psc_rpc_server_t *s); /* shuts down first; NULL ok */
+
+/* Completing a call (exactly once; any thread). */
+/* A writable reply buffer of len bytes owned by the call; then psc_rpc_reply_send. */
+void *psc_rpc_reply_alloc(psc_rpc_call_t *call, size_t len);
+void psc_rpc_reply_send(psc_rpc_call_t *call);
+/* Sends only bytes [offset, offset+len) of the allocated buffer (a header packed
+ * after its payload was written, right in front of it). */
+void psc_rpc_reply_send_range(psc_rpc_call_t *call, size_t offset, size_t len);
+/* Copies msg and sends it with status OK. */
+void psc_rpc_reply(psc_rpc_call_t *call, const void *msg, size_t len);
+/* Sends a status (not OK) and a message; nothing else. */
+void psc_rpc_fail(psc_rpc_call_t *call, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The peer's address as text ("ipv4:127.0.0.1:53412"); valid until the call completes. */
+const char *psc_rpc_call_peer(psc_rpc_call_t *call);
+
+/* ---- client ---- */
+typedef struct psc_rpc_channel psc_rpc_channel_t;
+
+/* A channel to "host:port". Connects lazily; never fails for a well-formed target. */
+psc_rpc_channel_t *psc_rpc_channel_create(const char *target);
+void psc_rpc_channel_destroy(psc_rpc_channel_t *ch); /* NULL ok; no calls may be running */
+const char *psc_rpc_channel_target(const psc_rpc_channel_t *ch);
+
+typedef struct psc_rpc_op {
+    /* in */
+    psc_rpc_channel_t *ch;
+    const char *method;   /* full path, e.g. PSC_M_PULL */
+    const void *hdr;      /* request bytes, copied when the call starts */
+    size_t hdr_len;
+    const void *body;     /* optional bytes appended to hdr, sent without a copy; */
+    size_t body_len;      /* must stay unchanged until psc_rpc_run returns */
+    int wait_for_ready;   /* wait for the server to come up (until the deadline) instead of failing fast */
+    /* out */
+    int code;             /* PSC_RPC_* */
+    char msg[256];        /* status message, "" on OK */
+    uint8_t *reply;       /* reply bytes (malloc'd, caller frees), NULL if none */
+    size_t reply_len;
+} psc_rpc_op_t;
+
+/* Runs n calls, at most max_in_flight at once, each with a deadline of timeout_ms
+ * from its start. Returns 0 if every call ended OK, else PSC_ERPC (look at each
+ * op's code and msg). Thread-safe: concurrent runs on the same channels are fine. */
+int psc_rpc_run(psc_rpc_op_t *ops, size_t n, size_t max_in_flight, int timeout_ms);
+
+/* One call: convenience wrapper around psc_rpc_run. */
+int psc_rpc_call(psc_rpc_channel_t *ch, const char *method, const void *req, size_t len, int timeout_ms,
+                 int wait_for_ready, psc_rpc_op_t *out);
+
+/* Health/Check of service "" on a channel: 1 SERVING, 0 NOT_SERVING/unreachable. */
+int psc_rpc_health_check(psc_rpc_channel_t *ch, int timeout_ms);
+
+/* Releases a finished op's reply buffer. */
+void psc_rpc_op_clear(psc_rpc_op_t *op);
+
+#endif
