@@ -1,0 +1,240 @@
+/* model_spec.c — a parsed job spec's variables and per-layer output shapes (see
+ * job_spec.h).
+ *
+ * Design: one walk over the layers carries the current activation shape and
+ * whether it is flat. Each layer checks its input, computes its output and, for
+ * dense and conv2d, appends its variables. psc_model_variables and
+ * psc_model_shapes share that walk, so the PS, the chief's initializer and the
+ * towers can never disagree about a shape.
+ *
+ * Shape convention (the towers are the only users of psc_model_shapes):
+ *   - an image activation is (h, w, c), stored NHWC per example;
+ *   - a flat activation of n features is (1, 1, n): h = w = 1, c = n. A rank-1
+ *     model.input_shape (n) is read from input_shape[0] alone and becomes
+ *     (1, 1, n), whatever input_shape[1..2] hold.
+ * Either way the number of features per example is h * w * c and the memory
+ * layout is the same, which is why flatten moves no data. Whether an activation
+ * is flat is decided by the layer types (the input's rank, flatten, dense), not by
+ * h = w = 1: an image of (1, 1, c) still needs a flatten before a dense layer.
+ *
+ * Output sizes follow TensorFlow: valid: floor((in - k) / s) + 1 (at least 1);
+ * same: ceil(in / s), padded with pad_total = max((out - 1) * s + k - in, 0),
+ * pad_top = pad_total / 2 (the extra row/column goes at the bottom/right).
+ *
+ * Invariants: variables are global_step, then each layer's kernel and bias in
+ * layer order; every activation has at most INT32_MAX features per example.
+ */
+#include "job_spec.h"
+
+#include "psc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const type_names[] = {"dense", "flatten", "conv2d", "max_pool2d", "dropout"};
+
+static const char *layer_type_name(enum psc_layer_type t)
+{
+    return (unsigned)t < PSC_ARRAY_LEN(type_names) ? type_names[t] : "unknown";
+}
+
+/* "(28, 28, 1)" for an image, "(784)" for a flat activation. */
+static const char *show_shape(int flat, int h, int w, int c, char *buf, size_t len)
+{
+    if (flat)
+        snprintf(buf, len, "(%d)", c);
+    else
+        snprintf(buf, len, "(%d, %d, %d)", h, w, c);
+    return buf;
+}
+
+/* Output size of one spatial dimension; 0 when a valid window does not fit. */
+static int out_size(int in, int k, int s, enum psc_padding pad)
+{
+    if (pad == PSC_PAD_SAME) return (int)(((int64_t)in + s - 1) / s);
+    if (in < k) return 0;
+    return (in - k) / s + 1;
+}
+
+static void add_var(psc_var_desc_t *vars, int *nvars, const psc_layer_spec_t *L, int layer, const char *what, int rank,
+                    const int64_t *shape)
+{
+    psc_var_desc_t *v = &vars[(*nvars)++];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s/%s", L->name, what);
+    v->rank = rank;
+    v->numel = 1;
+    for (int d = 0; d < rank; d++) {
+        v->shape[d] = shape[d];
+        v->numel *= shape[d];
+    }
+    v->layer = layer;
+}
+
+/* The walk. vars (room for 1 + 2 * num_layers) and shapes may each be NULL. */
+static int model_walk(const psc_job_spec_t *spec, psc_var_desc_t *vars, int *nvars, int (*shapes)[3], char *err,
+                      size_t errlen)
+{
+    char a[64];
+    int h, w, c, flat;
+    if (spec->input_rank == 1) {
+        h = w = 1;
+        c = spec->input_shape[0];
+        flat = 1;
+        if (c < 1) return psc_seterr(err, errlen, PSC_ECONFIG, "model.input_shape: expected (n) with n >= 1, got (%d)", c);
+    } else if (spec->input_rank == 3) {
+        h = spec->input_shape[0];
+        w = spec->input_shape[1];
+        c = spec->input_shape[2];
+        flat = 0;
+        if (h < 1 || w < 1 || c < 1)
+            return psc_seterr(err, errlen, PSC_ECONFIG, "model.input_shape: expected positive sizes, got (%d, %d, %d)",
+                              h, w, c);
+        if ((int64_t)h * w * c > INT32_MAX)
+            return psc_seterr(err, errlen, PSC_ECONFIG, "model.input_shape: (%d, %d, %d) is too large", h, w, c);
+    } else {
+        return psc_seterr(err, errlen, PSC_ECONFIG, "model.input_shape: expected rank 1 or 3, got rank %d",
+                          spec->input_rank);
+    }
+    if (spec->num_layers < 1 || !spec->layers)
+        return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers: the model has no layers");
+
+    int nv = 0;
+    if (vars) {
+        memset(&vars[0], 0, sizeof vars[0]);
+        snprintf(vars[0].name, sizeof vars[0].name, "global_step");
+        vars[0].rank = 0;
+        vars[0].numel = 1;
+        vars[0].is_step = 1;
+        vars[0].layer = -1;
+    }
+    nv = 1;
+
+    for (int i = 0; i < spec->num_layers; i++) {
+        const psc_layer_spec_t *L = &spec->layers[i];
+        const char *nm = L->name;
+        switch (L->type) {
+        case PSC_LAYER_DENSE: {
+            if (!flat)
+                return psc_seterr(err, errlen, PSC_ECONFIG,
+                                  "model.layers[%d] (%s): input is %s; add a flatten layer before it", i, nm,
+                                  show_shape(flat, h, w, c, a, sizeof a));
+            if (L->units < 1)
+                return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): units must be >= 1, got %d", i, nm,
+                                  L->units);
+            int64_t kshape[2] = {c, L->units}, bshape[1] = {L->units};
+            if (vars) add_var(vars, &nv, L, i, "kernel", 2, kshape);
+            else nv++;
+            if (L->use_bias) {
+                if (vars) add_var(vars, &nv, L, i, "bias", 1, bshape);
+                else nv++;
+            }
+            c = L->units;
+            break;
+        }
+        case PSC_LAYER_FLATTEN: {
+            /* (h, w, c) -> (1, 1, h*w*c): the same memory, read as one vector. */
+            c = h * w * c; /* fits: every activation was checked against INT32_MAX */
+            h = w = 1;
+            flat = 1;
+            break;
+        }
+        case PSC_LAYER_CONV2D:
+        case PSC_LAYER_MAX_POOL2D: {
+            int conv = L->type == PSC_LAYER_CONV2D;
+            const int *k = conv ? L->kernel_size : L->pool_size;
+            const char *kname = conv ? "kernel_size" : "pool_size";
+            if (flat)
+                return psc_seterr(err, errlen, PSC_ECONFIG,
+                                  "model.layers[%d] (%s): input is %s; %s needs an image input (h, w, c): give "
+                                  "model.input_shape 3 sizes and no flatten or dense before it",
+                                  i, nm, show_shape(flat, h, w, c, a, sizeof a), layer_type_name(L->type));
+            if (k[0] < 1 || k[1] < 1)
+                return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): %s must be positive, got (%d, %d)",
+                                  i, nm, kname, k[0], k[1]);
+            if (L->strides[0] < 1 || L->strides[1] < 1)
+                return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): strides must be positive, got (%d, %d)",
+                                  i, nm, L->strides[0], L->strides[1]);
+            if (L->padding != PSC_PAD_VALID && L->padding != PSC_PAD_SAME)
+                return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): unknown padding %d", i, nm,
+                                  (int)L->padding);
+            if (conv && L->filters < 1)
+                return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): filters must be >= 1, got %d", i,
+                                  nm, L->filters);
+            int oh = out_size(h, k[0], L->strides[0], L->padding);
+            int ow = out_size(w, k[1], L->strides[1], L->padding);
+            if (oh < 1 || ow < 1)
+                return psc_seterr(err, errlen, PSC_ECONFIG,
+                                  "model.layers[%d] (%s): %s (%d, %d) does not fit input %s with padding \"valid\"; "
+                                  "use a smaller window or padding \"same\"",
+                                  i, nm, kname, k[0], k[1], show_shape(flat, h, w, c, a, sizeof a));
+            if (conv) {
+                int64_t kshape[4] = {k[0], k[1], c, L->filters}, bshape[1] = {L->filters};
+                if (vars) add_var(vars, &nv, L, i, "kernel", 4, kshape);
+                else nv++;
+                if (L->use_bias) {
+                    if (vars) add_var(vars, &nv, L, i, "bias", 1, bshape);
+                    else nv++;
+                }
+                c = L->filters;
+            }
+            h = oh;
+            w = ow;
+            break;
+        }
+        case PSC_LAYER_DROPOUT:
+            if (!(L->rate >= 0.0f && L->rate < 1.0f))
+                return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): rate must be in [0, 1), got %g", i,
+                                  nm, (double)L->rate);
+            break;
+        default:
+            return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): unknown layer type %d", i, nm,
+                              (int)L->type);
+        }
+        if ((int64_t)h * w * c > INT32_MAX)
+            return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): output (%d, %d, %d) is too large", i,
+                              nm, h, w, c);
+        if (shapes) {
+            shapes[i][0] = h;
+            shapes[i][1] = w;
+            shapes[i][2] = c;
+        }
+    }
+
+    int last = spec->num_layers - 1;
+    if (!flat)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "model.layers[%d] (%s): the model's output is %s; the last layer must give a flat vector of "
+                          "class logits (add flatten and dense layers)",
+                          last, spec->layers[last].name, show_shape(flat, h, w, c, a, sizeof a));
+    if (c < 2)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "model.layers[%d] (%s): the model's output has %d unit; sparse softmax cross-entropy needs "
+                          "at least 2 classes",
+                          last, spec->layers[last].name, c);
+    if (nvars) *nvars = nv;
+    return 0;
+}
+
+int psc_model_variables(const psc_job_spec_t *spec, psc_var_desc_t **out, int *nout, char *err, size_t errlen)
+{
+    *out = NULL;
+    *nout = 0;
+    int cap = 1 + 2 * PSC_MAX(spec->num_layers, 0);
+    psc_var_desc_t *vars = psc_xcalloc((size_t)cap, sizeof *vars);
+    int n = 0;
+    int rc = model_walk(spec, vars, &n, NULL, err, errlen);
+    if (rc) {
+        free(vars);
+        return rc;
+    }
+    *out = vars;
+    *nout = n;
+    return 0;
+}
+
+int psc_model_shapes(const psc_job_spec_t *spec, int (*shapes)[3], char *err, size_t errlen)
+{
+    return model_walk(spec, NULL, NULL, shapes, err, errlen);
+}

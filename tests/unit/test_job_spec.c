@@ -1,0 +1,684 @@
+/* test_job_spec — strict parsing of the JSON job spec.
+ *
+ * The DESIGN.md example is parsed and every resolved field checked; a minimal spec
+ * gets every default; unnamed layers get Keras names. Each class of bad input
+ * (unknown key at every level, wrong type, missing required key, bad enum value,
+ * out-of-range number, a parameter of another optimizer, JSON syntax) must give
+ * PSC_ECONFIG with a one-line message naming the key, and leave nothing to free.
+ * The job id must be stable across formatting and change with the model.
+ */
+#include "job_spec.h"
+#include "psc.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* The example of DESIGN.md "Job spec", verbatim. */
+static const char *const design_example =
+    "{\"model\": {\"input_shape\": [28, 28, 1],\n"
+    "           \"layers\": [{\"type\": \"conv2d\", \"filters\": 32, \"kernel_size\": 5, \"padding\": \"same\", "
+    "\"activation\": \"relu\"},\n"
+    "                      {\"type\": \"max_pool2d\", \"pool_size\": 2},\n"
+    "                      {\"type\": \"flatten\"},\n"
+    "                      {\"type\": \"dense\", \"units\": 128, \"activation\": \"relu\"},\n"
+    "                      {\"type\": \"dense\", \"units\": 10}],\n"
+    "           \"loss\": \"sparse_softmax_cross_entropy\"},\n"
+    " \"optimizer\": {\"name\": \"adam\", \"learning_rate\": 0.001},\n"
+    " \"data\": {\"train\": \"/usr/share/datasets/fashion-mnist/train\", \"test\": "
+    "\"/usr/share/datasets/fashion-mnist/t10k\"},\n"
+    " \"batch_size_per_replica\": 64, \"epochs\": 5,\n"
+    " \"sync\": {\"replicas_to_aggregate\": 2, \"total_num_replicas\": 2},\n"
+    " \"placement\": {\"strategy\": \"round_robin\", \"min_shard_bytes\": 0},\n"
+    " \"checkpoint\": {\"every_steps\": 500, \"every_secs\": 600, \"keep\": 5},\n"
+    " \"seed\": 42}\n";
+
+static void assert_spec_empty(const psc_job_spec_t *s)
+{
+    assert_null(s->layers);
+    assert_int_equal(s->num_layers, 0);
+}
+
+static void parse_ok(const char *json, psc_job_spec_t *s)
+{
+    char err[512] = "";
+    int rc = psc_job_spec_parse(json, s, err, sizeof err);
+    if (rc) fail_msg("unexpected error %d: %s\nfor %s", rc, err, json);
+}
+
+/* Expects PSC_ECONFIG, a "job spec: " one-line message containing `want`. */
+static void expect_error_at(int line, const char *json, const char *want)
+{
+    psc_job_spec_t s;
+    char err[512] = "";
+    int rc = psc_job_spec_parse(json, &s, err, sizeof err);
+    if (rc != PSC_ECONFIG) fail_msg("line %d: expected PSC_ECONFIG, got %d for %s", line, rc, json);
+    if (strncmp(err, "job spec: ", 10) != 0) fail_msg("line %d: \"%s\" lacks the prefix", line, err);
+    if (strchr(err, '\n')) fail_msg("line %d: \"%s\" is not one line", line, err);
+    if (!strstr(err, want)) fail_msg("line %d: \"%s\" lacks \"%s\"", line, err, want);
+    assert_spec_empty(&s);
+    psc_job_spec_deinit(&s);
+}
+#define expect_error(json, want) expect_error_at(__LINE__, json, want)
+
+/* A spec with the given layers, optimizer body and extra top-level members. */
+static const char *spec3(char *buf, size_t n, const char *layers, const char *opt, const char *extra)
+{
+    snprintf(buf, n, "{\"model\": {\"input_shape\": [28, 28, 1], \"layers\": [%s]}, \"optimizer\": {%s}%s%s}", layers,
+             opt, *extra ? ", " : "", extra);
+    return buf;
+}
+#define MLP "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 10}"
+#define ADAM "\"name\": \"adam\""
+
+static void test_design_example(void **state)
+{
+    (void)state;
+    psc_job_spec_t s;
+    parse_ok(design_example, &s);
+    assert_int_equal(s.input_rank, 3);
+    assert_int_equal(s.input_shape[0], 28);
+    assert_int_equal(s.input_shape[1], 28);
+    assert_int_equal(s.input_shape[2], 1);
+    assert_int_equal(s.num_layers, 5);
+
+    const psc_layer_spec_t *L = s.layers;
+    assert_int_equal(L[0].type, PSC_LAYER_CONV2D);
+    assert_string_equal(L[0].name, "conv2d");
+    assert_int_equal(L[0].filters, 32);
+    assert_int_equal(L[0].kernel_size[0], 5);
+    assert_int_equal(L[0].kernel_size[1], 5);
+    assert_int_equal(L[0].strides[0], 1);
+    assert_int_equal(L[0].strides[1], 1);
+    assert_int_equal(L[0].padding, PSC_PAD_SAME);
+    assert_int_equal(L[0].activation, PSC_ACT_RELU);
+    assert_int_equal(L[0].use_bias, 1);
+
+    assert_int_equal(L[1].type, PSC_LAYER_MAX_POOL2D);
+    assert_string_equal(L[1].name, "max_pool2d");
+    assert_int_equal(L[1].pool_size[0], 2);
+    assert_int_equal(L[1].pool_size[1], 2);
+    assert_int_equal(L[1].strides[0], 2); /* default = pool_size */
+    assert_int_equal(L[1].strides[1], 2);
+    assert_int_equal(L[1].padding, PSC_PAD_VALID);
+
+    assert_int_equal(L[2].type, PSC_LAYER_FLATTEN);
+    assert_string_equal(L[2].name, "flatten");
+
+    assert_int_equal(L[3].type, PSC_LAYER_DENSE);
+    assert_string_equal(L[3].name, "dense");
+    assert_int_equal(L[3].units, 128);
+    assert_int_equal(L[3].activation, PSC_ACT_RELU);
+    assert_int_equal(L[3].use_bias, 1);
+
+    assert_int_equal(L[4].type, PSC_LAYER_DENSE);
+    assert_string_equal(L[4].name, "dense_1");
+    assert_int_equal(L[4].units, 10);
+    assert_int_equal(L[4].activation, PSC_ACT_NONE);
+
+    assert_string_equal(s.loss, "sparse_softmax_cross_entropy");
+    assert_int_equal(s.optimizer.kind, PSC_OPT_ADAM);
+    assert_true(s.optimizer.learning_rate == 0.001f);
+    assert_true(s.optimizer.beta1 == 0.9f);
+    assert_true(s.optimizer.beta2 == 0.999f);
+    assert_true(s.optimizer.epsilon == 1e-8f);
+    assert_true(s.optimizer.momentum == 0.0f);
+    assert_true(s.optimizer.decay == 0.0f);
+    assert_true(s.optimizer.initial_accumulator_value == 0.0f);
+
+    assert_string_equal(s.train_path, "/usr/share/datasets/fashion-mnist/train");
+    assert_string_equal(s.test_path, "/usr/share/datasets/fashion-mnist/t10k");
+    assert_int_equal(s.train_examples, 0);
+    assert_int_equal(s.test_examples, 0);
+    assert_int_equal(s.batch_size, 64);
+    assert_int_equal(s.epochs, 5);
+    assert_int_equal(s.steps, 0);
+    assert_int_equal(s.sync, 1);
+    assert_int_equal(s.replicas_to_aggregate, 2);
+    assert_int_equal(s.total_num_replicas, 2);
+    assert_true(s.sync_timeout_secs == 30.0);
+    assert_int_equal(s.placement, PSC_PLACE_ROUND_ROBIN);
+    assert_int_equal(s.min_shard_bytes, 0);
+    assert_int_equal(s.ckpt_every_steps, 500);
+    assert_true(s.ckpt_every_secs == 600.0);
+    assert_int_equal(s.ckpt_keep, 5);
+    assert_int_equal(s.seed, 42);
+
+    assert_int_equal(strlen(s.job_id), 16);
+    for (int i = 0; i < 16; i++) assert_non_null(strchr("0123456789abcdef", s.job_id[i]));
+    psc_job_spec_deinit(&s);
+    assert_spec_empty(&s);
+    psc_job_spec_deinit(&s); /* twice is harmless */
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    psc_job_spec_t s;
+    parse_ok("{\"model\": {\"input_shape\": [784], \"layers\": [{\"type\": \"dense\", \"units\": 10}]},"
+             " \"optimizer\": {\"name\": \"sgd\"}}",
+             &s);
+    assert_int_equal(s.input_rank, 1);
+    assert_int_equal(s.input_shape[0], 784);
+    assert_string_equal(s.loss, "sparse_softmax_cross_entropy");
+    assert_int_equal(s.layers[0].use_bias, 1);
+    assert_int_equal(s.layers[0].activation, PSC_ACT_NONE);
+    assert_int_equal(s.optimizer.kind, PSC_OPT_SGD);
+    assert_true(s.optimizer.learning_rate == 0.01f);
+    assert_true(s.optimizer.momentum == 0.0f && s.optimizer.epsilon == 0.0f && s.optimizer.beta1 == 0.0f);
+    assert_string_equal(s.train_path, "/usr/share/datasets/fashion-mnist/train");
+    assert_string_equal(s.test_path, "/usr/share/datasets/fashion-mnist/t10k");
+    assert_int_equal(s.batch_size, 64);
+    assert_int_equal(s.epochs, 1);
+    assert_int_equal(s.steps, 0);
+    assert_int_equal(s.sync, 0);
+    assert_int_equal(s.placement, PSC_PLACE_ROUND_ROBIN);
+    assert_int_equal(s.min_shard_bytes, 0);
+    assert_int_equal(s.ckpt_every_steps, 0);
+    assert_true(s.ckpt_every_secs == 0.0);
+    assert_int_equal(s.ckpt_keep, 5);
+    assert_int_equal(s.seed, 42);
+    psc_job_spec_deinit(&s);
+
+    /* Sections present but empty keep the defaults; sync present means sync. */
+    char buf[1024];
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM,
+                   "\"data\": {\"train_examples\": 1000}, \"placement\": {\"strategy\": \"greedy_bytes\", "
+                   "\"min_shard_bytes\": 4096}, \"checkpoint\": {}, \"sync\": {\"replicas_to_aggregate\": 3, "
+                   "\"total_num_replicas\": 4, \"timeout_secs\": 2.5}, \"steps\": 100, \"seed\": 0"),
+             &s);
+    assert_int_equal(s.train_examples, 1000);
+    assert_int_equal(s.placement, PSC_PLACE_GREEDY_BYTES);
+    assert_int_equal(s.min_shard_bytes, 4096);
+    assert_int_equal(s.ckpt_keep, 5);
+    assert_int_equal(s.sync, 1);
+    assert_int_equal(s.replicas_to_aggregate, 3);
+    assert_int_equal(s.total_num_replicas, 4);
+    assert_true(s.sync_timeout_secs == 2.5);
+    assert_int_equal(s.steps, 100);
+    assert_int_equal(s.seed, 0);
+    psc_job_spec_deinit(&s);
+}
+
+static void test_optimizer_defaults(void **state)
+{
+    (void)state;
+    char buf[1024];
+    psc_job_spec_t s;
+
+    parse_ok(spec3(buf, sizeof buf, MLP, "\"name\": \"gradient_descent\", \"learning_rate\": 0.5", ""), &s);
+    assert_int_equal(s.optimizer.kind, PSC_OPT_SGD);
+    assert_true(s.optimizer.learning_rate == 0.5f);
+    psc_job_spec_deinit(&s);
+
+    parse_ok(spec3(buf, sizeof buf, MLP, "\"name\": \"momentum\"", ""), &s);
+    assert_int_equal(s.optimizer.kind, PSC_OPT_MOMENTUM);
+    assert_true(s.optimizer.learning_rate == 0.01f);
+    assert_true(s.optimizer.momentum == 0.9f);
+    assert_int_equal(s.optimizer.use_nesterov, 0);
+    assert_true(s.optimizer.beta1 == 0.0f && s.optimizer.epsilon == 0.0f && s.optimizer.decay == 0.0f);
+    psc_job_spec_deinit(&s);
+
+    parse_ok(spec3(buf, sizeof buf, MLP, "\"name\": \"momentum\", \"momentum\": 0.5, \"use_nesterov\": true", ""), &s);
+    assert_true(s.optimizer.momentum == 0.5f);
+    assert_int_equal(s.optimizer.use_nesterov, 1);
+    psc_job_spec_deinit(&s);
+
+    parse_ok(spec3(buf, sizeof buf, MLP, "\"name\": \"adagrad\"", ""), &s);
+    assert_int_equal(s.optimizer.kind, PSC_OPT_ADAGRAD);
+    assert_true(s.optimizer.learning_rate == 0.01f);
+    assert_true(s.optimizer.initial_accumulator_value == 0.1f);
+    assert_true(s.optimizer.epsilon == 0.0f && s.optimizer.momentum == 0.0f);
+    psc_job_spec_deinit(&s);
+
+    parse_ok(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"beta1\": 0, \"beta2\": 0.99, \"epsilon\": 1e-7", ""),
+             &s);
+    assert_true(s.optimizer.learning_rate == 0.001f);
+    assert_true(s.optimizer.beta1 == 0.0f);
+    assert_true(s.optimizer.beta2 == 0.99f);
+    assert_true(s.optimizer.epsilon == 1e-7f);
+    psc_job_spec_deinit(&s);
+
+    parse_ok(spec3(buf, sizeof buf, MLP, "\"name\": \"rmsprop\"", ""), &s);
+    assert_int_equal(s.optimizer.kind, PSC_OPT_RMSPROP);
+    assert_true(s.optimizer.learning_rate == 0.001f);
+    assert_true(s.optimizer.decay == 0.9f);
+    assert_true(s.optimizer.momentum == 0.0f);
+    assert_true(s.optimizer.epsilon == 1e-10f);
+    assert_true(s.optimizer.beta1 == 0.0f && s.optimizer.initial_accumulator_value == 0.0f);
+    psc_job_spec_deinit(&s);
+
+    assert_string_equal(psc_optim_name(PSC_OPT_SGD), "gradient_descent");
+    assert_string_equal(psc_optim_name(PSC_OPT_MOMENTUM), "momentum");
+    assert_string_equal(psc_optim_name(PSC_OPT_ADAGRAD), "adagrad");
+    assert_string_equal(psc_optim_name(PSC_OPT_ADAM), "adam");
+    assert_string_equal(psc_optim_name(PSC_OPT_RMSPROP), "rmsprop");
+    assert_string_equal(psc_activation_name(PSC_ACT_NONE), "linear");
+    assert_string_equal(psc_activation_name(PSC_ACT_RELU), "relu");
+    assert_string_equal(psc_activation_name(PSC_ACT_TANH), "tanh");
+    assert_string_equal(psc_activation_name(PSC_ACT_SIGMOID), "sigmoid");
+}
+
+static void test_layers_and_keras_names(void **state)
+{
+    (void)state;
+    char buf[2048];
+    psc_job_spec_t s;
+    parse_ok(spec3(buf, sizeof buf,
+                   "{\"type\": \"conv2d\", \"filters\": 8, \"kernel_size\": [3, 5], \"strides\": [1, 2], "
+                   "\"use_bias\": false, \"activation\": \"tanh\"},"
+                   "{\"type\": \"conv2d\", \"filters\": 4, \"kernel_size\": 3, \"strides\": 2},"
+                   "{\"type\": \"max_pool2d\", \"pool_size\": [3, 2], \"strides\": 1, \"padding\": \"same\"},"
+                   "{\"type\": \"flatten\"},"
+                   "{\"type\": \"dense\", \"units\": 64, \"name\": \"hidden\", \"activation\": \"sigmoid\"},"
+                   "{\"type\": \"dropout\", \"rate\": 0.25},"
+                   "{\"type\": \"dense\", \"units\": 32},"
+                   "{\"type\": \"dropout\", \"rate\": 0},"
+                   "{\"type\": \"dense\", \"units\": 10, \"name\": \"logits.v-2\"},"
+                   "{\"type\": \"dense\", \"units\": 10}",
+                   ADAM, ""),
+             &s);
+    static const char *const names[] = {"conv2d", "conv2d_1", "max_pool2d", "flatten", "hidden",
+                                        "dropout", "dense",    "dropout_1",  "logits.v-2", "dense_1"};
+    assert_int_equal(s.num_layers, 10);
+    for (int i = 0; i < 10; i++) assert_string_equal(s.layers[i].name, names[i]);
+    assert_int_equal(s.layers[0].kernel_size[0], 3);
+    assert_int_equal(s.layers[0].kernel_size[1], 5);
+    assert_int_equal(s.layers[0].strides[0], 1);
+    assert_int_equal(s.layers[0].strides[1], 2);
+    assert_int_equal(s.layers[0].use_bias, 0);
+    assert_int_equal(s.layers[0].activation, PSC_ACT_TANH);
+    assert_int_equal(s.layers[1].kernel_size[1], 3);
+    assert_int_equal(s.layers[1].strides[0], 2);
+    assert_int_equal(s.layers[1].strides[1], 2);
+    assert_int_equal(s.layers[1].padding, PSC_PAD_VALID);
+    assert_int_equal(s.layers[2].pool_size[0], 3);
+    assert_int_equal(s.layers[2].pool_size[1], 2);
+    assert_int_equal(s.layers[2].strides[0], 1);
+    assert_int_equal(s.layers[2].strides[1], 1);
+    assert_int_equal(s.layers[2].padding, PSC_PAD_SAME);
+    assert_int_equal(s.layers[4].activation, PSC_ACT_SIGMOID);
+    assert_true(fabsf(s.layers[5].rate - 0.25f) == 0.0f);
+    assert_true(s.layers[7].rate == 0.0f);
+    psc_job_spec_deinit(&s);
+
+    /* Duplicate user names, and generated names that hit a user name. */
+    expect_error(spec3(buf, sizeof buf,
+                       "{\"type\": \"dense\", \"units\": 3, \"name\": \"a\"}, {\"type\": \"dense\", \"units\": 3, "
+                       "\"name\": \"a\"}",
+                       ADAM, ""),
+                 "model.layers[1].name");
+    expect_error(spec3(buf, sizeof buf,
+                       "{\"type\": \"dense\", \"units\": 3, \"name\": \"dense_1\"}, {\"type\": \"dense\", \"units\": 3},"
+                       " {\"type\": \"dense\", \"units\": 3}",
+                       ADAM, ""),
+                 "model.layers[2]");
+    expect_error(spec3(buf, sizeof buf,
+                       "{\"type\": \"dense\", \"units\": 3}, {\"type\": \"dense\", \"units\": 3, \"name\": \"dense\"}",
+                       ADAM, ""),
+                 "model.layers[0]");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dense\", \"units\": 3, \"name\": \"a b\"}", ADAM, ""),
+                 "model.layers[0].name");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dense\", \"units\": 3, \"name\": \"a/b\"}", ADAM, ""),
+                 "model.layers[0].name");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dense\", \"units\": 3, \"name\": \"\"}", ADAM, ""),
+                 "model.layers[0].name");
+    expect_error(spec3(buf, sizeof buf,
+                       "{\"type\": \"dense\", \"units\": 3, \"name\": "
+                       "\"a123456789b123456789c123456789d123456789e123456789f123456789abcd\"}",
+                       ADAM, ""),
+                 "model.layers[0].name");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dense\", \"units\": 3, \"name\": 7}", ADAM, ""),
+                 "model.layers[0].name");
+    /* 63 characters is the longest name. */
+    parse_ok(spec3(buf, sizeof buf,
+                   "{\"type\": \"dense\", \"units\": 3, \"name\": "
+                   "\"a123456789b123456789c123456789d123456789e123456789f123456789abc\"}",
+                   ADAM, ""),
+             &s);
+    assert_int_equal(strlen(s.layers[0].name), 63);
+    psc_job_spec_deinit(&s);
+}
+
+static void test_unknown_keys(void **state)
+{
+    (void)state;
+    char buf[1024];
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"batch_size\": 32"), "batch_size: unknown key");
+    expect_error("{\"model\": {\"input_shape\": [4], \"layers\": [{\"type\": \"dense\", \"units\": 2}], \"optimizer\": 1},"
+                 " \"optimizer\": {\"name\": \"sgd\"}}",
+                 "model.optimizer: unknown key");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"unit\": 10}", ADAM, ""),
+                 "model.layers[1].unit: unknown key");
+    /* A key of another layer type is unknown for this one. */
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"flatten\", \"units\": 3}", ADAM, ""),
+                 "model.layers[0].units: unknown key");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"max_pool2d\", \"filters\": 3}", ADAM, ""),
+                 "model.layers[0].filters: unknown key");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"lr\": 0.1", ""), "optimizer.lr: unknown key");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"data\": {\"path\": \"/x\"}"), "data.path: unknown key");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM,
+                       "\"sync\": {\"replicas_to_aggregate\": 1, \"total_num_replicas\": 1, \"backup\": 1}"),
+                 "sync.backup: unknown key");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"placement\": {\"ps\": 2}"), "placement.ps: unknown key");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"checkpoint\": {\"every\": 2}"), "checkpoint.every: unknown key");
+}
+
+static void test_wrong_types_and_ranges(void **state)
+{
+    (void)state;
+    char buf[1024];
+    /* Integers must be JSON integers, in range. */
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"batch_size_per_replica\": 1.5"),
+                 "batch_size_per_replica: expected a positive integer");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"batch_size_per_replica\": 2.0"),
+                 "batch_size_per_replica: expected a positive integer");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"batch_size_per_replica\": \"64\""),
+                 "batch_size_per_replica: expected a positive integer");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"batch_size_per_replica\": 0"),
+                 "batch_size_per_replica: expected a positive integer");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"batch_size_per_replica\": 4294967296"),
+                 "batch_size_per_replica");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"epochs\": 0"), "epochs: expected a positive integer");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"steps\": -1"), "steps: expected a non-negative integer");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"seed\": -1"), "seed");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"seed\": null"), "seed");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"data\": {\"train_examples\": -1}"), "data.train_examples");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"data\": {\"train\": 5}"), "data.train: expected a string");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"data\": {\"test\": \"\"}"), "data.test");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"data\": []"), "data: expected an object");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"sync\": true"), "sync: expected an object");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM,
+                       "\"sync\": {\"replicas_to_aggregate\": 0, \"total_num_replicas\": 1}"),
+                 "sync.replicas_to_aggregate");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM,
+                       "\"sync\": {\"replicas_to_aggregate\": 1, \"total_num_replicas\": 1, \"timeout_secs\": 0}"),
+                 "sync.timeout_secs");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"placement\": {\"min_shard_bytes\": -1}"),
+                 "placement.min_shard_bytes");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"checkpoint\": {\"keep\": 0}"), "checkpoint.keep");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"checkpoint\": {\"every_secs\": -1}"), "checkpoint.every_secs");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"checkpoint\": {\"every_steps\": 1.5}"),
+                 "checkpoint.every_steps");
+
+    /* Model. */
+    expect_error("{\"model\": [], \"optimizer\": {\"name\": \"sgd\"}}", "model: expected an object");
+    expect_error("{\"model\": {\"input_shape\": [28, 28], \"layers\": [" MLP "]}, \"optimizer\": {\"name\": \"sgd\"}}",
+                 "model.input_shape");
+    expect_error("{\"model\": {\"input_shape\": [28, 0, 1], \"layers\": [" MLP "]}, \"optimizer\": {\"name\": \"sgd\"}}",
+                 "model.input_shape[1]");
+    expect_error("{\"model\": {\"input_shape\": 784, \"layers\": [" MLP "]}, \"optimizer\": {\"name\": \"sgd\"}}",
+                 "model.input_shape");
+    expect_error("{\"model\": {\"input_shape\": [784], \"layers\": []}, \"optimizer\": {\"name\": \"sgd\"}}",
+                 "model.layers");
+    expect_error(spec3(buf, sizeof buf, "[]", ADAM, ""), "model.layers[0]");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": 3}", ADAM, ""), "model.layers[0].type");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dense\", \"units\": 0}", ADAM, ""),
+                 "model.layers[0].units: expected a positive integer");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dense\", \"units\": 10.0}", ADAM, ""), "model.layers[0].units");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dense\", \"units\": 3, \"use_bias\": 1}", ADAM, ""),
+                 "model.layers[0].use_bias");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"conv2d\", \"filters\": -3, \"kernel_size\": 3}", ADAM, ""),
+                 "model.layers[0].filters");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"conv2d\", \"filters\": 3, \"kernel_size\": [3]}", ADAM, ""),
+                 "model.layers[0].kernel_size");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"conv2d\", \"filters\": 3, \"kernel_size\": 0}", ADAM, ""),
+                 "model.layers[0].kernel_size");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"conv2d\", \"filters\": 3, \"kernel_size\": 3, \"strides\": [1, 0]}",
+                       ADAM, ""),
+                 "model.layers[0].strides");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"max_pool2d\", \"pool_size\": [2, 2, 2]}", ADAM, ""),
+                 "model.layers[0].pool_size");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dropout\", \"rate\": 1.0}", ADAM, ""), "model.layers[0].rate");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dropout\", \"rate\": 1}", ADAM, ""), "model.layers[0].rate");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dropout\", \"rate\": -0.1}", ADAM, ""), "model.layers[0].rate");
+
+    /* Optimizer. */
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"learning_rate\": 0", ""), "optimizer.learning_rate");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"learning_rate\": -1", ""),
+                 "optimizer.learning_rate");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"learning_rate\": \"0.1\"", ""),
+                 "optimizer.learning_rate");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"learning_rate\": 1e300", ""),
+                 "optimizer.learning_rate");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"beta1\": 1.0", ""), "optimizer.beta1");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"beta2\": 1.5", ""), "optimizer.beta2");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"beta2\": 0.9999999999", ""), "optimizer.beta2");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"epsilon\": 0", ""), "optimizer.epsilon");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adagrad\", \"initial_accumulator_value\": 0", ""),
+                 "optimizer.initial_accumulator_value");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"momentum\", \"use_nesterov\": \"yes\"", ""),
+                 "optimizer.use_nesterov");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"momentum\", \"momentum\": -0.5", ""), "optimizer.momentum");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"rmsprop\", \"decay\": 1", ""), "optimizer.decay");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": 1", ""), "optimizer.name");
+
+    /* A path that does not fit. */
+    char longpath[700], extra[800];
+    memset(longpath, 'a', sizeof longpath - 1);
+    longpath[0] = '/';
+    longpath[sizeof longpath - 1] = '\0';
+    snprintf(extra, sizeof extra, "\"data\": {\"train\": \"%s\"}", longpath);
+    char big[2048];
+    expect_error(spec3(big, sizeof big, MLP, ADAM, extra), "data.train");
+}
+
+static void test_missing_and_bad_values(void **state)
+{
+    (void)state;
+    char buf[1024];
+    expect_error("{\"optimizer\": {\"name\": \"sgd\"}}", "model: missing");
+    expect_error("{\"model\": {\"input_shape\": [4], \"layers\": [{\"type\": \"dense\", \"units\": 2}]}}",
+                 "optimizer: missing");
+    expect_error("{\"model\": {\"layers\": [" MLP "]}, \"optimizer\": {\"name\": \"sgd\"}}", "model.input_shape: missing");
+    expect_error("{\"model\": {\"input_shape\": [4]}, \"optimizer\": {\"name\": \"sgd\"}}", "model.layers: missing");
+    expect_error(spec3(buf, sizeof buf, "{\"units\": 3}", ADAM, ""), "model.layers[0].type: missing");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"flatten\"}, {\"type\": \"dense\"}", ADAM, ""),
+                 "model.layers[1].units: missing");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"conv2d\", \"kernel_size\": 3}", ADAM, ""),
+                 "model.layers[0].filters: missing");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"conv2d\", \"filters\": 3}", ADAM, ""),
+                 "model.layers[0].kernel_size: missing");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dropout\"}", ADAM, ""), "model.layers[0].rate: missing");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"learning_rate\": 0.1", ""), "optimizer.name: missing");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"sync\": {\"total_num_replicas\": 2}"),
+                 "sync.replicas_to_aggregate: missing");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"sync\": {\"replicas_to_aggregate\": 2}"),
+                 "sync.total_num_replicas: missing");
+
+    /* Enumerations. */
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"lstm\"}", ADAM, ""), "model.layers[0].type: unknown value \"lstm\"");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dense\", \"units\": 3, \"activation\": \"softmax\"}", ADAM, ""),
+                 "model.layers[0].activation: unknown value \"softmax\"");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"conv2d\", \"filters\": 3, \"kernel_size\": 3, \"padding\": \"full\"}",
+                       ADAM, ""),
+                 "model.layers[0].padding");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adamw\"", ""), "optimizer.name: unknown value \"adamw\"");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"placement\": {\"strategy\": \"random\"}"),
+                 "placement.strategy");
+    expect_error("{\"model\": {\"input_shape\": [4], \"layers\": [{\"type\": \"dense\", \"units\": 2}], \"loss\": \"mse\"},"
+                 " \"optimizer\": {\"name\": \"sgd\"}}",
+                 "model.loss");
+
+    /* A parameter of another optimizer. */
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"momentum\", \"beta1\": 0.9", ""),
+                 "optimizer.beta1: not a parameter of momentum");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adam\", \"momentum\": 0.9", ""),
+                 "optimizer.momentum: not a parameter of adam");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"sgd\", \"momentum\": 0.9", ""),
+                 "optimizer.momentum: not a parameter of gradient_descent");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"adagrad\", \"epsilon\": 0.1", ""),
+                 "optimizer.epsilon: not a parameter of adagrad");
+    expect_error(spec3(buf, sizeof buf, MLP, "\"name\": \"rmsprop\", \"use_nesterov\": true", ""),
+                 "optimizer.use_nesterov: not a parameter of rmsprop");
+}
+
+static void test_json_syntax(void **state)
+{
+    (void)state;
+    expect_error("{\"model\": {", "invalid JSON at line 1");
+    expect_error("{\"model\": {\"input_shape\": [4],\n  \"layers\": [,]}}", "line 2 column");
+    expect_error("{\"seed\": 1, \"seed\": 2}", "duplicate");
+    expect_error("[1]", "object");
+    expect_error("", "invalid JSON");
+    psc_job_spec_t s;
+    char err[256];
+    assert_int_equal(psc_job_spec_parse(NULL, &s, err, sizeof err), PSC_ECONFIG);
+    assert_spec_empty(&s);
+}
+
+static void test_job_id(void **state)
+{
+    (void)state;
+    char buf[1024];
+    psc_job_spec_t a, b;
+    parse_ok(design_example, &a);
+    parse_ok(design_example, &b);
+    assert_string_equal(a.job_id, b.job_id);
+    psc_job_spec_deinit(&b);
+
+    /* Same model written differently (order, spacing, defaults spelled out, the sgd
+     * alias irrelevant here): same id. Data, batch size and epochs are not part of it. */
+    parse_ok("{\"seed\": 42, \"optimizer\": {\"learning_rate\": 0.001, \"name\": \"adam\", \"beta1\": 0.9},"
+             "\"model\": {\"layers\": [{\"type\": \"conv2d\", \"kernel_size\": [5, 5], \"filters\": 32, \"padding\": "
+             "\"same\", \"activation\": \"relu\", \"strides\": 1, \"name\": \"conv2d\"},"
+             "{\"type\": \"max_pool2d\", \"pool_size\": 2, \"strides\": [2, 2]}, {\"type\": \"flatten\"},"
+             "{\"type\": \"dense\", \"units\": 128, \"activation\": \"relu\", \"use_bias\": true},"
+             "{\"type\": \"dense\", \"units\": 10, \"activation\": \"linear\"}], \"input_shape\": [28, 28, 1]},"
+             "\"batch_size_per_replica\": 32, \"epochs\": 1}",
+             &b);
+    assert_string_equal(a.job_id, b.job_id);
+    psc_job_spec_deinit(&b);
+
+    /* Each change of the model, optimizer, placement or seed changes it. */
+    static const char *const variants[][2] = {
+        {"\"units\": 128", "\"units\": 129"},
+        {"\"learning_rate\": 0.001", "\"learning_rate\": 0.002"},
+        {"\"seed\": 42", "\"seed\": 43"},
+        {"\"kernel_size\": 5", "\"kernel_size\": 3"},
+        {"\"padding\": \"same\"", "\"padding\": \"valid\""},
+        {"\"name\": \"adam\"", "\"name\": \"rmsprop\""},
+        {"\"min_shard_bytes\": 0", "\"min_shard_bytes\": 1024"},
+        {"\"strategy\": \"round_robin\"", "\"strategy\": \"greedy_bytes\""},
+        {"[28, 28, 1]", "[28, 28, 3]"},
+        {"{\"type\": \"dense\", \"units\": 10}", "{\"type\": \"dense\", \"units\": 10, \"use_bias\": false}"},
+        {"{\"type\": \"dense\", \"units\": 10}", "{\"type\": \"dense\", \"units\": 10, \"name\": \"logits\"}"},
+    };
+    for (size_t i = 0; i < PSC_ARRAY_LEN(variants); i++) {
+        const char *at = strstr(design_example, variants[i][0]);
+        assert_non_null(at);
+        char text[2048];
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - design_example), design_example, variants[i][1],
+                 at + strlen(variants[i][0]));
+        parse_ok(text, &b);
+        if (strcmp(a.job_id, b.job_id) == 0) fail_msg("variant %zu (%s) kept job id %s", i, variants[i][1], a.job_id);
+        psc_job_spec_deinit(&b);
+    }
+
+    /* Momentum's parameters count too. */
+    psc_job_spec_t m1, m2;
+    parse_ok(spec3(buf, sizeof buf, MLP, "\"name\": \"momentum\", \"momentum\": 0.9", ""), &m1);
+    parse_ok(spec3(buf, sizeof buf, MLP, "\"name\": \"momentum\", \"momentum\": 0.9, \"use_nesterov\": true", ""), &m2);
+    assert_string_not_equal(m1.job_id, m2.job_id);
+    psc_job_spec_deinit(&m1);
+    psc_job_spec_deinit(&m2);
+    psc_job_spec_deinit(&a);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_load(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/psc_test_job_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    psc_job_spec_t s;
+    char err[1024];
+
+    write_file(path, design_example);
+    int rc = psc_job_spec_load(path, &s, err, sizeof err);
+    if (rc) fail_msg("%s", err);
+    assert_int_equal(s.num_layers, 5);
+    psc_job_spec_t p;
+    parse_ok(design_example, &p);
+    assert_string_equal(s.job_id, p.job_id);
+    psc_job_spec_deinit(&p);
+    psc_job_spec_deinit(&s);
+
+    char want[512];
+    /* Syntax error on line 3. */
+    write_file(path, "{\n  \"model\": {},\n  \"optimizer\": {\"name\": \"sgd\",}\n}\n");
+    assert_int_equal(psc_job_spec_load(path, &s, err, sizeof err), PSC_ECONFIG);
+    snprintf(want, sizeof want, "job spec %s: invalid JSON at line 3", path);
+    if (strncmp(err, want, strlen(want)) != 0) fail_msg("\"%s\" does not start with \"%s\"", err, want);
+    assert_spec_empty(&s);
+
+    /* A schema error after a successful model parse frees the layers. */
+    write_file(path, "{\"model\": {\"input_shape\": [4], \"layers\": [{\"type\": \"dense\", \"units\": 2}]},"
+                     " \"optimizer\": {\"name\": \"sgd\"}, \"epochs\": -1}");
+    assert_int_equal(psc_job_spec_load(path, &s, err, sizeof err), PSC_ECONFIG);
+    snprintf(want, sizeof want, "job spec %s: epochs: expected a positive integer", path);
+    if (strncmp(err, want, strlen(want)) != 0) fail_msg("\"%s\" does not start with \"%s\"", err, want);
+    assert_spec_empty(&s);
+
+    unlink(path);
+    assert_int_equal(psc_job_spec_load(path, &s, err, sizeof err), PSC_ECONFIG);
+    snprintf(want, sizeof want, "job spec %s: cannot read: No such file or directory", path);
+    assert_string_equal(err, want);
+    assert_spec_empty(&s);
+
+    assert_int_equal(psc_job_spec_load("/tmp", &s, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "job spec /tmp: cannot read: Is a directory");
+}
+
+static void test_repo_job_files(void **state)
+{
+    (void)state;
+    /* The shipped example jobs must parse (when the source tree is known). */
+    const char *src = getenv("PSC_SRC");
+    if (!src) src = ".";
+    char path[1024], err[1024];
+    snprintf(path, sizeof path, "%s/deploy/jobs/mlp.json", src);
+    if (access(path, R_OK) != 0) skip();
+    psc_job_spec_t s;
+    int rc = psc_job_spec_load(path, &s, err, sizeof err);
+    if (rc) fail_msg("%s", err);
+    assert_int_equal(s.num_layers, 4);
+    assert_string_equal(s.layers[1].name, "dense");
+    assert_string_equal(s.layers[3].name, "dense_2");
+    psc_job_spec_deinit(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_design_example),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_optimizer_defaults),
+        cmocka_unit_test(test_layers_and_keras_names),
+        cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_wrong_types_and_ranges),
+        cmocka_unit_test(test_missing_and_bad_values),
+        cmocka_unit_test(test_json_syntax),
+        cmocka_unit_test(test_job_id),
+        cmocka_unit_test(test_load),
+        cmocka_unit_test(test_repo_job_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
