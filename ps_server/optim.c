@@ -1,0 +1,195 @@
+/* optim.c — TensorFlow's optimizer updates (see optim.h).
+ *
+ * Each update is written the way TensorFlow's CPU kernels in training_ops.cc
+ * write it (ApplyGradientDescent, ApplyMomentum, ApplyAdagrad, ApplyAdam,
+ * ApplyRMSProp), in float, in the same order of operations, so that a model
+ * trained here follows the same trajectory as with tf.compat.v1.train:
+ *   Adam     m += (g - m)*(1-b1); v += (g*g - v)*(1-b2)   (== b1*m + (1-b1)*g, ...)
+ *   RMSProp  ms += (g*g - ms)*(1-rho)
+ * Only Adam's step size lr_t is computed in double (pow of the betas), then
+ * rounded to float once per call.
+ *
+ * Each inner loop is one plain pass over restrict-qualified float arrays with
+ * no calls but sqrtf (which -fno-math-errno turns into sqrtps). It runs twice:
+ * over the first n rounded down to a multiple of OPTIM_VEC elements, then over
+ * the rest; the first pass has a trip count the compiler knows to be a multiple
+ * of any vector width, which GCC's -O2 ("very cheap") cost model requires
+ * before it vectorizes, and the tail is at most OPTIM_VEC-1 scalar steps.
+ * Vector and scalar steps round identically (element-wise IEEE operations, no
+ * reassociation; ISO C mode means -ffp-contract=off, so no fused multiply-add):
+ * results do not depend on n or alignment, and SGD's w - lr*g is bit-exact.
+ */
+#include "optim.h"
+
+#include "psc.h"
+
+#include <math.h>
+
+int optim_slot_count(const psc_optim_config_t *c)
+{
+    switch (c->kind) {
+    case PSC_OPT_SGD: return 0;
+    case PSC_OPT_MOMENTUM: return 1;
+    case PSC_OPT_ADAGRAD: return 1;
+    case PSC_OPT_ADAM: return 2;
+    case PSC_OPT_RMSPROP: return 2;
+    }
+    return 0;
+}
+
+const char *optim_slot_name(const psc_optim_config_t *c, int slot)
+{
+    switch (c->kind) {
+    case PSC_OPT_SGD: return NULL;
+    case PSC_OPT_MOMENTUM: return slot == 0 ? "momentum" : NULL;
+    case PSC_OPT_ADAGRAD: return slot == 0 ? "accumulator" : NULL;
+    case PSC_OPT_ADAM: return slot == 0 ? "m" : slot == 1 ? "v" : NULL;
+    case PSC_OPT_RMSPROP: return slot == 0 ? "rms" : slot == 1 ? "momentum" : NULL;
+    }
+    return NULL;
+}
+
+/* Vector width multiple that the first pass of every loop is rounded to (covers
+ * SSE, AVX and AVX-512 floats). */
+#define OPTIM_VEC 16
+#define OPTIM_KERNEL static inline __attribute__((always_inline)) void
+
+static size_t vec_floor(size_t n) { return n & ~(size_t)(OPTIM_VEC - 1); }
+
+OPTIM_KERNEL fill_k(float *restrict a, size_t n, float value)
+{
+    for (size_t i = 0; i < n; i++) a[i] = value;
+}
+
+static void fill(float *a, float value, size_t n)
+{
+    size_t v = vec_floor(n);
+    fill_k(a, v, value);
+    fill_k(a + v, n - v, value);
+}
+
+/* ApplyGradientDescent: var -= grad * lr */
+OPTIM_KERNEL sgd_k(float *restrict w, const float *restrict g, size_t n, float lr)
+{
+    for (size_t i = 0; i < n; i++) w[i] -= g[i] * lr;
+}
+
+/* ApplyMomentum: accum = accum * momentum + grad;
+ *   var -= accum * lr                                  (plain)
+ *   var -= grad * lr + accum * momentum * lr           (use_nesterov) */
+OPTIM_KERNEL momentum_k(float *restrict w, float *restrict a, const float *restrict g, size_t n, float lr, float mom)
+{
+    for (size_t i = 0; i < n; i++) {
+        a[i] = a[i] * mom + g[i];
+        w[i] -= a[i] * lr;
+    }
+}
+
+OPTIM_KERNEL nesterov_k(float *restrict w, float *restrict a, const float *restrict g, size_t n, float lr, float mom)
+{
+    for (size_t i = 0; i < n; i++) {
+        a[i] = a[i] * mom + g[i];
+        w[i] -= g[i] * lr + a[i] * mom * lr;
+    }
+}
+
+/* ApplyAdagrad (update_slots): accum += grad^2; var -= grad * lr * rsqrt(accum) */
+OPTIM_KERNEL adagrad_k(float *restrict w, float *restrict acc, const float *restrict g, size_t n, float lr)
+{
+    for (size_t i = 0; i < n; i++) {
+        acc[i] += g[i] * g[i];
+        w[i] -= g[i] * lr * (1.0f / sqrtf(acc[i]));
+    }
+}
+
+/* ApplyAdam: m += (g - m) * (1 - b1); v += (g^2 - v) * (1 - b2);
+ *            var -= m * lr_t / (sqrt(v) + eps) */
+OPTIM_KERNEL adam_k(float *restrict w, float *restrict m, float *restrict v, const float *restrict g, size_t n,
+                    float lr_t, float one_minus_b1, float one_minus_b2, float eps)
+{
+    for (size_t i = 0; i < n; i++) {
+        m[i] += (g[i] - m[i]) * one_minus_b1;
+        v[i] += (g[i] * g[i] - v[i]) * one_minus_b2;
+        w[i] -= (m[i] * lr_t) / (sqrtf(v[i]) + eps);
+    }
+}
+
+/* ApplyRMSProp: ms += (g^2 - ms) * (1 - rho);
+ *               mom = mom * momentum + g * lr / sqrt(ms + eps); var -= mom */
+OPTIM_KERNEL rmsprop_k(float *restrict w, float *restrict ms, float *restrict mom, const float *restrict g, size_t n,
+                       float lr, float one_minus_rho, float momentum, float eps)
+{
+    for (size_t i = 0; i < n; i++) {
+        ms[i] += (g[i] * g[i] - ms[i]) * one_minus_rho;
+        mom[i] = mom[i] * momentum + (g[i] * lr) / sqrtf(ms[i] + eps);
+        w[i] -= mom[i];
+    }
+}
+
+void optim_init_slots(const psc_optim_config_t *c, float *slot0, float *slot1, size_t n)
+{
+    int ns = optim_slot_count(c);
+    PSC_ASSERT(ns < 1 || slot0 != NULL);
+    PSC_ASSERT(ns < 2 || slot1 != NULL);
+    switch (c->kind) {
+    case PSC_OPT_SGD: break;
+    case PSC_OPT_MOMENTUM: fill(slot0, 0.0f, n); break;
+    case PSC_OPT_ADAGRAD: fill(slot0, c->initial_accumulator_value, n); break;
+    case PSC_OPT_ADAM:
+        fill(slot0, 0.0f, n);
+        fill(slot1, 0.0f, n);
+        break;
+    case PSC_OPT_RMSPROP:
+        /* tf.compat.v1.train.RMSPropOptimizer initializes "rms" to ones. */
+        fill(slot0, 1.0f, n);
+        fill(slot1, 0.0f, n);
+        break;
+    }
+}
+
+void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const float *g, size_t n,
+                 int64_t t)
+{
+    int ns = optim_slot_count(c);
+    PSC_ASSERT(ns < 1 || slot0 != NULL);
+    PSC_ASSERT(ns < 2 || slot1 != NULL);
+    size_t v = vec_floor(n), r = n - v; /* vectorized head [0, v), scalar tail [v, n) */
+    float *s0 = slot0, *s1 = slot1;
+    float lr = c->learning_rate;
+    switch (c->kind) {
+    case PSC_OPT_SGD:
+        sgd_k(w, g, v, lr);
+        sgd_k(w + v, g + v, r, lr);
+        break;
+    case PSC_OPT_MOMENTUM:
+        if (c->use_nesterov) {
+            nesterov_k(w, s0, g, v, lr, c->momentum);
+            nesterov_k(w + v, s0 + v, g + v, r, lr, c->momentum);
+        } else {
+            momentum_k(w, s0, g, v, lr, c->momentum);
+            momentum_k(w + v, s0 + v, g + v, r, lr, c->momentum);
+        }
+        break;
+    case PSC_OPT_ADAGRAD:
+        adagrad_k(w, s0, g, v, lr);
+        adagrad_k(w + v, s0 + v, g + v, r, lr);
+        break;
+    case PSC_OPT_ADAM: {
+        PSC_ASSERT(t >= 1);
+        /* TF keeps beta1^t and beta2^t in float variables multiplied once per
+         * step; computing them from t in double gives the exact powers. */
+        double b1t = pow((double)c->beta1, (double)t), b2t = pow((double)c->beta2, (double)t);
+        float lr_t = (float)((double)lr * sqrt(1.0 - b2t) / (1.0 - b1t));
+        float omb1 = 1.0f - c->beta1, omb2 = 1.0f - c->beta2;
+        adam_k(w, s0, s1, g, v, lr_t, omb1, omb2, c->epsilon);
+        adam_k(w + v, s0 + v, s1 + v, g + v, r, lr_t, omb1, omb2, c->epsilon);
+        break;
+    }
+    case PSC_OPT_RMSPROP: {
+        float omr = 1.0f - c->decay;
+        rmsprop_k(w, s0, s1, g, v, lr, omr, c->momentum, c->epsilon);
+        rmsprop_k(w + v, s0 + v, s1 + v, g + v, r, lr, omr, c->momentum, c->epsilon);
+        break;
+    }
+    }
+}

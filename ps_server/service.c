@@ -1,0 +1,406 @@
+/* service.c — psc.ParameterServer handlers (see service.h).
+ *
+ * Every handler follows one shape: unpack (protobuf-c), validate, call the store,
+ * pack the reply, free the unpacked message in the same function. Tensor replies
+ * (Pull, PushPull) are written straight into the reply buffer: the payload goes
+ * at a fixed offset, and the header, packed once the version is known, is placed
+ * right in front of it, so the bytes are copied once on the server.
+ */
+#include "service.h"
+
+#include "chunk.h"
+#include "log.h"
+#include "psc.h"
+#include "psc.pb-c.h"
+#include "wire.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PS_MAX_WORKERS 4096
+
+struct ps_service {
+    store_t *store;
+    int task_index;
+    void (*on_shutdown)(void *);
+    void *shutdown_arg;
+    pthread_mutex_t lock;
+    unsigned char done[PS_MAX_WORKERS]; /* WorkerDone seen per replica rank */
+    uint32_t workers_done;
+};
+
+static int status_of(int rc)
+{
+    switch (rc) {
+    case PSC_ENOTFOUND: return PSC_RPC_NOT_FOUND;
+    case PSC_ENOTREADY: return PSC_RPC_FAILED_PRECONDITION;
+    case PSC_EEXISTS: return PSC_RPC_ALREADY_EXISTS;
+    case PSC_EINVAL:
+    case PSC_EMISMATCH: return PSC_RPC_INVALID_ARGUMENT;
+    case PSC_ENOMEM: return PSC_RPC_RESOURCE_EXHAUSTED;
+    default: return PSC_RPC_INTERNAL;
+    }
+}
+
+static void fail_undecodable(ps_service_t *svc, psc_rpc_call_t *call, const char *what, size_t len)
+{
+    store_count_rejected(svc->store);
+    psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "%s does not parse (%zu bytes)", what, len);
+}
+
+static int optim_from_proto(const Psc__OptimizerSpec *o, psc_optim_config_t *c, char *err, size_t errlen)
+{
+    if (!o) return psc_seterr(err, errlen, PSC_EINVAL, "optimizer missing");
+    memset(c, 0, sizeof *c);
+    int found = 0;
+    for (int k = PSC_OPT_SGD; k <= PSC_OPT_RMSPROP; k++)
+        if (strcmp(o->name, psc_optim_name((enum psc_optim_kind)k)) == 0) {
+            c->kind = (enum psc_optim_kind)k;
+            found = 1;
+        }
+    if (!found) return psc_seterr(err, errlen, PSC_EINVAL, "unknown optimizer \"%s\"", o->name);
+    if (!(o->learning_rate > 0)) return psc_seterr(err, errlen, PSC_EINVAL, "optimizer.learning_rate must be > 0");
+    c->learning_rate = o->learning_rate;
+    c->momentum = o->momentum;
+    c->use_nesterov = o->use_nesterov;
+    c->beta1 = o->beta1;
+    c->beta2 = o->beta2;
+    c->epsilon = o->epsilon;
+    c->initial_accumulator_value = o->initial_accumulator_value;
+    c->decay = o->decay;
+    return 0;
+}
+
+static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__CreateRequest *r = psc__create_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "CreateRequest", len);
+    psc_optim_config_t opt;
+    int rc = optim_from_proto(r->optimizer, &opt, err, sizeof err);
+    store_var_spec_t *specs = psc_xcalloc(r->n_vars ? r->n_vars : 1, sizeof *specs);
+    if (rc == 0 && (strlen(r->job_id) != 16))
+        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "job_id must be 16 hex digits, got \"%s\"", r->job_id);
+    for (size_t i = 0; rc == 0 && i < r->n_vars; i++) {
+        const Psc__VarSpec *v = r->vars[i];
+        if (v->n_shape > PSC_MAX_RANK) {
+            rc = psc_seterr(err, sizeof err, PSC_EINVAL, "%s: rank %zu exceeds %d", v->name, v->n_shape,
+                            PSC_MAX_RANK);
+            break;
+        }
+        specs[i].name = v->name;
+        specs[i].rank = (int)v->n_shape;
+        for (size_t d = 0; d < v->n_shape; d++) specs[i].shape[d] = v->shape[d];
+        specs[i].is_step = v->is_step;
+    }
+    int created = 0;
+    if (rc == 0) {
+        rc = store_create_vars(svc->store, r->job_id, &opt, specs, (int)r->n_vars, &created, err, sizeof err);
+        if (rc == PSC_EMISMATCH) rc = PSC_EEXISTS; /* a create that conflicts with what exists */
+    } else {
+        store_count_rejected(svc->store);
+    }
+    if (rc != 0) {
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+    } else {
+        Psc__CreateReply rep = PSC__CREATE_REPLY__INIT;
+        rep.created = created;
+        rep.ready = store_is_ready(svc->store, NULL);
+        int64_t step = 0;
+        if (store_step_get(svc->store, &step)) rep.global_step = step;
+        size_t n = psc__create_reply__get_packed_size(&rep);
+        psc__create_reply__pack(&rep, psc_rpc_reply_alloc(call, n));
+        psc_rpc_reply_send(call);
+        if (created)
+            PSC_INFO("created %zu variables for job %s (optimizer %s)", r->n_vars, r->job_id,
+                     psc_optim_name(opt.kind));
+    }
+    free(specs);
+    psc__create_request__free_unpacked(r, NULL);
+}
+
+static void reply_push(psc_rpc_call_t *call, int64_t version, int stale)
+{
+    Psc__PushReply rep = PSC__PUSH_REPLY__INIT;
+    rep.version = version;
+    rep.stale = stale;
+    uint8_t buf[32];
+    size_t n = psc__push_reply__pack(&rep, buf);
+    psc_rpc_reply(call, buf, n);
+}
+
+static void h_assign(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__Chunk *c = psc__chunk__unpack(NULL, len, req);
+    if (!c) return fail_undecodable(svc, call, "Chunk", len);
+    int rc = store_assign(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, err, sizeof err);
+    if (rc != 0)
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+    else
+        reply_push(call, 0, 0);
+    psc__chunk__free_unpacked(c, NULL);
+}
+
+static void h_ready(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__ReadyRequest *r = psc__ready_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "ReadyRequest", len);
+    int rc = store_set_ready(svc->store, r->job_id, err, sizeof err);
+    if (rc != 0) {
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+    } else {
+        Psc__ReadyReply rep = PSC__READY_REPLY__INIT;
+        uint8_t buf[8];
+        psc_rpc_reply(call, buf, psc__ready_reply__pack(&rep, buf));
+        PSC_INFO("model ready for job %s", r->job_id);
+    }
+    psc__ready_request__free_unpacked(r, NULL);
+}
+
+/* Reply buffer layout for tensor replies: [pad][header][payload]; payload at
+ * offset `bound`, header packed at bound - hlen once the version is known. */
+static void send_chunk_reply(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
+                             uint64_t total, int64_t version, size_t len)
+{
+    Psc__Chunk h = PSC__CHUNK__INIT;
+    h.name = (char *)name;
+    h.offset = offset;
+    h.total = total;
+    h.version = version;
+    uint8_t hdr[256];
+    PSC_ASSERT(psc_chunk_header_bound(&h) <= sizeof hdr);
+    size_t hlen = psc_chunk_header_pack(&h, len, hdr);
+    PSC_ASSERT(hlen <= bound);
+    memcpy(buf + bound - hlen, hdr, hlen);
+    psc_rpc_reply_send_range(call, bound - hlen, hlen + len);
+}
+
+static size_t reply_header_bound(const char *name)
+{
+    /* name, offset, total, version, data tag+len: generous fixed bound. */
+    return strlen(name) + 64;
+}
+
+static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__PullRequest *r = psc__pull_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "PullRequest", len);
+    if (r->length > PSC_CHUNK_BYTES || strlen(r->name) > 200) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "pull of %llu bytes exceeds the %zu-byte chunk",
+                     (unsigned long long)r->length, PSC_CHUNK_BYTES);
+        psc__pull_request__free_unpacked(r, NULL);
+        return;
+    }
+    size_t bound = reply_header_bound(r->name);
+    uint8_t *buf = psc_rpc_reply_alloc(call, bound + r->length);
+    int64_t version = 0;
+    int rc = store_pull(svc->store, r->name, r->offset, r->length, buf + bound, &version, err, sizeof err);
+    if (rc != 0) {
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+    } else {
+        /* total comes from the store's view of the variable */
+        store_var_info_t *vars = NULL;
+        int n = 0;
+        uint64_t total = 0;
+        store_list(svc->store, &vars, &n);
+        for (int i = 0; i < n; i++)
+            if (strcmp(vars[i].name, r->name) == 0) total = vars[i].bytes;
+        free(vars);
+        send_chunk_reply(call, buf, bound, r->name, r->offset, total, version, r->length);
+    }
+    psc__pull_request__free_unpacked(r, NULL);
+}
+
+static void h_push(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__Chunk *c = psc__chunk__unpack(NULL, len, req);
+    if (!c) return fail_undecodable(svc, call, "Chunk", len);
+    int64_t version = 0;
+    int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, NULL, &version, err,
+                        sizeof err);
+    if (rc != 0)
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+    else
+        reply_push(call, version, 0);
+    psc__chunk__free_unpacked(c, NULL);
+}
+
+static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__Chunk *c = psc__chunk__unpack(NULL, len, req);
+    if (!c) return fail_undecodable(svc, call, "Chunk", len);
+    if (c->data.len > PSC_CHUNK_BYTES || strlen(c->name) > 200) {
+        store_count_rejected(svc->store);
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "chunk of %zu bytes exceeds %zu", c->data.len,
+                     PSC_CHUNK_BYTES);
+        psc__chunk__free_unpacked(c, NULL);
+        return;
+    }
+    size_t bound = reply_header_bound(c->name);
+    uint8_t *buf = psc_rpc_reply_alloc(call, bound + c->data.len);
+    int64_t version = 0;
+    int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, buf + bound, &version,
+                        err, sizeof err);
+    if (rc != 0)
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+    else
+        send_chunk_reply(call, buf, bound, c->name, c->offset, c->total, version, c->data.len);
+    psc__chunk__free_unpacked(c, NULL);
+}
+
+static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__StepRequest *r = psc__step_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "StepRequest", len);
+    int64_t value = 0;
+    int rc = r->increment < 0 ? psc_seterr(err, sizeof err, PSC_EINVAL, "step increment %lld is negative",
+                                           (long long)r->increment)
+                              : store_step_add(svc->store, r->increment, &value, err, sizeof err);
+    if (rc != 0) {
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+    } else {
+        Psc__StepReply rep = PSC__STEP_REPLY__INIT;
+        rep.global_step = value;
+        uint8_t buf[16];
+        psc_rpc_reply(call, buf, psc__step_reply__pack(&rep, buf));
+    }
+    psc__step_request__free_unpacked(r, NULL);
+}
+
+static void h_worker_done(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    Psc__WorkerDoneRequest *r = psc__worker_done_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "WorkerDoneRequest", len);
+    if (r->worker >= PS_MAX_WORKERS) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "worker %u out of range", r->worker);
+    } else {
+        pthread_mutex_lock(&svc->lock);
+        if (!svc->done[r->worker]) {
+            svc->done[r->worker] = 1;
+            svc->workers_done++;
+        }
+        uint32_t n = svc->workers_done;
+        pthread_mutex_unlock(&svc->lock);
+        PSC_INFO("worker %u finished (%u done)", r->worker, n);
+        Psc__WorkerDoneReply rep = PSC__WORKER_DONE_REPLY__INIT;
+        rep.workers_done = n;
+        uint8_t buf[16];
+        psc_rpc_reply(call, buf, psc__worker_done_reply__pack(&rep, buf));
+    }
+    psc__worker_done_request__free_unpacked(r, NULL);
+}
+
+static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    Psc__StatusRequest *r = psc__status_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "StatusRequest", len);
+    psc__status_request__free_unpacked(r, NULL);
+
+    Psc__StatusReply rep = PSC__STATUS_REPLY__INIT;
+    char job_id[17] = "";
+    rep.ready = store_is_ready(svc->store, job_id);
+    rep.job_id = job_id;
+    int64_t step = 0;
+    rep.has_global_step = store_step_get(svc->store, &step);
+    rep.global_step = step;
+    store_stats_t st;
+    store_get_stats(svc->store, &st);
+    rep.applied = st.applied;
+    rep.rejected = st.rejected;
+    rep.pulls = st.pulls;
+    rep.bytes_pushed = st.bytes_pushed;
+    rep.bytes_pulled = st.bytes_pulled;
+    pthread_mutex_lock(&svc->lock);
+    rep.workers_done = svc->workers_done;
+    pthread_mutex_unlock(&svc->lock);
+    rep.optimizer = (char *)"";
+
+    store_var_info_t *vars = NULL;
+    int n = 0;
+    store_list(svc->store, &vars, &n);
+    Psc__VarStatus *vs = psc_xcalloc((size_t)(n ? n : 1), sizeof *vs);
+    Psc__VarStatus **vp = psc_xcalloc((size_t)(n ? n : 1), sizeof *vp);
+    int64_t(*shapes)[PSC_MAX_RANK] = psc_xcalloc((size_t)(n ? n : 1), sizeof *shapes);
+    for (int i = 0; i < n; i++) {
+        psc__var_status__init(&vs[i]);
+        vs[i].name = vars[i].name;
+        for (int d = 0; d < vars[i].rank; d++) shapes[i][d] = vars[i].shape[d];
+        vs[i].n_shape = (size_t)vars[i].rank;
+        vs[i].shape = shapes[i];
+        vs[i].bytes = vars[i].bytes;
+        vs[i].version = vars[i].version;
+        vp[i] = &vs[i];
+    }
+    rep.n_vars = (size_t)n;
+    rep.vars = vp;
+    size_t sz = psc__status_reply__get_packed_size(&rep);
+    psc__status_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
+    psc_rpc_reply_send(call);
+    free(shapes);
+    free(vp);
+    free(vs);
+    free(vars);
+}
+
+static void h_shutdown(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    Psc__ShutdownRequest *r = psc__shutdown_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "ShutdownRequest", len);
+    PSC_INFO("shutdown requested by %s: %s", psc_rpc_call_peer(call), r->reason[0] ? r->reason : "(no reason)");
+    psc__shutdown_request__free_unpacked(r, NULL);
+    Psc__ShutdownReply rep = PSC__SHUTDOWN_REPLY__INIT;
+    uint8_t buf[8];
+    psc_rpc_reply(call, buf, psc__shutdown_reply__pack(&rep, buf));
+    if (svc->on_shutdown) svc->on_shutdown(svc->shutdown_arg);
+}
+
+ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdown)(void *), void *arg)
+{
+    ps_service_t *svc = psc_xcalloc(1, sizeof *svc);
+    svc->store = store;
+    svc->task_index = task_index;
+    svc->on_shutdown = on_shutdown;
+    svc->shutdown_arg = arg;
+    pthread_mutex_init(&svc->lock, NULL);
+    return svc;
+}
+
+void ps_service_destroy(ps_service_t *svc)
+{
+    if (!svc) return;
+    pthread_mutex_destroy(&svc->lock);
+    free(svc);
+}
+
+void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
+{
+    psc_rpc_server_add_service(server, "psc.ParameterServer");
+    psc_rpc_server_add_method(server, PSC_M_CREATE, h_create, svc);
+    psc_rpc_server_add_method(server, PSC_M_ASSIGN, h_assign, svc);
+    psc_rpc_server_add_method(server, PSC_M_READY, h_ready, svc);
+    psc_rpc_server_add_method(server, PSC_M_PULL, h_pull, svc);
+    psc_rpc_server_add_method(server, PSC_M_PUSH, h_push, svc);
+    psc_rpc_server_add_method(server, PSC_M_PUSH_PULL, h_push_pull, svc);
+    psc_rpc_server_add_method(server, PSC_M_STEP, h_step, svc);
+    psc_rpc_server_add_method(server, PSC_M_WORKER_DONE, h_worker_done, svc);
+    psc_rpc_server_add_method(server, PSC_M_STATUS, h_status, svc);
+    psc_rpc_server_add_method(server, PSC_M_SHUTDOWN, h_shutdown, svc);
+}

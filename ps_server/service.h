@@ -1,0 +1,24 @@
+/* service.h — the psc.ParameterServer RPC handlers over a store.
+ *
+ * Decodes each request, validates it, calls the store and encodes the reply.
+ * Bad input gets a gRPC status naming the problem (INVALID_ARGUMENT for a
+ * malformed or inconsistent request, NOT_FOUND for an unknown variable,
+ * FAILED_PRECONDITION before the model is ready, ALREADY_EXISTS for a create
+ * that conflicts) and changes nothing. Handlers are thread-safe (the store is).
+ */
+#ifndef PSC_PS_SERVICE_H
+#define PSC_PS_SERVICE_H
+
+#include "rpc.h"
+#include "store.h"
+
+typedef struct ps_service ps_service_t;
+
+/* on_shutdown(arg) is called (from a server thread, after the reply is sent)
+ * when a Shutdown RPC arrives; it should make main() stop the daemon. */
+ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdown)(void *), void *arg);
+void ps_service_destroy(ps_service_t *svc); /* NULL ok; after the server is down */
+/* Registers every method on the server (before psc_rpc_server_start). */
+void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server);
+
+#endif
