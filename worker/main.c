@@ -1,0 +1,258 @@
+/* worker — a training replica (TF_CONFIG task types chief and worker).
+ *
+ * main() parses options, loads the job spec, serves the health check on this
+ * task's address, runs the trainer on a thread and waits for it to finish or for
+ * SIGINT/SIGTERM, which stops the trainer at the next step.
+ */
+#include "daemon.h"
+#include "job_spec.h"
+#include "log.h"
+#include "psc.h"
+#include "rpc.h"
+#include "tf_config.h"
+#include "trainer.h"
+
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    OPT_JOB_SPEC = PSC_OPT__FIRST_PROGRAM,
+    OPT_WAIT_MODEL,
+    OPT_WAIT_WORKERS,
+    OPT_RPC_TIMEOUT,
+    OPT_LOG_EVERY,
+    OPT_PREFETCH,
+    OPT_SHUTDOWN_PS,
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: worker --job_spec FILE [options]\n"
+            "Training replica of psc (task types chief and worker): trains its shard of the data,\n"
+            "pulling weights from and pushing gradients to the ps tasks. The chief (the chief task,\n"
+            "or worker 0 without one) initializes the model, evaluates it at the end and prints\n"
+            "\"test accuracy: A\" on stdout.\n\n"
+            "  --cluster FILE|JSON      cluster spec or a TF_CONFIG document (overrides TF_CONFIG)\n"
+            "  --job TYPE               chief | worker (default from TF_CONFIG)\n"
+            "  --task_index N           index of this task\n"
+            "  --port P                 port of this task's health service (default: its address's port)\n"
+            "  --job_spec FILE          the job (JSON, see README \"Job spec\"); required\n"
+            "  --wait_model_secs S      non-chief: how long to wait for the chief's model (default 120)\n"
+            "  --wait_workers_secs S    chief: how long to wait for the other replicas at the end (default 600)\n"
+            "  --rpc_timeout_ms MS      deadline of each RPC (default 30000)\n"
+            "  --log_every_secs S       progress line period (default 5)\n"
+            "  --prefetch N             batches prepared ahead by the input thread (default 2)\n"
+            "  --shutdown_ps_at_end 0|1 chief: tell every ps_server to exit when training ends (default 1)\n"
+            "  --log_level LEVEL        debug | info | warn | error (default info)\n"
+            "  --help, --version\n"
+            "Exit codes: 0 done, 1 training failed, 64 usage, 69 cannot bind, 78 bad configuration,\n"
+            "130/143 stopped by SIGINT/SIGTERM.\n");
+}
+
+typedef struct run_ctx {
+    trainer_opts_t opts;
+    trainer_result_t res;
+    int rc;
+    char err[1024];
+} run_ctx_t;
+
+static void *run_thread(void *arg)
+{
+    run_ctx_t *r = arg;
+    r->rc = trainer_run(&r->opts, &r->res, r->err, sizeof r->err);
+    psc_signals_wake();
+    return NULL;
+}
+
+static int parse_secs(const char *flag, const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v > 0) || v > 1e7) {
+        fprintf(stderr, "worker: %s: expected a positive number of seconds, got \"%s\"\n", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"cluster", required_argument, NULL, PSC_OPT_CLUSTER},
+        {"job", required_argument, NULL, PSC_OPT_JOB},
+        {"task_index", required_argument, NULL, PSC_OPT_TASK_INDEX},
+        {"port", required_argument, NULL, PSC_OPT_PORT},
+        {"job_spec", required_argument, NULL, OPT_JOB_SPEC},
+        {"wait_model_secs", required_argument, NULL, OPT_WAIT_MODEL},
+        {"wait_workers_secs", required_argument, NULL, OPT_WAIT_WORKERS},
+        {"rpc_timeout_ms", required_argument, NULL, OPT_RPC_TIMEOUT},
+        {"log_every_secs", required_argument, NULL, OPT_LOG_EVERY},
+        {"prefetch", required_argument, NULL, OPT_PREFETCH},
+        {"shutdown_ps_at_end", required_argument, NULL, OPT_SHUTDOWN_PS},
+        {"log_level", required_argument, NULL, PSC_OPT_LOG_LEVEL},
+        {"help", no_argument, NULL, PSC_OPT_HELP},
+        {"version", no_argument, NULL, PSC_OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    psc_task_flags_t flags = {NULL, NULL, -1, -1};
+    static run_ctx_t run;
+    trainer_opts_t *to = &run.opts;
+    to->shutdown_ps = 1;
+    const char *job_spec_path = NULL;
+    long v;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case PSC_OPT_CLUSTER: flags.cluster = optarg; break;
+        case PSC_OPT_JOB: flags.job = optarg; break;
+        case PSC_OPT_TASK_INDEX:
+            if (psc_parse_int(optarg, 0, 1 << 20, &v)) {
+                fprintf(stderr, "worker: --task_index: expected a non-negative integer, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            flags.task_index = (int)v;
+            break;
+        case PSC_OPT_PORT:
+            if (psc_parse_int(optarg, 0, 65535, &v)) {
+                fprintf(stderr, "worker: --port: expected 0..65535, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            flags.port = (int)v;
+            break;
+        case OPT_JOB_SPEC: job_spec_path = optarg; break;
+        case OPT_WAIT_MODEL:
+            if (parse_secs("--wait_model_secs", optarg, &to->wait_model_secs)) return PSC_EXIT_USAGE;
+            break;
+        case OPT_WAIT_WORKERS:
+            if (parse_secs("--wait_workers_secs", optarg, &to->wait_workers_secs)) return PSC_EXIT_USAGE;
+            break;
+        case OPT_LOG_EVERY:
+            if (parse_secs("--log_every_secs", optarg, &to->log_every_secs)) return PSC_EXIT_USAGE;
+            break;
+        case OPT_RPC_TIMEOUT:
+            if (psc_parse_int(optarg, 1, 3600000, &v)) {
+                fprintf(stderr, "worker: --rpc_timeout_ms: expected 1..3600000, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            to->rpc_timeout_ms = (int)v;
+            break;
+        case OPT_PREFETCH:
+            if (psc_parse_int(optarg, 1, 64, &v)) {
+                fprintf(stderr, "worker: --prefetch: expected 1..64, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            to->prefetch = (int)v;
+            break;
+        case OPT_SHUTDOWN_PS:
+            if (psc_parse_int(optarg, 0, 1, &v)) {
+                fprintf(stderr, "worker: --shutdown_ps_at_end: expected 0 or 1, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            to->shutdown_ps = (int)v;
+            break;
+        case PSC_OPT_LOG_LEVEL: {
+            enum psc_log_level lv;
+            if (psc_log_parse_level(optarg, &lv)) {
+                fprintf(stderr, "worker: --log_level: expected debug|info|warn|error, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            psc_log_set_level(lv);
+            break;
+        }
+        case PSC_OPT_HELP: usage(stdout); return 0;
+        case PSC_OPT_VERSION: printf("worker (psc) %s\n", PSC_VERSION); return 0;
+        default:
+            fprintf(stderr, "worker: unknown or incomplete option \"%s\" (see --help)\n", argv[optind - 1]);
+            return PSC_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "worker: unexpected argument \"%s\" (see --help)\n", argv[optind]);
+        return PSC_EXIT_USAGE;
+    }
+
+    char err[1024];
+    psc_tf_config_t cfg;
+    if (psc_config_resolve(getenv("TF_CONFIG"), &flags, 1, &cfg, err, sizeof err)) {
+        fprintf(stderr, "worker: %s\n", err);
+        return PSC_EXIT_CONFIG;
+    }
+    if (cfg.task.type != PSC_JOB_CHIEF && cfg.task.type != PSC_JOB_WORKER) {
+        fprintf(stderr, "worker: task type %s is not supported by this version (chief and worker are; ps tasks run "
+                        "ps_server)\n",
+                psc_job_type_name(cfg.task.type));
+        psc_tf_config_deinit(&cfg);
+        return PSC_EXIT_CONFIG;
+    }
+    if (!job_spec_path) {
+        fprintf(stderr, "worker: --job_spec FILE is required (see --help)\n");
+        psc_tf_config_deinit(&cfg);
+        return PSC_EXIT_USAGE;
+    }
+    psc_job_spec_t spec;
+    if (psc_job_spec_load(job_spec_path, &spec, err, sizeof err)) {
+        fprintf(stderr, "worker: %s\n", err);
+        psc_tf_config_deinit(&cfg);
+        return PSC_EXIT_CONFIG;
+    }
+    char component[48], bind[300];
+    snprintf(component, sizeof component, "%s:%d", psc_job_type_name(cfg.task.type), cfg.task.index);
+    psc_log_set_component(component);
+    if (psc_bind_address(psc_cluster_addr(&cfg.cluster, cfg.task), cfg.port, bind, sizeof bind)) {
+        fprintf(stderr, "worker: cannot derive a listen address from \"%s\"\n", psc_cluster_addr(&cfg.cluster, cfg.task));
+        return PSC_EXIT_CONFIG;
+    }
+
+    psc_signals_block();
+    psc_rpc_server_t *server = psc_rpc_server_create(bind, 1, err, sizeof err);
+    if (!server) {
+        fprintf(stderr, "worker: %s\n", err);
+        return PSC_EXIT_SOFTWARE;
+    }
+    psc_rpc_server_add_service(server, "psc.Worker");
+    if (psc_rpc_server_start(server, err, sizeof err) < 0) {
+        fprintf(stderr, "worker: %s\n", err);
+        psc_rpc_server_destroy(server);
+        return PSC_EXIT_UNAVAILABLE;
+    }
+    PSC_INFO("health service on %s; job %s", bind, spec.job_id);
+
+    static volatile int stop = 0;
+    to->spec = &spec;
+    to->cluster = &cfg.cluster;
+    to->task = cfg.task;
+    to->stop = &stop;
+    trainer_opts_defaults(to);
+    pthread_t th;
+    PSC_ASSERT(pthread_create(&th, NULL, run_thread, &run) == 0);
+    int sig, exit_code = 0;
+    while ((sig = psc_signals_wait()) != SIGUSR1) {
+        PSC_INFO("%s: stopping training at the next step", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        stop = 1;
+        exit_code = sig == SIGINT ? 130 : 143;
+    }
+    pthread_join(th, NULL);
+    if (run.rc == 0) {
+        if (run.res.evaluated) {
+            printf("test accuracy: %.4f\n", run.res.test_accuracy);
+            printf("test loss: %.4f\n", run.res.test_loss);
+            fflush(stdout);
+        }
+    } else if (run.rc == PSC_ECANCELLED) {
+        PSC_INFO("%s", run.err);
+    } else {
+        PSC_ERROR("training failed: %s", run.err);
+        exit_code = 1;
+    }
+    psc_rpc_server_shutdown(server, 1000);
+    psc_rpc_server_destroy(server);
+    psc_job_spec_deinit(&spec);
+    psc_tf_config_deinit(&cfg);
+    return exit_code;
+}

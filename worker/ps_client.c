@@ -1,0 +1,499 @@
+/* ps_client.c — see ps_client.h.
+ *
+ * The op tables for pull and push-pull are built once at create (one op per
+ * chunk of every placed piece, plus one Step op); a step only refills the
+ * per-call fields, so nothing but the reply buffers is allocated per step.
+ */
+#include "ps_client.h"
+
+#include "chunk.h"
+#include "log.h"
+#include "psc.h"
+#include "psc.pb-c.h"
+#include "rpc.h"
+#include "wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PS_CLIENT_IN_FLIGHT 16
+#define HDR_CAP 320
+
+typedef struct piece_chunk {
+    int piece;          /* index into placed */
+    uint64_t offset;    /* byte offset inside the piece */
+    size_t len;
+    size_t slab_byte;   /* byte offset of this chunk inside the slab */
+    uint8_t hdr[HDR_CAP];
+    size_t hdr_len;
+} piece_chunk_t;
+
+struct ps_client {
+    int num_ps;
+    psc_rpc_channel_t **ch;
+    psc_placed_var_t *placed;
+    int nplaced;
+    int64_t *slab_offset; /* per placed piece: element offset in the slab */
+    int step_ps;          /* -1 if the model has no global_step */
+    int rank;
+    int timeout_ms;
+    piece_chunk_t *chunks; /* every chunk of every trainable piece */
+    size_t nchunks;
+    psc_rpc_op_t *ops;     /* nchunks + 1 */
+};
+
+static size_t pack_pull_request(const char *name, uint64_t off, uint64_t len, uint8_t *buf)
+{
+    Psc__PullRequest r = PSC__PULL_REQUEST__INIT;
+    r.name = (char *)name;
+    r.offset = off;
+    r.length = len;
+    PSC_ASSERT(psc__pull_request__get_packed_size(&r) <= HDR_CAP);
+    return psc__pull_request__pack(&r, buf);
+}
+
+ps_client_t *ps_client_create(const psc_cluster_t *cluster, const psc_var_desc_t *vars, int nvars,
+                              const psc_placed_var_t *placed, int nplaced, int rank, int timeout_ms)
+{
+    ps_client_t *pc = psc_xcalloc(1, sizeof *pc);
+    pc->num_ps = cluster->n[PSC_JOB_PS];
+    pc->ch = psc_xcalloc((size_t)pc->num_ps, sizeof *pc->ch);
+    for (int i = 0; i < pc->num_ps; i++) pc->ch[i] = psc_rpc_channel_create(cluster->addr[PSC_JOB_PS][i]);
+    pc->placed = psc_xmalloc((size_t)nplaced * sizeof *placed);
+    memcpy(pc->placed, placed, (size_t)nplaced * sizeof *placed);
+    pc->nplaced = nplaced;
+    pc->rank = rank;
+    pc->timeout_ms = timeout_ms;
+    pc->step_ps = -1;
+
+    /* Slab offsets of each variable (global_step takes no room), then of each piece. */
+    int64_t *var_off = psc_xcalloc((size_t)nvars, sizeof *var_off);
+    int64_t at = 0;
+    for (int i = 0; i < nvars; i++) {
+        var_off[i] = at;
+        if (!vars[i].is_step) at += vars[i].numel;
+    }
+    pc->slab_offset = psc_xcalloc((size_t)nplaced, sizeof *pc->slab_offset);
+    size_t nchunks = 0;
+    for (int p = 0; p < nplaced; p++) {
+        pc->slab_offset[p] = var_off[placed[p].var_index] + placed[p].elem_offset;
+        if (placed[p].is_step)
+            pc->step_ps = placed[p].ps;
+        else
+            nchunks += psc_chunk_count((uint64_t)placed[p].numel * 4);
+    }
+    free(var_off);
+    pc->chunks = psc_xcalloc(nchunks ? nchunks : 1, sizeof *pc->chunks);
+    pc->ops = psc_xcalloc(nchunks + 1, sizeof *pc->ops);
+    size_t k = 0;
+    for (int p = 0; p < nplaced; p++) {
+        if (placed[p].is_step) continue;
+        uint64_t total = (uint64_t)placed[p].numel * 4;
+        for (size_t c = 0; c < psc_chunk_count(total); c++, k++) {
+            piece_chunk_t *pk = &pc->chunks[k];
+            pk->piece = p;
+            pk->offset = psc_chunk_offset(c);
+            pk->len = psc_chunk_len(total, c);
+            pk->slab_byte = (size_t)pc->slab_offset[p] * 4 + pk->offset;
+        }
+    }
+    pc->nchunks = nchunks;
+    return pc;
+}
+
+void ps_client_destroy(ps_client_t *pc)
+{
+    if (!pc) return;
+    for (int i = 0; i < pc->num_ps; i++) psc_rpc_channel_destroy(pc->ch[i]);
+    free(pc->ch);
+    free(pc->placed);
+    free(pc->slab_offset);
+    free(pc->chunks);
+    free(pc->ops);
+    free(pc);
+}
+
+int ps_client_num_ps(const ps_client_t *pc) { return pc->num_ps; }
+int ps_client_step_ps(const ps_client_t *pc) { return pc->step_ps; }
+
+/* Formats the first failed op of a run into err. */
+static int op_error(const psc_rpc_op_t *ops, size_t n, const char *what, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].code != PSC_RPC_OK)
+            return psc_seterr(err, errlen, ops[i].code == PSC_RPC_UNAVAILABLE ? PSC_ERPC : PSC_ERPC,
+                              "%s on %s failed: %s: %s", what, psc_rpc_channel_target(ops[i].ch),
+                              psc_rpc_code_name(ops[i].code), ops[i].msg);
+    return 0;
+}
+
+static void clear_ops(psc_rpc_op_t *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++) psc_rpc_op_clear(&ops[i]);
+}
+
+/* Copies the payload of a Chunk reply into dst after checking it is the chunk asked for. */
+static int take_chunk_reply(const psc_rpc_op_t *op, const piece_chunk_t *pk, const char *name, void *dst,
+                            char *err, size_t errlen)
+{
+    Psc__Chunk *c = psc__chunk__unpack(NULL, op->reply_len, op->reply);
+    if (!c) return psc_seterr(err, errlen, PSC_ECORRUPT, "%s: reply from %s does not parse", name,
+                              psc_rpc_channel_target(op->ch));
+    int rc = 0;
+    if (strcmp(c->name, name) != 0 || c->offset != pk->offset || c->data.len != pk->len)
+        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s: reply from %s is for %s@%llu (%zu bytes)", name,
+                        psc_rpc_channel_target(op->ch), c->name, (unsigned long long)c->offset, c->data.len);
+    else
+        memcpy(dst, c->data.data, pk->len);
+    psc__chunk__free_unpacked(c, NULL);
+    return rc;
+}
+
+static void fill_step_op(ps_client_t *pc, psc_rpc_op_t *op, uint8_t *buf, int64_t inc)
+{
+    Psc__StepRequest r = PSC__STEP_REQUEST__INIT;
+    r.increment = inc;
+    memset(op, 0, sizeof *op);
+    op->ch = pc->ch[pc->step_ps];
+    op->method = PSC_M_STEP;
+    op->hdr = buf;
+    op->hdr_len = psc__step_request__pack(&r, buf);
+}
+
+static int take_step_reply(const psc_rpc_op_t *op, int64_t *global_step, char *err, size_t errlen)
+{
+    Psc__StepReply *r = psc__step_reply__unpack(NULL, op->reply_len, op->reply);
+    if (!r) return psc_seterr(err, errlen, PSC_ECORRUPT, "Step reply does not parse");
+    if (global_step) *global_step = r->global_step;
+    psc__step_reply__free_unpacked(r, NULL);
+    return 0;
+}
+
+int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *err, size_t errlen)
+{
+    size_t n = pc->nchunks;
+    for (size_t k = 0; k < n; k++) {
+        piece_chunk_t *pk = &pc->chunks[k];
+        psc_rpc_op_t *op = &pc->ops[k];
+        memset(op, 0, sizeof *op);
+        op->ch = pc->ch[pc->placed[pk->piece].ps];
+        op->method = PSC_M_PULL;
+        pk->hdr_len = pack_pull_request(pc->placed[pk->piece].name, pk->offset, pk->len, pk->hdr);
+        op->hdr = pk->hdr;
+        op->hdr_len = pk->hdr_len;
+    }
+    uint8_t stepbuf[32];
+    if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, 0);
+    int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
+    if (rc) rc = op_error(pc->ops, n, "pull", err, errlen);
+    for (size_t k = 0; rc == 0 && k < pc->nchunks; k++) {
+        piece_chunk_t *pk = &pc->chunks[k];
+        rc = take_chunk_reply(&pc->ops[k], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte, err,
+                              errlen);
+    }
+    if (rc == 0 && pc->step_ps >= 0) rc = take_step_reply(&pc->ops[pc->nchunks], global_step, err, errlen);
+    clear_ops(pc->ops, n);
+    return rc;
+}
+
+/* Push (method PSC_M_PUSH) or push-pull (PSC_M_PUSH_PULL, params receives the new values). */
+static int push_round(ps_client_t *pc, const char *method, const float *grads, float *params, int64_t step_inc,
+                      int64_t *global_step, char *err, size_t errlen)
+{
+    size_t n = pc->nchunks;
+    for (size_t k = 0; k < n; k++) {
+        piece_chunk_t *pk = &pc->chunks[k];
+        const psc_placed_var_t *pv = &pc->placed[pk->piece];
+        Psc__Chunk h = PSC__CHUNK__INIT;
+        h.name = (char *)pv->name;
+        h.offset = pk->offset;
+        h.total = (uint64_t)pv->numel * 4;
+        h.worker = (uint32_t)pc->rank;
+        PSC_ASSERT(psc_chunk_header_bound(&h) <= HDR_CAP);
+        pk->hdr_len = psc_chunk_header_pack(&h, pk->len, pk->hdr);
+        psc_rpc_op_t *op = &pc->ops[k];
+        memset(op, 0, sizeof *op);
+        op->ch = pc->ch[pv->ps];
+        op->method = method;
+        op->hdr = pk->hdr;
+        op->hdr_len = pk->hdr_len;
+        op->body = (const uint8_t *)grads + pk->slab_byte;
+        op->body_len = pk->len;
+    }
+    uint8_t stepbuf[32];
+    if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, step_inc);
+    int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
+    if (rc) rc = op_error(pc->ops, n, "push", err, errlen);
+    for (size_t k = 0; rc == 0 && params && k < pc->nchunks; k++) {
+        piece_chunk_t *pk = &pc->chunks[k];
+        rc = take_chunk_reply(&pc->ops[k], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte, err,
+                              errlen);
+    }
+    if (rc == 0 && pc->step_ps >= 0) rc = take_step_reply(&pc->ops[pc->nchunks], global_step, err, errlen);
+    clear_ops(pc->ops, n);
+    return rc;
+}
+
+int ps_client_push_pull(ps_client_t *pc, const float *grads, float *params, int64_t step_inc, int64_t *global_step,
+                        char *err, size_t errlen)
+{
+    return push_round(pc, PSC_M_PUSH_PULL, grads, params, step_inc, global_step, err, errlen);
+}
+
+int ps_client_push(ps_client_t *pc, const float *grads, int64_t step_inc, int64_t *global_step, char *err,
+                   size_t errlen)
+{
+    return push_round(pc, PSC_M_PUSH, grads, NULL, step_inc, global_step, err, errlen);
+}
+
+static void optim_to_proto(const psc_optim_config_t *o, Psc__OptimizerSpec *p)
+{
+    psc__optimizer_spec__init(p);
+    p->name = (char *)psc_optim_name(o->kind);
+    p->learning_rate = o->learning_rate;
+    p->momentum = o->momentum;
+    p->use_nesterov = o->use_nesterov;
+    p->beta1 = o->beta1;
+    p->beta2 = o->beta2;
+    p->epsilon = o->epsilon;
+    p->initial_accumulator_value = o->initial_accumulator_value;
+    p->decay = o->decay;
+}
+
+int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_config_t *opt,
+                           const float *init_params, int *joined, char *err, size_t errlen)
+{
+    int P = pc->num_ps, rc = 0;
+    *joined = 0;
+    /* 1. Create on every PS, each with its own pieces. */
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
+    uint8_t **bufs = psc_xcalloc((size_t)P, sizeof *bufs);
+    Psc__OptimizerSpec op;
+    optim_to_proto(opt, &op);
+    Psc__VarSpec *specs = psc_xcalloc((size_t)pc->nplaced, sizeof *specs);
+    Psc__VarSpec **sp = psc_xcalloc((size_t)pc->nplaced, sizeof *sp);
+    for (int i = 0; i < P; i++) {
+        Psc__CreateRequest req = PSC__CREATE_REQUEST__INIT;
+        req.job_id = (char *)job_id;
+        req.optimizer = &op;
+        size_t nv = 0;
+        for (int p = 0; p < pc->nplaced; p++) {
+            psc_placed_var_t *pv = &pc->placed[p];
+            if (pv->ps != i) continue;
+            psc__var_spec__init(&specs[nv]);
+            specs[nv].name = pv->name;
+            specs[nv].n_shape = (size_t)pv->rank;
+            specs[nv].shape = pv->shape;
+            specs[nv].is_step = pv->is_step;
+            sp[nv] = &specs[nv];
+            nv++;
+        }
+        req.n_vars = nv;
+        req.vars = sp;
+        size_t len = psc__create_request__get_packed_size(&req);
+        bufs[i] = psc_xmalloc(len);
+        psc__create_request__pack(&req, bufs[i]);
+        ops[i].ch = pc->ch[i];
+        ops[i].method = PSC_M_CREATE;
+        ops[i].hdr = bufs[i];
+        ops[i].hdr_len = len;
+        ops[i].wait_for_ready = 1;
+    }
+    int *ready = psc_xcalloc((size_t)P, sizeof *ready);
+    rc = psc_rpc_run(ops, (size_t)P, (size_t)P, pc->timeout_ms);
+    if (rc) rc = op_error(ops, (size_t)P, "create", err, errlen);
+    int nready = 0;
+    for (int i = 0; rc == 0 && i < P; i++) {
+        Psc__CreateReply *r = psc__create_reply__unpack(NULL, ops[i].reply_len, ops[i].reply);
+        if (!r) {
+            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "create reply from ps %d does not parse", i);
+            break;
+        }
+        ready[i] = r->ready;
+        nready += r->ready;
+        psc__create_reply__free_unpacked(r, NULL);
+    }
+    clear_ops(ops, (size_t)P);
+    for (int i = 0; i < P; i++) free(bufs[i]);
+    free(bufs);
+    free(ops);
+    free(sp);
+    free(specs);
+    if (rc) goto out;
+    if (nready == P) {
+        *joined = 1;
+        goto out;
+    }
+    if (nready > 0)
+        PSC_WARN("%d of %d PS already hold the model; initializing the others (restoring them needs a checkpoint)",
+                 nready, P);
+
+    /* 2. Assign initial values to the pieces of every PS that is not ready. */
+    size_t nops = 0;
+    for (int p = 0; p < pc->nplaced; p++)
+        if (!ready[pc->placed[p].ps])
+            nops += pc->placed[p].is_step ? 1 : psc_chunk_count((uint64_t)pc->placed[p].numel * 4);
+    ops = psc_xcalloc(nops ? nops : 1, sizeof *ops);
+    uint8_t(*hdrs)[HDR_CAP] = psc_xcalloc(nops ? nops : 1, HDR_CAP);
+    static const int64_t zero_step = 0;
+    size_t k = 0;
+    for (int p = 0; p < pc->nplaced; p++) {
+        psc_placed_var_t *pv = &pc->placed[p];
+        if (ready[pv->ps]) continue;
+        uint64_t total = pv->is_step ? 8 : (uint64_t)pv->numel * 4;
+        for (size_t c = 0; c < psc_chunk_count(total); c++, k++) {
+            Psc__Chunk h = PSC__CHUNK__INIT;
+            h.name = pv->name;
+            h.offset = psc_chunk_offset(c);
+            h.total = total;
+            size_t len = psc_chunk_len(total, c);
+            ops[k].ch = pc->ch[pv->ps];
+            ops[k].method = PSC_M_ASSIGN;
+            ops[k].hdr = hdrs[k];
+            ops[k].hdr_len = psc_chunk_header_pack(&h, len, hdrs[k]);
+            ops[k].body = pv->is_step ? (const void *)&zero_step
+                                      : (const void *)((const uint8_t *)init_params +
+                                                       (size_t)pc->slab_offset[p] * 4 + h.offset);
+            ops[k].body_len = len;
+        }
+    }
+    rc = psc_rpc_run(ops, nops, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
+    if (rc) rc = op_error(ops, nops, "assign", err, errlen);
+    clear_ops(ops, nops);
+    free(ops);
+    free(hdrs);
+    if (rc) goto out;
+
+    /* 3. Mark ready. */
+    ops = psc_xcalloc((size_t)P, sizeof *ops);
+    Psc__ReadyRequest rr = PSC__READY_REQUEST__INIT;
+    rr.job_id = (char *)job_id;
+    uint8_t rbuf[64];
+    size_t rlen = psc__ready_request__pack(&rr, rbuf);
+    size_t nr = 0;
+    for (int i = 0; i < P; i++) {
+        if (ready[i]) continue;
+        ops[nr].ch = pc->ch[i];
+        ops[nr].method = PSC_M_READY;
+        ops[nr].hdr = rbuf;
+        ops[nr].hdr_len = rlen;
+        nr++;
+    }
+    rc = psc_rpc_run(ops, nr, nr, pc->timeout_ms);
+    if (rc) rc = op_error(ops, nr, "ready", err, errlen);
+    clear_ops(ops, nr);
+    free(ops);
+out:
+    free(ready);
+    return rc;
+}
+
+int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t errlen)
+{
+    Psc__StatusRequest req = PSC__STATUS_REQUEST__INIT;
+    uint8_t buf[8];
+    size_t len = psc__status_request__pack(&req, buf);
+    psc_rpc_op_t op;
+    int rc = psc_rpc_call(pc->ch[ps], PSC_M_STATUS, buf, len, pc->timeout_ms, 0, &op);
+    if (rc) {
+        rc = op_error(&op, 1, "status", err, errlen);
+        psc_rpc_op_clear(&op);
+        return rc;
+    }
+    Psc__StatusReply *r = psc__status_reply__unpack(NULL, op.reply_len, op.reply);
+    psc_rpc_op_clear(&op);
+    if (!r) return psc_seterr(err, errlen, PSC_ECORRUPT, "status reply from ps %d does not parse", ps);
+    memset(st, 0, sizeof *st);
+    st->ready = r->ready;
+    snprintf(st->job_id, sizeof st->job_id, "%s", r->job_id);
+    st->has_global_step = r->has_global_step;
+    st->global_step = r->global_step;
+    st->workers_done = r->workers_done;
+    st->applied = r->applied;
+    st->rejected = r->rejected;
+    st->pulls = r->pulls;
+    st->nvars = (int)r->n_vars;
+    psc__status_reply__free_unpacked(r, NULL);
+    return 0;
+}
+
+int ps_client_wait_ready(ps_client_t *pc, const char *job_id, double wait_secs, volatile int *stop, char *err,
+                         size_t errlen)
+{
+    double start = psc_now();
+    int logged = 0;
+    char last[512] = "no answer yet";
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < pc->num_ps && all; i++) {
+            ps_status_t st;
+            if (ps_client_status(pc, i, &st, last, sizeof last) != 0) {
+                all = 0;
+            } else if (!st.ready || strcmp(st.job_id, job_id) != 0) {
+                snprintf(last, sizeof last, "ps %d: %s", i,
+                         st.ready ? "holds another job" : "model not initialized yet");
+                all = 0;
+            }
+        }
+        if (all) return 0;
+        if (stop && *stop) return psc_seterr(err, errlen, PSC_ECANCELLED, "cancelled while waiting for the model");
+        if (psc_now() - start > wait_secs)
+            return psc_seterr(err, errlen, PSC_ETIMEOUT,
+                              "the model of job %s was not ready within %.0f s (last: %s); is the chief running?",
+                              job_id, wait_secs, last);
+        if (!logged) {
+            PSC_INFO("waiting up to %.0f s for the chief to initialize the model (%s)", wait_secs, last);
+            logged = 1;
+        }
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int ps_client_worker_done(ps_client_t *pc, uint32_t *workers_done, char *err, size_t errlen)
+{
+    int ps = pc->step_ps >= 0 ? pc->step_ps : 0;
+    Psc__WorkerDoneRequest req = PSC__WORKER_DONE_REQUEST__INIT;
+    req.worker = (uint32_t)pc->rank;
+    uint8_t buf[16];
+    size_t len = psc__worker_done_request__pack(&req, buf);
+    psc_rpc_op_t op;
+    int rc = psc_rpc_call(pc->ch[ps], PSC_M_WORKER_DONE, buf, len, pc->timeout_ms, 0, &op);
+    if (rc) {
+        rc = op_error(&op, 1, "worker-done", err, errlen);
+    } else {
+        Psc__WorkerDoneReply *r = psc__worker_done_reply__unpack(NULL, op.reply_len, op.reply);
+        if (r) {
+            if (workers_done) *workers_done = r->workers_done;
+            psc__worker_done_reply__free_unpacked(r, NULL);
+        }
+    }
+    psc_rpc_op_clear(&op);
+    return rc;
+}
+
+void ps_client_shutdown_all(ps_client_t *pc, const char *reason)
+{
+    Psc__ShutdownRequest req = PSC__SHUTDOWN_REQUEST__INIT;
+    req.reason = (char *)reason;
+    size_t len = psc__shutdown_request__get_packed_size(&req);
+    uint8_t *buf = psc_xmalloc(len);
+    psc__shutdown_request__pack(&req, buf);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)pc->num_ps, sizeof *ops);
+    for (int i = 0; i < pc->num_ps; i++) {
+        ops[i].ch = pc->ch[i];
+        ops[i].method = PSC_M_SHUTDOWN;
+        ops[i].hdr = buf;
+        ops[i].hdr_len = len;
+    }
+    psc_rpc_run(ops, (size_t)pc->num_ps, (size_t)pc->num_ps, pc->timeout_ms);
+    for (int i = 0; i < pc->num_ps; i++)
+        if (ops[i].code != PSC_RPC_OK)
+            PSC_WARN("shutdown of ps %d (%s): %s: %s", i, psc_rpc_channel_target(ops[i].ch),
+                     psc_rpc_code_name(ops[i].code), ops[i].msg);
+    clear_ops(ops, (size_t)pc->num_ps);
+    free(ops);
+    free(buf);
+}

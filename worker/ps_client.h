@@ -1,0 +1,79 @@
+/* ps_client.h — a worker's view of the parameter servers: one channel per PS,
+ * the placement of every variable piece, and the whole-model operations built
+ * from chunked calls (create/initialize, pull, push-pull, step, status).
+ *
+ * The model crosses this interface as the tower's parameter slab (tower.h): each
+ * placed piece maps to a contiguous range of the slab (axis-0 parts are
+ * contiguous in row-major order). Every operation issues all its chunk calls at
+ * once (up to `in_flight` at a time across all PS) and waits for all of them.
+ * Not thread-safe: one thread uses a ps_client at a time.
+ */
+#ifndef PSC_PS_CLIENT_H
+#define PSC_PS_CLIENT_H
+
+#include "job_spec.h"
+#include "placement.h"
+#include "tf_config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ps_client ps_client_t;
+
+typedef struct ps_status {
+    int ready;
+    char job_id[17];
+    int has_global_step;
+    int64_t global_step;
+    uint32_t workers_done;
+    uint64_t applied, rejected, pulls;
+    int nvars;
+} ps_status_t;
+
+/* Builds the client for the cluster's ps tasks and a model. vars/nvars: the
+ * model's variables (psc_model_variables); placed/nplaced: their placement.
+ * rank: this replica's rank (sent with pushes). timeout_ms: deadline per call. */
+ps_client_t *ps_client_create(const psc_cluster_t *cluster, const psc_var_desc_t *vars, int nvars,
+                              const psc_placed_var_t *placed, int nplaced, int rank, int timeout_ms);
+void ps_client_destroy(ps_client_t *pc); /* NULL ok */
+int ps_client_num_ps(const ps_client_t *pc);
+
+/* Chief: declares the variables on every PS. *joined = 1 when every PS already
+ * held this job's ready model (nothing to initialize); otherwise the values in
+ * init_params (the slab) are assigned and the model marked ready. A PS that
+ * already holds another job or other shapes fails with its message in err. */
+int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_config_t *opt,
+                           const float *init_params, int *joined, char *err, size_t errlen);
+
+/* Waits (polling Status) until every PS reports the model of job_id ready, at
+ * most wait_secs. PSC_ETIMEOUT with a message otherwise. stop: optional flag
+ * that aborts the wait (PSC_ECANCELLED) when it becomes non-zero. */
+int ps_client_wait_ready(ps_client_t *pc, const char *job_id, double wait_secs, volatile int *stop, char *err,
+                         size_t errlen);
+
+/* Pulls every variable into the slab; *global_step gets its value (if non-NULL). */
+int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *err, size_t errlen);
+
+/* Pushes the gradient slab and receives the updated values in params (fused
+ * push-pull), and adds step_inc to global_step in the same round (new value in
+ * *global_step). */
+int ps_client_push_pull(ps_client_t *pc, const float *grads, float *params, int64_t step_inc, int64_t *global_step,
+                        char *err, size_t errlen);
+
+/* Pushes the gradient slab only (no values back); adds step_inc to global_step. */
+int ps_client_push(ps_client_t *pc, const float *grads, int64_t step_inc, int64_t *global_step, char *err,
+                   size_t errlen);
+
+/* Tells the PS holding global_step that this replica finished. */
+int ps_client_worker_done(ps_client_t *pc, uint32_t *workers_done, char *err, size_t errlen);
+
+/* Status of ps i. */
+int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t errlen);
+
+/* Asks every PS to exit (in-cluster mode end). Errors are logged, not returned. */
+void ps_client_shutdown_all(ps_client_t *pc, const char *reason);
+
+/* Index of the PS that holds global_step. */
+int ps_client_step_ps(const ps_client_t *pc);
+
+#endif

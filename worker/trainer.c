@@ -1,0 +1,220 @@
+/* trainer.c — see trainer.h. The loop reads like the algorithm:
+ *
+ *   params = pull()
+ *   for batch in loader:                      # this replica's shard, reshuffled per epoch
+ *       tower_set_params(params)
+ *       loss = tower_train_step(batch)          # forward + backward
+ *       grads = tower_get_grads()
+ *       params = push_pull(grads); global_step += 1
+ */
+#include "trainer.h"
+
+#include "dataset.h"
+#include "log.h"
+#include "placement.h"
+#include "ps_client.h"
+#include "psc.h"
+#include "rng.h"
+#include "tower.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void trainer_opts_defaults(trainer_opts_t *o)
+{
+    if (o->wait_model_secs <= 0) o->wait_model_secs = 120;
+    if (o->wait_workers_secs <= 0) o->wait_workers_secs = 600;
+    if (o->rpc_timeout_ms <= 0) o->rpc_timeout_ms = 30000;
+    if (o->log_every_secs <= 0) o->log_every_secs = 5;
+    if (o->prefetch <= 0) o->prefetch = 2;
+}
+
+static int stopped(const trainer_opts_t *o) { return o->stop && *o->stop; }
+
+/* Chief: waits until every replica reported done (bounded), so the final
+ * evaluation sees the fully trained model. */
+static void wait_workers(const trainer_opts_t *o, ps_client_t *pc, int replicas)
+{
+    double start = psc_now();
+    int logged = 0;
+    int ps = ps_client_step_ps(pc) >= 0 ? ps_client_step_ps(pc) : 0;
+    for (;;) {
+        ps_status_t st;
+        char err[512];
+        if (ps_client_status(pc, ps, &st, err, sizeof err) == 0 && (int)st.workers_done >= replicas) return;
+        if (stopped(o)) return;
+        if (psc_now() - start > o->wait_workers_secs) {
+            PSC_WARN("not every replica finished within %.0f s; evaluating the model as it is", o->wait_workers_secs);
+            return;
+        }
+        if (!logged) {
+            PSC_INFO("waiting up to %.0f s for the other replicas to finish", o->wait_workers_secs);
+            logged = 1;
+        }
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void evaluate(tower_t *tower, const psc_dataset_t *test, int batch, trainer_result_t *res)
+{
+    double loss_sum = 0;
+    int correct_total = 0;
+    for (int64_t i = 0; i < test->n; i += batch) {
+        int n = (int)PSC_MIN((int64_t)batch, test->n - i);
+        int correct = 0;
+        tower_evaluate(tower, test->x + i * test->features, test->y + i, n, &loss_sum, &correct);
+        correct_total += correct;
+    }
+    res->evaluated = 1;
+    res->test_examples = test->n;
+    res->test_accuracy = test->n ? (double)correct_total / (double)test->n : 0;
+    res->test_loss = test->n ? loss_sum / (double)test->n : 0;
+}
+
+int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
+{
+    const psc_job_spec_t *spec = o->spec;
+    memset(res, 0, sizeof *res);
+    int is_chief = psc_task_is_chief(o->cluster, o->task);
+    int rank = psc_task_replica_rank(o->cluster, o->task);
+    int replicas = psc_cluster_num_replicas(o->cluster);
+    int num_ps = o->cluster->n[PSC_JOB_PS];
+    if (rank < 0) return psc_seterr(err, errlen, PSC_EINVAL, "task %s:%d is not a training replica",
+                                    psc_job_type_name(o->task.type), o->task.index);
+    if (num_ps < 1) return psc_seterr(err, errlen, PSC_ECONFIG, "the cluster has no ps task");
+    if (spec->sync)
+        return psc_seterr(err, errlen, PSC_EUNSUPPORTED,
+                          "job spec: sync: sync-replica training is not supported by this version; remove \"sync\"");
+
+    psc_var_desc_t *vars = NULL;
+    psc_placed_var_t *placed = NULL;
+    psc_dataset_t train = {0}, test = {0};
+    psc_loader_t *loader = NULL;
+    tower_t *tower = NULL;
+    ps_client_t *pc = NULL;
+    float *params = NULL, *grads = NULL;
+    int64_t *offsets = NULL;
+    int nvars = 0, nplaced = 0, rc;
+
+    if ((rc = psc_model_variables(spec, &vars, &nvars, err, errlen))) goto out;
+    if ((rc = psc_place(vars, nvars, num_ps, spec->placement, spec->min_shard_bytes, &placed, &nplaced, err,
+                        errlen)))
+        goto out;
+    offsets = psc_xcalloc((size_t)nvars, sizeof *offsets);
+    int64_t nparams = tower_layout(vars, nvars, offsets);
+    params = psc_xaligned((size_t)nparams * sizeof(float));
+    grads = psc_xaligned((size_t)nparams * sizeof(float));
+    PSC_INFO("model: %d variables, %lld parameters (%.1f MiB), %d placed pieces on %d ps; replica %d of %d%s",
+             nvars - 1, (long long)nparams, (double)nparams * 4 / 1048576.0, nplaced, num_ps, rank, replicas,
+             is_chief ? " (chief)" : "");
+
+    if ((rc = psc_dataset_load(spec->train_path, spec->train_examples, &train, err, errlen))) goto out;
+    if (train.features != spec->input_shape[0] * (spec->input_rank == 3 ? spec->input_shape[1] * spec->input_shape[2] : 1)) {
+        rc = psc_seterr(err, errlen, PSC_ECONFIG, "data %s has %d features per example; model.input_shape wants %d",
+                        spec->train_path, train.features,
+                        spec->input_shape[0] * (spec->input_rank == 3 ? spec->input_shape[1] * spec->input_shape[2] : 1));
+        goto out;
+    }
+    if (is_chief && (rc = psc_dataset_load(spec->test_path, spec->test_examples, &test, err, errlen))) goto out;
+
+    int eval_batch = PSC_MAX(spec->batch_size, 256);
+    if ((rc = tower_cpu_ops.create(spec, vars, nvars, eval_batch, 0, &tower, err, errlen))) goto out;
+    pc = ps_client_create(o->cluster, vars, nvars, placed, nplaced, rank, o->rpc_timeout_ms);
+
+    /* The chief initializes (or joins) the model; the others wait for it. */
+    if (is_chief) {
+        int joined = 0;
+        tower_init_params(vars, nvars, spec->seed, params);
+        if ((rc = ps_client_create_model(pc, spec->job_id, &spec->optimizer, params, &joined, err, errlen))) goto out;
+        PSC_INFO(joined ? "the PS already hold job %s's model: joining it" : "initialized job %s's model on the PS",
+                 spec->job_id);
+    } else if ((rc = ps_client_wait_ready(pc, spec->job_id, o->wait_model_secs, o->stop, err, errlen))) {
+        goto out;
+    }
+
+    loader = loader_create(&train, rank, replicas, spec->batch_size, spec->seed, spec->epochs, o->prefetch, err,
+                           errlen);
+    if (!loader) {
+        rc = PSC_EINVAL;
+        goto out;
+    }
+    int64_t steps_per_epoch = loader_steps_per_epoch(loader);
+    int64_t max_steps = spec->steps > 0 ? spec->steps : steps_per_epoch * spec->epochs;
+    PSC_INFO("training on %lld examples (shard %d of %d), %lld steps per epoch, %d epochs, batch %d, %s",
+             (long long)loader_shard_size(loader), rank, replicas, (long long)steps_per_epoch, spec->epochs,
+             spec->batch_size, psc_optim_name(spec->optimizer.kind));
+
+    int64_t global_step = 0;
+    if ((rc = ps_client_pull(pc, params, &global_step, err, errlen))) goto out;
+
+    double t0 = psc_now(), t_log = t0;
+    double loss_acc = 0;
+    int64_t loss_n = 0, correct_acc = 0, examples_acc = 0, examples_total = 0;
+    psc_batch_t b;
+    while (res->steps < max_steps && loader_next(loader, &b) == 0) {
+        if (stopped(o)) {
+            rc = PSC_ECANCELLED;
+            psc_seterr(err, errlen, rc, "stopped at step %lld", (long long)res->steps);
+            goto out;
+        }
+        float loss;
+        int correct;
+        tower_set_params(tower, params);
+        tower_train_step(tower, b.x, b.y, b.n, psc_seed_mix(spec->seed, (uint64_t)(rank * 1000003 + res->steps)),
+                         &loss, &correct);
+        tower_get_grads(tower, grads);
+        if ((rc = ps_client_push_pull(pc, grads, params, 1, &global_step, err, errlen))) goto out;
+        res->steps++;
+        loss_acc += loss * b.n;
+        loss_n += b.n;
+        correct_acc += correct;
+        examples_acc += b.n;
+        examples_total += b.n;
+        double now = psc_now();
+        if (now - t_log >= o->log_every_secs || res->steps == max_steps) {
+            res->last_loss = (float)(loss_acc / (double)loss_n);
+            PSC_INFO("epoch %d/%d step %lld/%lld global_step %lld loss %.4f accuracy %.4f examples/s %.0f",
+                     b.epoch + 1, spec->epochs, (long long)res->steps, (long long)max_steps, (long long)global_step,
+                     res->last_loss, (double)correct_acc / (double)examples_acc,
+                     (double)examples_acc / (now - t_log));
+            t_log = now;
+            loss_acc = 0;
+            loss_n = 0;
+            correct_acc = 0;
+            examples_acc = 0;
+        }
+    }
+    double elapsed = psc_now() - t0;
+    res->global_step = global_step;
+    res->examples_per_sec = elapsed > 0 ? (double)examples_total / elapsed : 0;
+    PSC_INFO("finished %lld steps in %.1f s (%.0f examples/s)", (long long)res->steps, elapsed,
+             res->examples_per_sec);
+
+    uint32_t done = 0;
+    if ((rc = ps_client_worker_done(pc, &done, err, errlen))) goto out;
+    if (is_chief) {
+        wait_workers(o, pc, replicas);
+        if ((rc = ps_client_pull(pc, params, &global_step, err, errlen))) goto out;
+        res->global_step = global_step;
+        tower_set_params(tower, params);
+        evaluate(tower, &test, eval_batch, res);
+        PSC_INFO("evaluation on %lld test examples at global_step %lld: loss %.4f accuracy %.4f",
+                 (long long)res->test_examples, (long long)global_step, res->test_loss, res->test_accuracy);
+        if (o->shutdown_ps) ps_client_shutdown_all(pc, "training finished");
+    }
+out:
+    ps_client_destroy(pc);
+    loader_destroy(loader);
+    tower_destroy(tower);
+    psc_dataset_deinit(&train);
+    psc_dataset_deinit(&test);
+    free(params);
+    free(grads);
+    free(offsets);
+    free(vars);
+    free(placed);
+    return rc;
+}

@@ -1,0 +1,46 @@
+/* trainer.h — a training replica's whole job: build the model and its tower,
+ * (chief) initialize the variables on the PS or join them, run the loop
+ * pull → forward → backward → push over this replica's shard of the data, and
+ * (chief) wait for the other replicas, evaluate on the test set and stop the PS.
+ *
+ * Runs on the calling thread until the job ends, fails or *stop becomes non-zero.
+ */
+#ifndef PSC_TRAINER_H
+#define PSC_TRAINER_H
+
+#include "job_spec.h"
+#include "tf_config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct trainer_opts {
+    const psc_job_spec_t *spec;
+    const psc_cluster_t *cluster;
+    psc_task_t task;
+    double wait_model_secs;   /* non-chief: bound on waiting for the chief's model (default 120) */
+    double wait_workers_secs; /* chief: bound on waiting for the other replicas to finish (default 600) */
+    int rpc_timeout_ms;       /* deadline of each RPC (default 30000) */
+    double log_every_secs;    /* progress line period (default 5) */
+    int prefetch;             /* batches prepared ahead (default 2) */
+    int shutdown_ps;          /* chief: tell every PS to exit at the end (in-cluster mode) */
+    volatile int *stop;       /* set to non-zero to stop early (SIGTERM) */
+} trainer_opts_t;
+
+typedef struct trainer_result {
+    int64_t steps;            /* steps this replica ran */
+    int64_t global_step;      /* global_step after its last step */
+    double examples_per_sec;  /* this replica's training throughput */
+    float last_loss;          /* mean loss of the last progress period */
+    int evaluated;            /* chief: the test set was evaluated */
+    double test_accuracy;
+    double test_loss;
+    int64_t test_examples;
+} trainer_result_t;
+
+/* Fills defaults into o (zeros become the documented defaults). */
+void trainer_opts_defaults(trainer_opts_t *o);
+/* Runs the job. Returns 0, PSC_ECANCELLED when stopped, or an error with err set. */
+int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen);
+
+#endif
