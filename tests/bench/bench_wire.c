@@ -1,0 +1,260 @@
+/* bench_wire — push / pull / push-pull throughput between this process (a
+ * worker's ps_client) and one real ps_server on loopback, for 4 KiB, 1 MiB,
+ * 16 MiB and 64 MiB tensors, against raw TCP measured by this program in the
+ * same run (a plain socket sender/receiver, 1 MiB writes). Prints MB/s and the
+ * ratio to raw TCP; also the p50 latency of a 4 KiB push against a raw TCP
+ * 16-byte round trip. A measurement, not a test: it never fails on speed.
+ *
+ * usage: bench_wire [seconds-per-point]   (PSC_BIN = the build directory)
+ */
+#include "../integration/it_util.h"
+#include "placement.h"
+#include "ps_client.h"
+#include "psc.h"
+#include "wire.h"
+
+#include <netinet/tcp.h>
+#include <pthread.h>
+
+static double secs_per_point = 1.0;
+
+/* ---- raw TCP ---- */
+static int listen_any(int *port)
+{
+    struct sockaddr_in a = {0};
+    socklen_t len = sizeof a;
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    PSC_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int connect_to(int port)
+{
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    PSC_ASSERT(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static void *sink_thread(void *arg)
+{
+    int lfd = *(int *)arg;
+    int fd = accept(lfd, NULL, NULL);
+    char *buf = malloc(1 << 20);
+    while (read(fd, buf, 1 << 20) > 0) {
+    }
+    free(buf);
+    close(fd);
+    return NULL;
+}
+
+static double raw_tcp_mbps(void)
+{
+    int port, lfd = listen_any(&port);
+    pthread_t th;
+    pthread_create(&th, NULL, sink_thread, &lfd);
+    int fd = connect_to(port);
+    size_t chunk = 1 << 20;
+    char *buf = malloc(chunk);
+    memset(buf, 1, chunk);
+    double t0 = psc_now(), t;
+    size_t total = 0;
+    do {
+        for (int i = 0; i < 64; i++) {
+            size_t off = 0;
+            while (off < chunk) {
+                ssize_t w = write(fd, buf + off, chunk - off);
+                PSC_ASSERT(w > 0);
+                off += (size_t)w;
+            }
+            total += chunk;
+        }
+        t = psc_now() - t0;
+    } while (t < secs_per_point);
+    close(fd);
+    pthread_join(th, NULL);
+    close(lfd);
+    free(buf);
+    return (double)total / t / 1e6;
+}
+
+static void *echo_thread(void *arg)
+{
+    int lfd = *(int *)arg;
+    int fd = accept(lfd, NULL, NULL);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char buf[16];
+    for (;;) {
+        size_t got = 0;
+        while (got < 16) {
+            ssize_t r = read(fd, buf + got, 16 - got);
+            if (r <= 0) goto done;
+            got += (size_t)r;
+        }
+        if (write(fd, buf, 16) != 16) break;
+    }
+done:
+    close(fd);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double raw_tcp_rtt_p50_us(void)
+{
+    int port, lfd = listen_any(&port);
+    pthread_t th;
+    pthread_create(&th, NULL, echo_thread, &lfd);
+    int fd = connect_to(port);
+    enum { N = 2000 };
+    static double lat[N];
+    char buf[16] = {0};
+    for (int i = 0; i < N; i++) {
+        double t0 = psc_now();
+        PSC_ASSERT(write(fd, buf, 16) == 16);
+        size_t got = 0;
+        while (got < 16) {
+            ssize_t r = read(fd, buf + got, 16 - got);
+            PSC_ASSERT(r > 0);
+            got += (size_t)r;
+        }
+        lat[i] = (psc_now() - t0) * 1e6;
+    }
+    close(fd);
+    pthread_join(th, NULL);
+    close(lfd);
+    qsort(lat, N, sizeof lat[0], cmp_double);
+    return lat[N / 2];
+}
+
+/* ---- psc ---- */
+typedef struct bench_model {
+    psc_cluster_t cl;
+    psc_var_desc_t var;
+    psc_placed_var_t *placed;
+    int nplaced;
+    ps_client_t *pc;
+    float *w, *g;
+    size_t bytes;
+} bench_model_t;
+
+static void model_open(bench_model_t *m, const char *addr, size_t bytes, int id)
+{
+    memset(m, 0, sizeof *m);
+    m->bytes = bytes;
+    m->cl.n[PSC_JOB_PS] = 1;
+    m->cl.addr[PSC_JOB_PS] = malloc(sizeof(char *));
+    m->cl.addr[PSC_JOB_PS][0] = (char *)addr;
+    snprintf(m->var.name, sizeof m->var.name, "bench%d/kernel", id);
+    m->var.rank = 1;
+    m->var.shape[0] = (int64_t)(bytes / 4);
+    m->var.numel = m->var.shape[0];
+    char err[512];
+    PSC_ASSERT(psc_place(&m->var, 1, 1, PSC_PLACE_ROUND_ROBIN, 0, &m->placed, &m->nplaced, err, sizeof err) == 0);
+    m->pc = ps_client_create(&m->cl, &m->var, 1, m->placed, m->nplaced, 0, 60000);
+    m->w = psc_xaligned(bytes);
+    m->g = psc_xaligned(bytes);
+    memset(m->w, 0, bytes);
+    memset(m->g, 0, bytes); /* zero gradients keep the values fixed; the PS still does the whole apply */
+    psc_optim_config_t sgd = {.kind = PSC_OPT_SGD, .learning_rate = 0.01f};
+    int joined;
+    char job[17];
+    snprintf(job, sizeof job, "%016x", id);
+    if (ps_client_create_model(m->pc, job, &sgd, m->w, &joined, err, sizeof err)) {
+        fprintf(stderr, "bench_wire: %s\n", err);
+        exit(1);
+    }
+}
+
+static void model_close(bench_model_t *m)
+{
+    ps_client_destroy(m->pc);
+    free(m->placed);
+    free(m->w);
+    free(m->g);
+    free(m->cl.addr[PSC_JOB_PS]);
+}
+
+enum op_kind { OP_PUSH, OP_PULL, OP_PUSH_PULL };
+
+static double psc_mbps(bench_model_t *m, enum op_kind k, double *p50_us)
+{
+    char err[512];
+    double t0 = psc_now(), t;
+    size_t iters = 0, cap = 100000;
+    double *lat = p50_us ? malloc(cap * sizeof *lat) : NULL;
+    do {
+        double s = psc_now();
+        int rc = k == OP_PUSH   ? ps_client_push(m->pc, m->g, 0, NULL, err, sizeof err)
+                 : k == OP_PULL ? ps_client_pull(m->pc, m->w, NULL, err, sizeof err)
+                                : ps_client_push_pull(m->pc, m->g, m->w, 0, NULL, err, sizeof err);
+        if (rc) {
+            fprintf(stderr, "bench_wire: %s\n", err);
+            exit(1);
+        }
+        if (lat && iters < cap) lat[iters] = (psc_now() - s) * 1e6;
+        iters++;
+        t = psc_now() - t0;
+    } while (t < secs_per_point || iters < 3);
+    if (lat) {
+        size_t n = PSC_MIN(iters, cap);
+        qsort(lat, n, sizeof *lat, cmp_double);
+        *p50_us = lat[n / 2];
+        free(lat);
+    }
+    return (double)m->bytes * (double)iters / t / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) secs_per_point = atof(argv[1]);
+    if (secs_per_point <= 0) secs_per_point = 1.0;
+    it_proc_t ps;
+    memset(&ps, 0, sizeof ps);
+    if (it_start_ps(&ps) != 0) {
+        it_dump_log(&ps);
+        fprintf(stderr, "bench_wire: cannot start ps_server from PSC_BIN=%s\n", it_bin());
+        return 1;
+    }
+    static const size_t sizes[] = {4 << 10, 1 << 20, 16 << 20, 64 << 20};
+    double raw_before = raw_tcp_mbps();
+    double rtt = raw_tcp_rtt_p50_us();
+    double res[4][3], p50_push_4k = 0;
+    for (int i = 0; i < 4; i++) {
+        bench_model_t m;
+        model_open(&m, ps.addr, sizes[i], i + 1);
+        res[i][0] = psc_mbps(&m, OP_PUSH, i == 0 ? &p50_push_4k : NULL);
+        res[i][1] = psc_mbps(&m, OP_PULL, NULL);
+        res[i][2] = psc_mbps(&m, OP_PUSH_PULL, NULL);
+        model_close(&m);
+    }
+    double raw_after = raw_tcp_mbps();
+    double raw = (raw_before + raw_after) / 2;
+    it_stop(&ps);
+
+    printf("bench_wire: 1 worker <-> 1 ps_server on 127.0.0.1, %.1f s per point, chunks of %zu bytes\n",
+           secs_per_point, PSC_CHUNK_BYTES);
+    printf("raw TCP (1 MiB writes): %.0f MB/s (before %.0f, after %.0f)\n", raw, raw_before, raw_after);
+    printf("%-8s %14s %14s %14s\n", "tensor", "push MB/s", "pull MB/s", "push-pull MB/s");
+    static const char *names[] = {"4 KiB", "1 MiB", "16 MiB", "64 MiB"};
+    for (int i = 0; i < 4; i++)
+        printf("%-8s %7.0f (%.2f) %7.0f (%.2f) %7.0f (%.2f)\n", names[i], res[i][0], res[i][0] / raw, res[i][1],
+               res[i][1] / raw, res[i][2], res[i][2] / raw);
+    printf("4 KiB push p50 %.0f us = %.2f x raw TCP 16-byte round trip (%.0f us)\n", p50_push_4k, p50_push_4k / rtt,
+           rtt);
+    return 0;
+}

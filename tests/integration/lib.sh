@@ -1,0 +1,69 @@
+# lib.sh — shared helpers of the shell integration tests: start real ps_server
+# and worker processes on free 127.0.0.1 ports with TF_CONFIG, wait on their
+# health service, stop them by pid, and print every log when a test fails.
+# Source it; it sets BIN, TMP and a trap that cleans up.
+set -euo pipefail
+BIN=${PSC_BIN:?PSC_BIN must point at the build directory}
+SRC=${PSC_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+TMP=$(mktemp -d /tmp/psc-test.XXXXXX)
+PIDS=()
+FAILED=1
+
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    if [ "$FAILED" = 1 ]; then
+        for f in "$TMP"/*.log "$TMP"/*.out; do
+            [ -f "$f" ] || continue
+            echo "---- $f ----" >&2
+            tail -n 60 "$f" >&2
+        done
+    fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+pass() { FAILED=0; echo "PASS: $*"; }
+
+# cluster NPS NWORKERS — picks ports, sets CLUSTER (JSON) and PS_ADDR / WORKER_ADDR arrays.
+cluster() {
+    local nps=$1 nw=$2 i
+    mapfile -t _ports < <("$BIN/psc_free_port" $((nps + nw)))
+    PS_ADDR=(); WORKER_ADDR=()
+    for ((i = 0; i < nps; i++)); do PS_ADDR+=("127.0.0.1:${_ports[i]}"); done
+    for ((i = 0; i < nw; i++)); do WORKER_ADDR+=("127.0.0.1:${_ports[nps + i]}"); done
+    local ps_json w_json
+    ps_json=$(printf '"%s",' "${PS_ADDR[@]}"); w_json=$(printf '"%s",' "${WORKER_ADDR[@]}")
+    CLUSTER="{\"ps\": [${ps_json%,}], \"worker\": [${w_json%,}]}"
+}
+
+tf_config() { echo "{\"cluster\": $CLUSTER, \"task\": {\"type\": \"$1\", \"index\": $2}}"; }
+
+# start_ps I [flags...] — starts ps I in the background (log $TMP/psI.log), sets LAST_PID.
+start_ps() {
+    local i=$1; shift
+    TF_CONFIG=$(tf_config ps "$i") "$BIN/ps_server" "$@" >"$TMP/ps$i.log" 2>&1 &
+    LAST_PID=$!; PIDS+=("$LAST_PID")
+}
+
+# start_worker I JOBSPEC [flags...] — stdout $TMP/workerI.out, stderr $TMP/workerI.log.
+start_worker() {
+    local i=$1 spec=$2; shift 2
+    TF_CONFIG=$(tf_config worker "$i") "$BIN/worker" --job_spec "$spec" --log_every_secs 0.5 "$@" \
+        >"$TMP/worker$i.out" 2>"$TMP/worker$i.log" &
+    LAST_PID=$!; PIDS+=("$LAST_PID")
+}
+
+wait_healthy() { "$BIN/psc_health" "$1" "${2:-20000}" || fail "$1 not serving"; }
+
+# wait_exit PID SECS — waits for PID to exit within SECS; sets EXIT_CODE.
+wait_exit() {
+    local pid=$1 secs=$2 t=0
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 0.2; t=$((t + 1))
+        [ $t -gt $((secs * 5)) ] && fail "process $pid still running after ${secs}s"
+    done
+    set +e; wait "$pid"; EXIT_CODE=$?; set -e
+}
+
+# job_spec FILE KEY=VALUE... — writes the demo MLP spec with overrides (jq-free: python-free sed on a template).

@@ -1,0 +1,279 @@
+/* test_bad_input — a real ps_server answers bad requests with a clear gRPC
+ * status, changes no state, and keeps serving the next valid request.
+ *
+ * Model on the PS: global_step, "w" (4, 3), "b" (3), optimizer SGD lr 0.5.
+ */
+#include "chunk.h"
+#include "it_util.h"
+#include "psc.pb-c.h"
+#include "rpc.h"
+#include "wire.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+static it_proc_t ps;
+static psc_rpc_channel_t *ch;
+static const char *JOB = "00000000000000aa";
+
+/* One unary call; returns the status code, msg in op (caller clears op). */
+static int call(const char *method, const void *req, size_t len, psc_rpc_op_t *op)
+{
+    psc_rpc_call(ch, method, req, len, 5000, 0, op);
+    return op->code;
+}
+
+static int call_chunk(const char *method, const char *name, uint64_t offset, uint64_t total, const void *data,
+                      size_t len, psc_rpc_op_t *op)
+{
+    Psc__Chunk c = PSC__CHUNK__INIT;
+    c.name = (char *)name;
+    c.offset = offset;
+    c.total = total;
+    c.data.data = (uint8_t *)data;
+    c.data.len = len;
+    size_t n = psc__chunk__get_packed_size(&c);
+    uint8_t *buf = malloc(n);
+    psc__chunk__pack(&c, buf);
+    int code = call(method, buf, n, op);
+    free(buf);
+    return code;
+}
+
+static int create(int64_t w_rows, psc_rpc_op_t *op)
+{
+    Psc__OptimizerSpec o = PSC__OPTIMIZER_SPEC__INIT;
+    o.name = "gradient_descent";
+    o.learning_rate = 0.5f;
+    int64_t sw[2] = {w_rows, 3}, sb[1] = {3};
+    Psc__VarSpec v[3] = {PSC__VAR_SPEC__INIT, PSC__VAR_SPEC__INIT, PSC__VAR_SPEC__INIT};
+    v[0].name = "global_step";
+    v[0].is_step = 1;
+    v[1].name = "w";
+    v[1].shape = sw;
+    v[1].n_shape = 2;
+    v[2].name = "b";
+    v[2].shape = sb;
+    v[2].n_shape = 1;
+    Psc__VarSpec *vp[3] = {&v[0], &v[1], &v[2]};
+    Psc__CreateRequest r = PSC__CREATE_REQUEST__INIT;
+    r.job_id = (char *)JOB;
+    r.optimizer = &o;
+    r.vars = vp;
+    r.n_vars = 3;
+    uint8_t buf[512];
+    size_t n = psc__create_request__pack(&r, buf);
+    return call(PSC_M_CREATE, buf, n, op);
+}
+
+static int pull(const char *name, size_t len, void *out)
+{
+    Psc__PullRequest r = PSC__PULL_REQUEST__INIT;
+    r.name = (char *)name;
+    r.length = len;
+    uint8_t buf[128];
+    size_t n = psc__pull_request__pack(&r, buf);
+    psc_rpc_op_t op;
+    int code = call(PSC_M_PULL, buf, n, &op);
+    if (code == PSC_RPC_OK) {
+        Psc__Chunk *c = psc__chunk__unpack(NULL, op.reply_len, op.reply);
+        assert_non_null(c);
+        assert_int_equal(c->data.len, len);
+        memcpy(out, c->data.data, len);
+        psc__chunk__free_unpacked(c, NULL);
+    }
+    psc_rpc_op_clear(&op);
+    return code;
+}
+
+static float w0[12], b0[3];
+
+static int setup(void **state)
+{
+    (void)state;
+    if (it_start_ps(&ps) != 0) {
+        it_dump_log(&ps);
+        return -1;
+    }
+    ch = psc_rpc_channel_create(ps.addr);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    psc_rpc_channel_destroy(ch);
+    int rc = it_stop(&ps);
+    if (rc != 0) it_dump_log(&ps);
+    return rc == 0 ? 0 : -1;
+}
+
+static void assert_msg(const psc_rpc_op_t *op, const char *needle)
+{
+    if (!strstr(op->msg, needle)) fail_msg("status message \"%s\" does not mention \"%s\"", op->msg, needle);
+}
+
+static void test_pull_before_model(void **state)
+{
+    (void)state;
+    float w[12];
+    Psc__PullRequest r = PSC__PULL_REQUEST__INIT;
+    r.name = "w";
+    r.length = sizeof w;
+    uint8_t buf[64];
+    psc_rpc_op_t op;
+    assert_int_equal(call(PSC_M_PULL, buf, psc__pull_request__pack(&r, buf), &op), PSC_RPC_FAILED_PRECONDITION);
+    assert_msg(&op, "not ready");
+    psc_rpc_op_clear(&op);
+}
+
+static void test_create_and_init(void **state)
+{
+    (void)state;
+    psc_rpc_op_t op;
+    assert_int_equal(create(4, &op), PSC_RPC_OK);
+    psc_rpc_op_clear(&op);
+    for (int i = 0; i < 12; i++) w0[i] = (float)i * 0.25f - 1.0f;
+    for (int i = 0; i < 3; i++) b0[i] = (float)i;
+    int64_t step = 0;
+    assert_int_equal(call_chunk(PSC_M_ASSIGN, "w", 0, sizeof w0, w0, sizeof w0, &op), PSC_RPC_OK);
+    psc_rpc_op_clear(&op);
+    assert_int_equal(call_chunk(PSC_M_ASSIGN, "b", 0, sizeof b0, b0, sizeof b0, &op), PSC_RPC_OK);
+    psc_rpc_op_clear(&op);
+    assert_int_equal(call_chunk(PSC_M_ASSIGN, "global_step", 0, 8, &step, 8, &op), PSC_RPC_OK);
+    psc_rpc_op_clear(&op);
+    Psc__ReadyRequest rr = PSC__READY_REQUEST__INIT;
+    rr.job_id = (char *)JOB;
+    uint8_t buf[64];
+    assert_int_equal(call(PSC_M_READY, buf, psc__ready_request__pack(&rr, buf), &op), PSC_RPC_OK);
+    psc_rpc_op_clear(&op);
+}
+
+static void assert_state_unchanged(void)
+{
+    float w[12], b[3];
+    assert_int_equal(pull("w", sizeof w, w), PSC_RPC_OK);
+    assert_int_equal(pull("b", sizeof b, b), PSC_RPC_OK);
+    assert_memory_equal(w, w0, sizeof w);
+    assert_memory_equal(b, b0, sizeof b);
+}
+
+static void test_push_unknown_variable(void **state)
+{
+    (void)state;
+    float g[3] = {1, 1, 1};
+    psc_rpc_op_t op;
+    assert_int_equal(call_chunk(PSC_M_PUSH, "dense/kernal", 0, sizeof g, g, sizeof g, &op), PSC_RPC_NOT_FOUND);
+    assert_msg(&op, "dense/kernal");
+    psc_rpc_op_clear(&op);
+    assert_state_unchanged();
+}
+
+static void test_push_wrong_size(void **state)
+{
+    (void)state;
+    float g[5] = {1, 1, 1, 1, 1};
+    psc_rpc_op_t op;
+    assert_int_equal(call_chunk(PSC_M_PUSH, "b", 0, sizeof g, g, sizeof g, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "b");
+    psc_rpc_op_clear(&op);
+    /* total right, payload short */
+    assert_int_equal(call_chunk(PSC_M_PUSH, "b", 0, 12, g, 8, &op), PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    /* misaligned offset */
+    assert_int_equal(call_chunk(PSC_M_PUSH, "w", 4, 48, g, 4, &op), PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    assert_state_unchanged();
+}
+
+static void test_push_non_finite(void **state)
+{
+    (void)state;
+    float g[3] = {0.5f, NAN, 1.0f};
+    psc_rpc_op_t op;
+    assert_int_equal(call_chunk(PSC_M_PUSH, "b", 0, sizeof g, g, sizeof g, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "non-finite");
+    psc_rpc_op_clear(&op);
+    g[1] = INFINITY;
+    assert_int_equal(call_chunk(PSC_M_PUSH_PULL, "b", 0, sizeof g, g, sizeof g, &op), PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    assert_state_unchanged();
+}
+
+static void test_garbage_and_truncated(void **state)
+{
+    (void)state;
+    psc_rpc_op_t op;
+    const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+    assert_int_equal(call(PSC_M_PUSH, garbage, sizeof garbage, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "does not parse");
+    psc_rpc_op_clear(&op);
+    /* A valid Chunk cut in the middle of its data field. */
+    float g[3] = {1, 2, 3};
+    Psc__Chunk c = PSC__CHUNK__INIT;
+    c.name = "b";
+    c.total = sizeof g;
+    c.data.data = (uint8_t *)g;
+    c.data.len = sizeof g;
+    uint8_t buf[128];
+    size_t n = psc__chunk__pack(&c, buf);
+    assert_int_equal(call(PSC_M_PUSH, buf, n - 5, &op), PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    assert_int_equal(call(PSC_M_CREATE, garbage, sizeof garbage, &op), PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    assert_int_equal(call(PSC_M_PULL, garbage, sizeof garbage, &op), PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    assert_int_equal(call("/psc.ParameterServer/NoSuchMethod", buf, n, &op), PSC_RPC_UNIMPLEMENTED);
+    psc_rpc_op_clear(&op);
+    assert_state_unchanged();
+}
+
+static void test_second_create_different_shapes(void **state)
+{
+    (void)state;
+    psc_rpc_op_t op;
+    assert_int_equal(create(5, &op), PSC_RPC_ALREADY_EXISTS);
+    assert_msg(&op, "w");
+    psc_rpc_op_clear(&op);
+    /* The same create again is a no-op join. */
+    assert_int_equal(create(4, &op), PSC_RPC_OK);
+    Psc__CreateReply *r = psc__create_reply__unpack(NULL, op.reply_len, op.reply);
+    assert_non_null(r);
+    assert_false(r->created);
+    assert_true(r->ready);
+    psc__create_reply__free_unpacked(r, NULL);
+    psc_rpc_op_clear(&op);
+    assert_state_unchanged();
+}
+
+static void test_valid_push_after_bad_ones(void **state)
+{
+    (void)state;
+    float g[3] = {1.0f, -2.0f, 0.5f}, b[3];
+    psc_rpc_op_t op;
+    assert_int_equal(call_chunk(PSC_M_PUSH_PULL, "b", 0, sizeof g, g, sizeof g, &op), PSC_RPC_OK);
+    psc_rpc_op_clear(&op);
+    assert_int_equal(pull("b", sizeof b, b), PSC_RPC_OK);
+    for (int i = 0; i < 3; i++) assert_true(b[i] == b0[i] - 0.5f * g[i]);
+    assert_true(psc_rpc_health_check(ch, 2000));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pull_before_model),
+        cmocka_unit_test(test_create_and_init),
+        cmocka_unit_test(test_push_unknown_variable),
+        cmocka_unit_test(test_push_wrong_size),
+        cmocka_unit_test(test_push_non_finite),
+        cmocka_unit_test(test_garbage_and_truncated),
+        cmocka_unit_test(test_second_create_different_shapes),
+        cmocka_unit_test(test_valid_push_after_bad_ones),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
