@@ -27,3 +27,69 @@ size_t psc_chunk_header_pack(const Psc__Chunk *c, size_t data_len, uint8_t *buf)
     buf[n++] = (uint8_t)v;
     return n;
 }
+
+static int read_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *at < len; shift += 7) {
+        uint8_t b = p[(*at)++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return 0;
+    }
+    return -1;
+}
+
+int psc_chunk_decode(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk **hdr, const uint8_t **data,
+                     size_t *data_len)
+{
+    *hdr = NULL;
+    if (data) *data = NULL;
+    *data_len = 0;
+    if (avail > total) return -1;
+    size_t at = 0, data_tag = 0;
+    uint64_t dlen = 0;
+    int found = 0;
+    while (at < avail) {
+        size_t start = at;
+        uint64_t key, v;
+        if (read_varint(msg, avail, &at, &key)) return -1;
+        switch (key & 7) {
+        case 0:
+            if (read_varint(msg, avail, &at, &v)) return -1;
+            break;
+        case 1:
+            at += 8;
+            break;
+        case 5:
+            at += 4;
+            break;
+        case 2:
+            if (read_varint(msg, avail, &at, &v) || v > total - at) return -1;
+            if ((key >> 3) == 15 && at + v == total) {
+                data_tag = start;
+                dlen = v;
+                found = 1;
+                at = total;
+                continue;
+            }
+            if ((key >> 3) == 15) return -1; /* data that is not last */
+            at += (size_t)v;
+            break;
+        default:
+            return -1;
+        }
+        if (at > avail) return -1;
+    }
+    if (!found) {
+        /* an empty data field is not serialized (proto3) */
+        if (avail != total) return -1;
+        data_tag = total;
+    } else if (avail != total && total - dlen != avail) {
+        return -1; /* the split does not fall where data begins */
+    }
+    *hdr = psc__chunk__unpack(NULL, data_tag, msg);
+    if (!*hdr) return -1;
+    *data_len = (size_t)dlen;
+    if (data && found && avail == total) *data = msg + (total - dlen);
+    return 0;
+}

@@ -19,4 +19,16 @@ size_t psc_chunk_header_bound(const Psc__Chunk *c);
  * (at least psc_chunk_header_bound bytes). Returns the bytes written. */
 size_t psc_chunk_header_pack(const Psc__Chunk *c, size_t data_len, uint8_t *buf);
 
+/* Decodes a Chunk without copying its data. msg holds the first `avail` bytes of
+ * a message of `total` bytes (avail == total for a whole message; avail < total
+ * when the caller has the last total-avail bytes elsewhere, see rpc.h's
+ * reply_body). The data field must be the message's last field and end exactly
+ * at `total`, as every psc sender writes it; the header fields before it are
+ * unpacked into *hdr (free with psc__chunk__free_unpacked; its data is empty)
+ * and, if avail == total, *data points at the bytes inside msg. *data_len gets
+ * data's length. Returns 0, or -1 if the message does not parse or its data is
+ * not last. */
+int psc_chunk_decode(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk **hdr, const uint8_t **data,
+                     size_t *data_len);
+
 #endif

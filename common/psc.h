@@ -57,6 +57,12 @@ void *psc_xrealloc(void *p, size_t n);
 char *psc_xstrdup(const char *s);
 /* 64-byte aligned allocation for tensors (free with free()). */
 void *psc_xaligned(size_t n);
+/* Makes glibc keep freed tensor-sized blocks for reuse instead of returning
+ * them to the kernel (mmap threshold 64 MiB, trim threshold 256 MiB): every
+ * RPC allocates and frees chunk-sized buffers, and fresh pages cost a page
+ * fault each (bench_wire measured 2-10x throughput from this). Idempotent;
+ * the transport calls it when it creates a server or channel. */
+void psc_tune_malloc(void);
 
 /* snprintf into a caller's error buffer (err may be NULL). Returns `code`. */
 int psc_seterr(char *err, size_t errlen, int code, const char *fmt, ...)

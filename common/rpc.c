@@ -104,27 +104,45 @@ static gpr_timespec deadline_in(int ms)
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
-/* Copies a byte buffer into one malloc'd block (1 copy). */
-static uint8_t *bb_to_bytes(grpc_byte_buffer *bb, size_t *len)
+/* Copies a byte buffer into one malloc'd block of its first `total - tail_len`
+ * bytes and, when tail is non-NULL and the buffer holds at least tail_len bytes,
+ * its last tail_len bytes into tail (1 copy of each byte). */
+static uint8_t *bb_copy_split(grpc_byte_buffer *bb, void *tail, size_t tail_len, size_t *len, size_t *total_out)
 {
     grpc_byte_buffer_reader r;
     *len = 0;
+    if (total_out) *total_out = 0;
     if (!bb || !grpc_byte_buffer_reader_init(&r, bb)) return NULL;
     size_t total = grpc_byte_buffer_length(bb);
-    uint8_t *out = psc_xmalloc(total ? total : 1);
+    if (!tail || total < tail_len) tail_len = 0;
+    size_t head = total - tail_len;
+    uint8_t *out = psc_xmalloc(head ? head : 1);
     size_t at = 0;
     grpc_slice s;
     while (grpc_byte_buffer_reader_next(&r, &s)) {
+        const uint8_t *p = GRPC_SLICE_START_PTR(s);
         size_t n = GRPC_SLICE_LENGTH(s);
         PSC_ASSERT(at + n <= total);
-        memcpy(out + at, GRPC_SLICE_START_PTR(s), n);
-        at += n;
+        if (at < head) {
+            size_t k = PSC_MIN(n, head - at);
+            memcpy(out + at, p, k);
+            at += k;
+            p += k;
+            n -= k;
+        }
+        if (n) {
+            memcpy((uint8_t *)tail + (at - head), p, n);
+            at += n;
+        }
         grpc_slice_unref(s);
     }
     grpc_byte_buffer_reader_destroy(&r);
-    *len = at;
+    *len = head;
+    if (total_out) *total_out = at;
     return out;
 }
+
+static uint8_t *bb_to_bytes(grpc_byte_buffer *bb, size_t *len) { return bb_copy_split(bb, NULL, 0, len, NULL); }
 
 /* ================================ server ================================ */
 
@@ -301,6 +319,7 @@ psc_rpc_server_t *psc_rpc_server_create(const char *addr, int threads, char *err
         psc_seterr(err, errlen, PSC_EINVAL, "address too long");
         return NULL;
     }
+    psc_tune_malloc();
     grpc_init();
     psc_rpc_server_t *s = psc_xcalloc(1, sizeof *s);
     snprintf(s->addr, sizeof s->addr, "%s", addr);
@@ -511,6 +530,7 @@ struct psc_rpc_channel {
 
 psc_rpc_channel_t *psc_rpc_channel_create(const char *target)
 {
+    psc_tune_malloc();
     grpc_init();
     psc_rpc_channel_t *c = psc_xcalloc(1, sizeof *c);
     snprintf(c->target, sizeof c->target, "%s", target);
@@ -553,6 +573,7 @@ static int start_call(client_call_t *cc, psc_rpc_op_t *op, grpc_completion_queue
     op->msg[0] = '\0';
     op->reply = NULL;
     op->reply_len = 0;
+    op->reply_total = 0;
     grpc_slice method = grpc_slice_from_static_string(op->method);
     cc->call = grpc_channel_create_call(op->ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method, NULL,
                                         deadline_in(timeout_ms), NULL);
@@ -602,7 +623,8 @@ static void end_call(client_call_t *cc, int success)
             snprintf(op->msg, sizeof op->msg, "%s", d[0] ? d : (cc->error_string ? cc->error_string : ""));
             gpr_free(d);
         } else if (cc->recv_bb) {
-            op->reply = bb_to_bytes(cc->recv_bb, &op->reply_len);
+            op->reply = bb_copy_split(cc->recv_bb, op->reply_body, op->reply_body_len, &op->reply_len,
+                                      &op->reply_total);
         } else {
             op->code = PSC_RPC_INTERNAL;
             snprintf(op->msg, sizeof op->msg, "reply has no message");

@@ -101,11 +101,14 @@ typedef struct psc_rpc_op {
     const void *body;     /* optional bytes appended to hdr, sent without a copy; */
     size_t body_len;      /* must stay unchanged until psc_rpc_run returns */
     int wait_for_ready;   /* wait for the server to come up (until the deadline) instead of failing fast */
+    void *reply_body;     /* optional: when the reply has at least reply_body_len bytes, its last */
+    size_t reply_body_len; /* reply_body_len bytes are copied here and `reply` holds the rest */
     /* out */
     int code;             /* PSC_RPC_* */
     char msg[256];        /* status message, "" on OK */
     uint8_t *reply;       /* reply bytes (malloc'd, caller frees), NULL if none */
     size_t reply_len;
+    size_t reply_total;   /* whole reply length (reply_len + reply_body_len when split) */
 } psc_rpc_op_t;
 
 /* Runs n calls, at most max_in_flight at once, each with a deadline of timeout_ms

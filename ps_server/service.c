@@ -122,6 +122,38 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     psc__create_request__free_unpacked(r, NULL);
 }
 
+/* A decoded Chunk request. Its data points into the request (no copy) when
+ * data is the last field, as psc senders write it; any other valid encoding is
+ * unpacked by protobuf-c with a copy. */
+typedef struct chunk_req {
+    Psc__Chunk *c;
+    int borrowed; /* c->data points into the request */
+} chunk_req_t;
+
+static int chunk_decode(const uint8_t *req, size_t len, chunk_req_t *out)
+{
+    const uint8_t *data;
+    size_t dlen;
+    out->borrowed = 0;
+    if (psc_chunk_decode(req, len, len, &out->c, &data, &dlen) == 0) {
+        out->c->data.data = (uint8_t *)data;
+        out->c->data.len = dlen;
+        out->borrowed = 1;
+        return 0;
+    }
+    out->c = psc__chunk__unpack(NULL, len, req);
+    return out->c ? 0 : -1;
+}
+
+static void chunk_free(chunk_req_t *r)
+{
+    if (r->borrowed) {
+        r->c->data.data = NULL;
+        r->c->data.len = 0;
+    }
+    psc__chunk__free_unpacked(r->c, NULL);
+}
+
 static void reply_push(psc_rpc_call_t *call, int64_t version, int stale)
 {
     Psc__PushReply rep = PSC__PUSH_REPLY__INIT;
@@ -136,14 +168,15 @@ static void h_assign(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__Chunk *c = psc__chunk__unpack(NULL, len, req);
-    if (!c) return fail_undecodable(svc, call, "Chunk", len);
+    chunk_req_t cr;
+    if (chunk_decode(req, len, &cr)) return fail_undecodable(svc, call, "Chunk", len);
+    Psc__Chunk *c = cr.c;
     int rc = store_assign(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, err, sizeof err);
     if (rc != 0)
         psc_rpc_fail(call, status_of(rc), "%s", err);
     else
         reply_push(call, 0, 0);
-    psc__chunk__free_unpacked(c, NULL);
+    chunk_free(&cr);
 }
 
 static void h_ready(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
@@ -207,14 +240,8 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     if (rc != 0) {
         psc_rpc_fail(call, status_of(rc), "%s", err);
     } else {
-        /* total comes from the store's view of the variable */
-        store_var_info_t *vars = NULL;
-        int n = 0;
         uint64_t total = 0;
-        store_list(svc->store, &vars, &n);
-        for (int i = 0; i < n; i++)
-            if (strcmp(vars[i].name, r->name) == 0) total = vars[i].bytes;
-        free(vars);
+        store_var_bytes(svc->store, r->name, &total); /* exists: the pull found it */
         send_chunk_reply(call, buf, bound, r->name, r->offset, total, version, r->length);
     }
     psc__pull_request__free_unpacked(r, NULL);
@@ -224,8 +251,9 @@ static void h_push(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__Chunk *c = psc__chunk__unpack(NULL, len, req);
-    if (!c) return fail_undecodable(svc, call, "Chunk", len);
+    chunk_req_t cr;
+    if (chunk_decode(req, len, &cr)) return fail_undecodable(svc, call, "Chunk", len);
+    Psc__Chunk *c = cr.c;
     int64_t version = 0;
     int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, NULL, &version, err,
                         sizeof err);
@@ -233,20 +261,21 @@ static void h_push(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         psc_rpc_fail(call, status_of(rc), "%s", err);
     else
         reply_push(call, version, 0);
-    psc__chunk__free_unpacked(c, NULL);
+    chunk_free(&cr);
 }
 
 static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__Chunk *c = psc__chunk__unpack(NULL, len, req);
-    if (!c) return fail_undecodable(svc, call, "Chunk", len);
+    chunk_req_t cr;
+    if (chunk_decode(req, len, &cr)) return fail_undecodable(svc, call, "Chunk", len);
+    Psc__Chunk *c = cr.c;
     if (c->data.len > PSC_CHUNK_BYTES || strlen(c->name) > 200) {
         store_count_rejected(svc->store);
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "chunk of %zu bytes exceeds %zu", c->data.len,
                      PSC_CHUNK_BYTES);
-        psc__chunk__free_unpacked(c, NULL);
+        chunk_free(&cr);
         return;
     }
     size_t bound = reply_header_bound(c->name);
@@ -258,7 +287,7 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
         psc_rpc_fail(call, status_of(rc), "%s", err);
     else
         send_chunk_reply(call, buf, bound, c->name, c->offset, c->total, version, c->data.len);
-    psc__chunk__free_unpacked(c, NULL);
+    chunk_free(&cr);
 }
 
 static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)

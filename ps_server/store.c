@@ -646,6 +646,15 @@ int store_step_get(store_t *s, int64_t *value)
 
 /* ---- introspection ---- */
 
+int store_var_bytes(store_t *s, const char *name, uint64_t *bytes)
+{
+    pthread_rwlock_rdlock(&s->lock);
+    store_var_t *v = find_locked(s, name);
+    if (v) *bytes = v->bytes;
+    pthread_rwlock_unlock(&s->lock);
+    return v ? 0 : PSC_ENOTFOUND;
+}
+
 int store_list(store_t *s, store_var_info_t **out, int *n)
 {
     pthread_rwlock_rdlock(&s->lock);

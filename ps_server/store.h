@@ -85,6 +85,9 @@ int store_step_add(store_t *s, int64_t inc, int64_t *value, char *err, size_t er
 /* 1 and the value if this shard holds global_step, else 0. */
 int store_step_get(store_t *s, int64_t *value);
 
+/* Byte size of a variable (its wire `total`); PSC_ENOTFOUND if unknown. */
+int store_var_bytes(store_t *s, const char *name, uint64_t *bytes);
+
 /* Snapshot of the variables (array owned by the caller, free()) and counters. */
 int store_list(store_t *s, store_var_info_t **out, int *n);
 void store_get_stats(store_t *s, store_stats_t *st);

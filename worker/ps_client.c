@@ -134,19 +134,24 @@ static void clear_ops(psc_rpc_op_t *ops, size_t n)
     for (size_t i = 0; i < n; i++) psc_rpc_op_clear(&ops[i]);
 }
 
-/* Copies the payload of a Chunk reply into dst after checking it is the chunk asked for. */
+/* Checks that a Chunk reply is the chunk asked for. The op asked for the data
+ * to land in dst directly (reply_body); if the reply was too short to split,
+ * its data is copied from the reply. */
 static int take_chunk_reply(const psc_rpc_op_t *op, const piece_chunk_t *pk, const char *name, void *dst,
                             char *err, size_t errlen)
 {
-    Psc__Chunk *c = psc__chunk__unpack(NULL, op->reply_len, op->reply);
-    if (!c) return psc_seterr(err, errlen, PSC_ECORRUPT, "%s: reply from %s does not parse", name,
-                              psc_rpc_channel_target(op->ch));
+    Psc__Chunk *c;
+    const uint8_t *data;
+    size_t dlen;
+    if (psc_chunk_decode(op->reply, op->reply_len, op->reply_total, &c, &data, &dlen))
+        return psc_seterr(err, errlen, PSC_ECORRUPT, "%s: reply from %s does not parse", name,
+                          psc_rpc_channel_target(op->ch));
     int rc = 0;
-    if (strcmp(c->name, name) != 0 || c->offset != pk->offset || c->data.len != pk->len)
+    if (strcmp(c->name, name) != 0 || c->offset != pk->offset || dlen != pk->len)
         rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s: reply from %s is for %s@%llu (%zu bytes)", name,
-                        psc_rpc_channel_target(op->ch), c->name, (unsigned long long)c->offset, c->data.len);
-    else
-        memcpy(dst, c->data.data, pk->len);
+                        psc_rpc_channel_target(op->ch), c->name, (unsigned long long)c->offset, dlen);
+    else if (data && dlen)
+        memcpy(dst, data, dlen);
     psc__chunk__free_unpacked(c, NULL);
     return rc;
 }
@@ -183,6 +188,8 @@ int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *e
         pk->hdr_len = pack_pull_request(pc->placed[pk->piece].name, pk->offset, pk->len, pk->hdr);
         op->hdr = pk->hdr;
         op->hdr_len = pk->hdr_len;
+        op->reply_body = (uint8_t *)params + pk->slab_byte;
+        op->reply_body_len = pk->len;
     }
     uint8_t stepbuf[32];
     if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, 0);
@@ -221,6 +228,10 @@ static int push_round(ps_client_t *pc, const char *method, const float *grads, f
         op->hdr_len = pk->hdr_len;
         op->body = (const uint8_t *)grads + pk->slab_byte;
         op->body_len = pk->len;
+        if (params) {
+            op->reply_body = (uint8_t *)params + pk->slab_byte;
+            op->reply_body_len = pk->len;
+        }
     }
     uint8_t stepbuf[32];
     if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, step_inc);

@@ -223,37 +223,43 @@ int main(int argc, char **argv)
 {
     if (argc > 1) secs_per_point = atof(argv[1]);
     if (secs_per_point <= 0) secs_per_point = 1.0;
-    it_proc_t ps;
-    memset(&ps, 0, sizeof ps);
-    if (it_start_ps(&ps) != 0) {
-        it_dump_log(&ps);
-        fprintf(stderr, "bench_wire: cannot start ps_server from PSC_BIN=%s\n", it_bin());
-        return 1;
-    }
     static const size_t sizes[] = {4 << 10, 1 << 20, 16 << 20, 64 << 20};
     double raw_before = raw_tcp_mbps();
     double rtt = raw_tcp_rtt_p50_us();
     double res[4][3], p50_push_4k = 0;
     for (int i = 0; i < 4; i++) {
+        /* a ps_server holds one job's model, so each size gets a fresh one */
+        it_proc_t ps;
+        memset(&ps, 0, sizeof ps);
+        if (it_start_ps(&ps) != 0) {
+            it_dump_log(&ps);
+            fprintf(stderr, "bench_wire: cannot start ps_server from PSC_BIN=%s\n", it_bin());
+            return 1;
+        }
         bench_model_t m;
         model_open(&m, ps.addr, sizes[i], i + 1);
         res[i][0] = psc_mbps(&m, OP_PUSH, i == 0 ? &p50_push_4k : NULL);
         res[i][1] = psc_mbps(&m, OP_PULL, NULL);
         res[i][2] = psc_mbps(&m, OP_PUSH_PULL, NULL);
         model_close(&m);
+        it_stop(&ps);
     }
     double raw_after = raw_tcp_mbps();
     double raw = (raw_before + raw_after) / 2;
-    it_stop(&ps);
 
     printf("bench_wire: 1 worker <-> 1 ps_server on 127.0.0.1, %.1f s per point, chunks of %zu bytes\n",
            secs_per_point, PSC_CHUNK_BYTES);
     printf("raw TCP (1 MiB writes): %.0f MB/s (before %.0f, after %.0f)\n", raw, raw_before, raw_after);
-    printf("%-8s %14s %14s %14s\n", "tensor", "push MB/s", "pull MB/s", "push-pull MB/s");
+    printf("MB/s of tensor bytes, (ratio to raw TCP); push+pull = a push then a pull of the tensor,\n"
+           "counting the bytes of both; push-pull = one fused round, also counting the bytes of both directions\n");
+    printf("%-8s %14s %14s %14s %14s\n", "tensor", "push", "pull", "push+pull", "push-pull");
     static const char *names[] = {"4 KiB", "1 MiB", "16 MiB", "64 MiB"};
-    for (int i = 0; i < 4; i++)
-        printf("%-8s %7.0f (%.2f) %7.0f (%.2f) %7.0f (%.2f)\n", names[i], res[i][0], res[i][0] / raw, res[i][1],
-               res[i][1] / raw, res[i][2], res[i][2] / raw);
+    for (int i = 0; i < 4; i++) {
+        double both = 2.0 / (1.0 / res[i][0] + 1.0 / res[i][1]); /* 2 tensors in t_push + t_pull */
+        double fused = 2.0 * res[i][2];
+        printf("%-8s %7.0f (%.2f) %7.0f (%.2f) %7.0f (%.2f) %7.0f (%.2f)\n", names[i], res[i][0], res[i][0] / raw,
+               res[i][1], res[i][1] / raw, both, both / raw, fused, fused / raw);
+    }
     printf("4 KiB push p50 %.0f us = %.2f x raw TCP 16-byte round trip (%.0f us)\n", p50_push_4k, p50_push_4k / rtt,
            rtt);
     return 0;

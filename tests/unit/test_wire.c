@@ -102,6 +102,30 @@ static void roundtrip(size_t data_len, const char *name)
     psc__chunk__pack(&c, ref);
     assert_memory_equal(ref, msg, full);
     psc__chunk__free_unpacked(d, NULL);
+    /* Zero-copy decode of the whole message: data points into msg. */
+    Psc__Chunk *h;
+    const uint8_t *dp;
+    size_t dl;
+    assert_int_equal(psc_chunk_decode(msg, hlen + data_len, hlen + data_len, &h, &dp, &dl), 0);
+    assert_string_equal(h->name, name);
+    assert_int_equal(h->offset, c.offset);
+    assert_int_equal(h->worker, 3);
+    assert_int_equal(dl, data_len);
+    if (data_len) assert_ptr_equal(dp, msg + hlen);
+    psc__chunk__free_unpacked(h, NULL);
+    /* Split decode (the header only; the data went elsewhere), as rpc.h's reply_body does. */
+    if (data_len) {
+        assert_int_equal(psc_chunk_decode(msg, hlen, hlen + data_len, &h, &dp, &dl), 0);
+        assert_null(dp);
+        assert_int_equal(dl, data_len);
+        assert_int_equal(h->version, 77);
+        psc__chunk__free_unpacked(h, NULL);
+        /* a split that does not fall where the data begins is refused */
+        assert_int_equal(psc_chunk_decode(msg, hlen - 1, hlen + data_len, &h, &dp, &dl), -1);
+        assert_int_equal(psc_chunk_decode(msg, hlen + 1, hlen + data_len, &h, &dp, &dl), -1);
+        /* truncated: data's declared length runs past the end */
+        assert_int_equal(psc_chunk_decode(msg, hlen + data_len - 1, hlen + data_len - 1, &h, &dp, &dl), -1);
+    }
     free(ref);
     free(msg);
     free(data);
@@ -117,6 +141,36 @@ static void test_header_framing_roundtrip(void **state)
     roundtrip((size_t)PSC_CHUNK_BYTES, "dense/kernel/part_12");
 }
 
+static void test_decode_rejects(void **state)
+{
+    (void)state;
+    Psc__Chunk *h;
+    const uint8_t *dp;
+    size_t dl;
+    static const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    assert_int_equal(psc_chunk_decode(garbage, sizeof garbage, sizeof garbage, &h, &dp, &dl), -1);
+    static const uint8_t bad_wire_type[] = {(1 << 3) | 3, 0};
+    assert_int_equal(psc_chunk_decode(bad_wire_type, 2, 2, &h, &dp, &dl), -1);
+    /* data followed by another field: valid protobuf, but not the zero-copy layout */
+    Psc__Chunk c = PSC__CHUNK__INIT;
+    c.name = (char *)"v";
+    uint8_t buf[64];
+    size_t n = psc_chunk_header_pack(&c, 2, buf);
+    buf[n++] = 1;
+    buf[n++] = 2;
+    buf[n++] = (2 << 3) | 0; /* offset = 5 after data */
+    buf[n++] = 5;
+    assert_int_equal(psc_chunk_decode(buf, n, n, &h, &dp, &dl), -1);
+    Psc__Chunk *full = psc__chunk__unpack(NULL, n, buf); /* the server's fallback path */
+    assert_non_null(full);
+    assert_int_equal(full->offset, 5);
+    psc__chunk__free_unpacked(full, NULL);
+    /* an empty message is an empty Chunk */
+    assert_int_equal(psc_chunk_decode(buf, 0, 0, &h, &dp, &dl), 0);
+    assert_int_equal(dl, 0);
+    psc__chunk__free_unpacked(h, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -124,6 +178,7 @@ int main(void)
         cmocka_unit_test(test_chunks_cover_tensor_once),
         cmocka_unit_test(test_chunk_valid_rejects),
         cmocka_unit_test(test_header_framing_roundtrip),
+        cmocka_unit_test(test_decode_rejects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
