@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build demo test bench clean
+.PHONY: all setup build demo demo-cnn demo-sync test bench clean
 all: build
 
 setup:
@@ -18,6 +18,14 @@ build: setup $(BUILD)/CMakeCache.txt
 # Local cluster (2 ps_server + 2 worker on 127.0.0.1) training the MLP on Fashion-MNIST.
 demo: build
 	./deploy/local_cluster.sh --build $(BUILD) --job_spec deploy/jobs/mlp.json
+
+# The same cluster training the CNN of deploy/jobs/cnn.json (conv-pool-conv-pool-dense).
+demo-cnn: build
+	./deploy/local_cluster.sh --build $(BUILD) --job_spec deploy/jobs/cnn.json
+
+# The demo MLP in sync-replica mode (deploy/jobs/mlp_sync.json: R = N = 2).
+demo-sync: build
+	./deploy/local_cluster.sh --build $(BUILD) --job_spec deploy/jobs/mlp_sync.json
 
 test: setup
 	cmake -S . -B $(BUILD) -DPSC_WERROR=ON $(CMAKE_FLAGS)

@@ -560,12 +560,13 @@ static int parse_sections(const ctx_t *c, const json_t *root, psc_job_spec_t *s)
 
     if ((rc = get_object(c, root, "data", 0, &o))) return rc;
     if (o) {
-        static const char *const keys[] = {"train", "test", "train_examples", "test_examples", NULL};
+        static const char *const keys[] = {"train", "test", "train_examples", "test_examples", "shuffle", NULL};
         if ((rc = check_keys(c, o, "data", keys))) return rc;
         if ((rc = get_path(c, o, "train", s->train_path, sizeof s->train_path))) return rc;
         if ((rc = get_path(c, o, "test", s->test_path, sizeof s->test_path))) return rc;
         if ((rc = get_int(c, o, "train_examples", "data", 0, 0, INT64_MAX, &s->train_examples))) return rc;
         if ((rc = get_int(c, o, "test_examples", "data", 0, 0, INT64_MAX, &s->test_examples))) return rc;
+        if ((rc = get_bool(c, o, "shuffle", "data", &s->shuffle))) return rc;
     }
 
     if ((rc = get_int32(c, root, "batch_size_per_replica", "", 0, 1, &s->batch_size))) return rc;
@@ -673,6 +674,7 @@ static int parse_with(const ctx_t *c, const char *json, size_t len, psc_job_spec
     snprintf(s->train_path, sizeof s->train_path, "%s", DEFAULT_TRAIN);
     snprintf(s->test_path, sizeof s->test_path, "%s", DEFAULT_TEST);
     s->batch_size = 64;
+    s->shuffle = 1;
     s->epochs = 1;
     s->sync_timeout_secs = 30.0;
     s->ckpt_keep = 5;

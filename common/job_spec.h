@@ -59,6 +59,7 @@ typedef struct psc_job_spec {
     char test_path[512];
     int64_t train_examples; /* data.train_examples: use the first N (0 = all) */
     int64_t test_examples;  /* data.test_examples */
+    int shuffle;            /* data.shuffle: reshuffle each epoch (default 1); 0 keeps file order */
 
     int batch_size; /* per replica */
     int epochs;     /* default 1 */

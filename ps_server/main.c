@@ -175,6 +175,7 @@ int main(int argc, char **argv)
 
     int sig = psc_signals_wait();
     PSC_INFO("stopping (%s)", sig == SIGUSR1 ? "Shutdown RPC" : (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+    ps_service_drain(svc); /* parked sync replies first: the shutdown waits for every call */
     psc_rpc_server_shutdown(server, (int)grace_ms);
     psc_rpc_server_destroy(server);
     ps_service_destroy(svc);

@@ -17,7 +17,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define PS_MAX_WORKERS 4096
 
@@ -29,6 +31,16 @@ struct ps_service {
     pthread_mutex_t lock;
     unsigned char done[PS_MAX_WORKERS]; /* WorkerDone seen per replica rank */
     uint32_t workers_done;
+    /* sync replicas: replies waiting for a step to be applied (see "parking") */
+    pthread_mutex_t park_lock;
+    struct parked *parked; /* singly linked, newest first */
+    int draining;          /* shutting down: nothing parks any more */
+    pthread_t reaper;
+    int reaper_running;
+    pthread_mutex_t reaper_lock;
+    pthread_cond_t reaper_cond;
+    int reaper_stop;
+    uint32_t last_present;
 };
 
 static int status_of(int rc)
@@ -40,6 +52,7 @@ static int status_of(int rc)
     case PSC_EINVAL:
     case PSC_EMISMATCH: return PSC_RPC_INVALID_ARGUMENT;
     case PSC_ENOMEM: return PSC_RPC_RESOURCE_EXHAUSTED;
+    case PSC_EUNSUPPORTED: return PSC_RPC_FAILED_PRECONDITION;
     default: return PSC_RPC_INTERNAL;
     }
 }
@@ -97,8 +110,18 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         specs[i].is_step = v->is_step;
     }
     int created = 0;
+    store_sync_cfg_t sync = {0};
+    if (rc == 0 && r->sync) {
+        sync.replicas_to_aggregate = (int)PSC_MIN(r->sync->replicas_to_aggregate, (uint32_t)PS_MAX_WORKERS + 1);
+        sync.total_num_replicas = (int)PSC_MIN(r->sync->total_num_replicas, (uint32_t)PS_MAX_WORKERS + 1);
+        sync.timeout_secs = r->sync->timeout_secs;
+        if (sync.total_num_replicas < 1 || sync.total_num_replicas > PS_MAX_WORKERS)
+            rc = psc_seterr(err, sizeof err, PSC_EINVAL, "sync.total_num_replicas must be 1..%d, got %u",
+                            PS_MAX_WORKERS, r->sync->total_num_replicas);
+    }
     if (rc == 0) {
         rc = store_create_vars(svc->store, r->job_id, &opt, specs, (int)r->n_vars, &created, err, sizeof err);
+        if (rc == 0 && r->sync) rc = store_set_sync(svc->store, &sync, err, sizeof err);
         if (rc == PSC_EMISMATCH) rc = PSC_EEXISTS; /* a create that conflicts with what exists */
     } else {
         store_count_rejected(svc->store);
@@ -114,8 +137,12 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         size_t n = psc__create_reply__get_packed_size(&rep);
         psc__create_reply__pack(&rep, psc_rpc_reply_alloc(call, n));
         psc_rpc_reply_send(call);
-        if (created)
-            PSC_INFO("created %zu variables for job %s (optimizer %s)", r->n_vars, r->job_id,
+        if (created && r->sync)
+            PSC_INFO("created %zu variables for job %s (optimizer %s, sync replicas: R=%d N=%d timeout %.1f s)",
+                     r->n_vars, r->job_id, psc_optim_name(opt.kind), sync.replicas_to_aggregate,
+                     sync.total_num_replicas, sync.timeout_secs);
+        else if (created)
+            PSC_INFO("created %zu variables for job %s (optimizer %s, asynchronous)", r->n_vars, r->job_id,
                      psc_optim_name(opt.kind));
     }
     free(specs);
@@ -199,14 +226,17 @@ static void h_ready(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *
 
 /* Reply buffer layout for tensor replies: [pad][header][payload]; payload at
  * offset `bound`, header packed at bound - hlen once the version is known. */
-static void send_chunk_reply(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
-                             uint64_t total, int64_t version, size_t len)
+static void send_chunk_reply_sync(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name,
+                                  uint64_t offset, uint64_t total, int64_t version, size_t len, int64_t step,
+                                  int stale)
 {
     Psc__Chunk h = PSC__CHUNK__INIT;
     h.name = (char *)name;
     h.offset = offset;
     h.total = total;
     h.version = version;
+    h.step = step;
+    h.stale = stale;
     uint8_t hdr[256];
     PSC_ASSERT(psc_chunk_header_bound(&h) <= sizeof hdr);
     size_t hlen = psc_chunk_header_pack(&h, len, hdr);
@@ -215,10 +245,205 @@ static void send_chunk_reply(psc_rpc_call_t *call, uint8_t *buf, size_t bound, c
     psc_rpc_reply_send_range(call, bound - hlen, hlen + len);
 }
 
+static void send_chunk_reply(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
+                             uint64_t total, int64_t version, size_t len)
+{
+    send_chunk_reply_sync(call, buf, bound, name, offset, total, version, len, 0, 0);
+}
+
 static size_t reply_header_bound(const char *name)
 {
-    /* name, offset, total, version, data tag+len: generous fixed bound. */
-    return strlen(name) + 64;
+    /* name, offset, total, version, step, stale, data tag+len: generous fixed bound. */
+    return strlen(name) + 96;
+}
+
+/* ---- parking (sync replicas) ----
+ *
+ * A reply that needs a step that is not applied yet (a sync push-pull, a pull
+ * with min_step, a sync Step) is parked: its call and reply buffer go on a list
+ * and the handler returns, so no server thread waits. Whoever applies a step
+ * (a handler whose gradient completed it, or the reaper thread's timeout rule)
+ * then completes the parked replies of that chunk whose step has come. A parked
+ * entry is completed by whoever unlinks it from the list, under park_lock, so
+ * exactly once; a handler that parks re-checks the step after parking, which
+ * closes the race with an apply that happened in between. */
+
+enum park_kind { PARK_CHUNK, PARK_STEP };
+
+typedef struct parked {
+    struct parked *next;
+    psc_rpc_call_t *call;
+    enum park_kind kind;
+    char name[208];
+    uint64_t offset, total;
+    size_t len;
+    uint8_t *buf; /* reply buffer from psc_rpc_reply_alloc: bound bytes of header room, then len */
+    size_t bound;
+    int64_t min_step;
+    double since;
+} parked_t;
+
+/* Answers a parked entry with the current state (its step has come). */
+static void complete_parked(ps_service_t *svc, parked_t *p)
+{
+    char err[512];
+    int64_t step = 0, version = 0;
+    if (p->kind == PARK_STEP) {
+        store_step_get(svc->store, &step);
+        Psc__StepReply rep = PSC__STEP_REPLY__INIT;
+        rep.global_step = step;
+        uint8_t buf[32];
+        psc_rpc_reply(p->call, buf, psc__step_reply__pack(&rep, buf));
+    } else {
+        int rc = store_chunk_read(svc->store, p->name, p->offset, p->len, p->buf + p->bound, &step, &version, err,
+                                  sizeof err);
+        if (rc)
+            psc_rpc_fail(p->call, status_of(rc), "%s", err);
+        else
+            send_chunk_reply_sync(p->call, p->buf, p->bound, p->name, p->offset, p->total, version, p->len, step, 0);
+    }
+    free(p);
+}
+
+/* The current step of what p waits for. */
+static int64_t parked_current_step(ps_service_t *svc, const parked_t *p)
+{
+    int64_t step = -1;
+    if (p->kind == PARK_STEP)
+        store_step_get(svc->store, &step);
+    else
+        store_chunk_read(svc->store, p->name, p->offset, 0, NULL, &step, NULL, NULL, 0);
+    return step;
+}
+
+/* Completes every parked entry for (kind, name, offset) whose step has come;
+ * name NULL: every entry (any chunk). */
+static void wake_parked(ps_service_t *svc, enum park_kind kind, const char *name, uint64_t offset)
+{
+    parked_t *ready = NULL;
+    pthread_mutex_lock(&svc->park_lock);
+    for (parked_t **pp = &svc->parked; *pp;) {
+        parked_t *p = *pp;
+        int match = !name || (p->kind == kind && (kind == PARK_STEP || (p->offset == offset && !strcmp(p->name, name))));
+        if (match && parked_current_step(svc, p) >= p->min_step) {
+            *pp = p->next;
+            p->next = ready;
+            ready = p;
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_unlock(&svc->park_lock);
+    while (ready) {
+        parked_t *next = ready->next;
+        complete_parked(svc, ready);
+        ready = next;
+    }
+}
+
+/* Parks a reply until (kind, name, offset) reaches min_step; p is filled by the caller. */
+static void park(ps_service_t *svc, parked_t *p)
+{
+    p->since = psc_now();
+    pthread_mutex_lock(&svc->park_lock);
+    if (svc->draining) {
+        pthread_mutex_unlock(&svc->park_lock);
+        psc_rpc_fail(p->call, PSC_RPC_UNAVAILABLE, "ps_server %d is shutting down", svc->task_index);
+        free(p);
+        return;
+    }
+    p->next = svc->parked;
+    svc->parked = p;
+    pthread_mutex_unlock(&svc->park_lock);
+    /* the step may have been applied between the store call and the parking */
+    wake_parked(svc, p->kind, p->name, p->offset);
+}
+
+/* The reaper: applies steps whose timeout expired (store_sync_tick), answers
+ * their parked replies, logs presence changes, and fails replies parked far
+ * longer than any step can take. */
+static void on_tick_apply(void *arg, const char *name, uint64_t offset, int64_t step, uint32_t count,
+                          int by_timeout)
+{
+    ps_service_t *svc = arg;
+    store_sync_cfg_t cfg;
+    store_get_sync(svc->store, &cfg);
+    if (by_timeout)
+        PSC_WARN("sync: step %lld of %s@%llu applied after the %.1f s timeout with %u of %d gradients",
+                 (long long)step - 1, name, (unsigned long long)offset, cfg.timeout_secs, count,
+                 cfg.replicas_to_aggregate);
+    wake_parked(svc, strcmp(name, "global_step") == 0 ? PARK_STEP : PARK_CHUNK, name, offset);
+}
+
+static void *reaper_main(void *arg)
+{
+    ps_service_t *svc = arg;
+    pthread_mutex_lock(&svc->reaper_lock);
+    while (!svc->reaper_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&svc->reaper_cond, &svc->reaper_lock, &ts);
+        if (svc->reaper_stop) break;
+        pthread_mutex_unlock(&svc->reaper_lock);
+        store_sync_cfg_t cfg;
+        if (store_get_sync(svc->store, &cfg)) {
+            double now = psc_now();
+            store_sync_tick(svc->store, now, on_tick_apply, svc);
+            uint32_t needed = 0;
+            uint32_t present = (uint32_t)store_sync_present(svc->store, now, &needed);
+            if (present != svc->last_present) {
+                PSC_INFO("sync: %u of %d replicas present; a step now needs %u gradient%s", present,
+                         cfg.total_num_replicas, needed, needed == 1 ? "" : "s");
+                svc->last_present = present;
+            }
+            /* anything parked this long waits for a step no one will apply */
+            double limit = cfg.timeout_secs * 2 + 10;
+            parked_t *expired = NULL;
+            pthread_mutex_lock(&svc->park_lock);
+            for (parked_t **pp = &svc->parked; *pp;) {
+                parked_t *p = *pp;
+                if (now - p->since > limit) {
+                    *pp = p->next;
+                    p->next = expired;
+                    expired = p;
+                } else {
+                    pp = &p->next;
+                }
+            }
+            pthread_mutex_unlock(&svc->park_lock);
+            while (expired) {
+                parked_t *next = expired->next;
+                psc_rpc_fail(expired->call, PSC_RPC_DEADLINE_EXCEEDED,
+                             "%s: step %lld was not applied within %.0f s", expired->name,
+                             (long long)expired->min_step - 1, limit);
+                free(expired);
+                expired = next;
+            }
+        }
+        pthread_mutex_lock(&svc->reaper_lock);
+    }
+    pthread_mutex_unlock(&svc->reaper_lock);
+    return NULL;
+}
+
+void ps_service_drain(ps_service_t *svc)
+{
+    pthread_mutex_lock(&svc->park_lock);
+    svc->draining = 1;
+    parked_t *all = svc->parked;
+    svc->parked = NULL;
+    pthread_mutex_unlock(&svc->park_lock);
+    while (all) {
+        parked_t *next = all->next;
+        psc_rpc_fail(all->call, PSC_RPC_UNAVAILABLE, "ps_server %d is shutting down", svc->task_index);
+        free(all);
+        all = next;
+    }
 }
 
 static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
@@ -235,14 +460,29 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     }
     size_t bound = reply_header_bound(r->name);
     uint8_t *buf = psc_rpc_reply_alloc(call, bound + r->length);
-    int64_t version = 0;
+    int64_t version = 0, step = 0;
     int rc = store_pull(svc->store, r->name, r->offset, r->length, buf + bound, &version, err, sizeof err);
+    if (rc == 0 && r->min_step > 0)
+        rc = store_chunk_read(svc->store, r->name, r->offset, r->length, buf + bound, &step, &version, err,
+                              sizeof err);
+    uint64_t total = 0;
+    if (rc == 0) store_var_bytes(svc->store, r->name, &total); /* exists: the pull found it */
     if (rc != 0) {
         psc_rpc_fail(call, status_of(rc), "%s", err);
+    } else if (r->min_step > 0 && step < r->min_step) {
+        parked_t *p = psc_xcalloc(1, sizeof *p); /* wait until the step is applied */
+        p->call = call;
+        p->kind = PARK_CHUNK;
+        snprintf(p->name, sizeof p->name, "%s", r->name);
+        p->offset = r->offset;
+        p->total = total;
+        p->len = r->length;
+        p->buf = buf;
+        p->bound = bound;
+        p->min_step = r->min_step;
+        park(svc, p);
     } else {
-        uint64_t total = 0;
-        store_var_bytes(svc->store, r->name, &total); /* exists: the pull found it */
-        send_chunk_reply(call, buf, bound, r->name, r->offset, total, version, r->length);
+        send_chunk_reply_sync(call, buf, bound, r->name, r->offset, total, version, r->length, step, 0);
     }
     psc__pull_request__free_unpacked(r, NULL);
 }
@@ -255,6 +495,20 @@ static void h_push(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     if (chunk_decode(req, len, &cr)) return fail_undecodable(svc, call, "Chunk", len);
     Psc__Chunk *c = cr.c;
     int64_t version = 0;
+    if (store_get_sync(svc->store, NULL)) {
+        /* sync: a contribution to the chunk's step; the reply says if it was stale */
+        store_sync_result_t res;
+        int rc = store_push_sync(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, c->local_step,
+                                 c->count ? c->count : 1, c->worker, psc_now(), NULL, &res, err, sizeof err);
+        if (rc != 0) {
+            psc_rpc_fail(call, status_of(rc), "%s", err);
+        } else {
+            reply_push(call, res.version, res.stale);
+            if (res.applied || res.lag_applied) wake_parked(svc, PARK_CHUNK, c->name, c->offset);
+        }
+        chunk_free(&cr);
+        return;
+    }
     int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, NULL, &version, err,
                         sizeof err);
     if (rc != 0)
@@ -281,6 +535,33 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
     size_t bound = reply_header_bound(c->name);
     uint8_t *buf = psc_rpc_reply_alloc(call, bound + c->data.len);
     int64_t version = 0;
+    if (store_get_sync(svc->store, NULL)) {
+        /* sync: contribute, then answer with the values of the next step once it is applied */
+        store_sync_result_t res;
+        int rc = store_push_sync(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, c->local_step,
+                                 c->count ? c->count : 1, c->worker, psc_now(), buf + bound, &res, err, sizeof err);
+        if (rc != 0) {
+            psc_rpc_fail(call, status_of(rc), "%s", err);
+        } else if (res.stale || res.applied) {
+            send_chunk_reply_sync(call, buf, bound, c->name, c->offset, c->total, res.version, c->data.len, res.step,
+                                  res.stale);
+            if (res.applied || res.lag_applied) wake_parked(svc, PARK_CHUNK, c->name, c->offset);
+        } else {
+            parked_t *p = psc_xcalloc(1, sizeof *p);
+            p->call = call;
+            p->kind = PARK_CHUNK;
+            snprintf(p->name, sizeof p->name, "%s", c->name);
+            p->offset = c->offset;
+            p->total = c->total;
+            p->len = c->data.len;
+            p->buf = buf;
+            p->bound = bound;
+            p->min_step = c->local_step + 1;
+            park(svc, p);
+        }
+        chunk_free(&cr);
+        return;
+    }
     int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, buf + bound, &version,
                         err, sizeof err);
     if (rc != 0)
@@ -297,9 +578,39 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     Psc__StepRequest *r = psc__step_request__unpack(NULL, len, req);
     if (!r) return fail_undecodable(svc, call, "StepRequest", len);
     int64_t value = 0;
-    int rc = r->increment < 0 ? psc_seterr(err, sizeof err, PSC_EINVAL, "step increment %lld is negative",
-                                           (long long)r->increment)
-                              : store_step_add(svc->store, r->increment, &value, err, sizeof err);
+    if (store_get_sync(svc->store, NULL) && r->count > 0) {
+        /* sync: a contribution (count >= 1) to global_step's step; count 0 is a read */
+        store_sync_result_t res;
+        int rc = store_step_sync(svc->store, r->local_step, r->count ? r->count : 1, r->worker, psc_now(), &res, err,
+                                 sizeof err);
+        if (rc != 0) {
+            psc_rpc_fail(call, status_of(rc), "%s", err);
+        } else if (res.stale || res.applied) {
+            Psc__StepReply rep = PSC__STEP_REPLY__INIT;
+            rep.global_step = res.step;
+            rep.stale = res.stale;
+            uint8_t buf[32];
+            psc_rpc_reply(call, buf, psc__step_reply__pack(&rep, buf));
+            if (res.applied || res.lag_applied) wake_parked(svc, PARK_STEP, "global_step", 0);
+        } else {
+            parked_t *p = psc_xcalloc(1, sizeof *p);
+            p->call = call;
+            p->kind = PARK_STEP;
+            snprintf(p->name, sizeof p->name, "global_step");
+            p->min_step = r->local_step + 1;
+            park(svc, p);
+        }
+        psc__step_request__free_unpacked(r, NULL);
+        return;
+    }
+    int rc;
+    if (r->increment < 0)
+        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "step increment %lld is negative", (long long)r->increment);
+    else if (r->increment > 0 && store_get_sync(svc->store, NULL))
+        rc = psc_seterr(err, sizeof err, PSC_EUNSUPPORTED,
+                        "global_step is in sync mode: a step is a contribution with count >= 1, not an increment");
+    else
+        rc = store_step_add(svc->store, r->increment, &value, err, sizeof err);
     if (rc != 0) {
         psc_rpc_fail(call, status_of(rc), "%s", err);
     } else {
@@ -327,6 +638,7 @@ static void h_worker_done(psc_rpc_call_t *call, const uint8_t *req, size_t len, 
         uint32_t n = svc->workers_done;
         pthread_mutex_unlock(&svc->lock);
         PSC_INFO("worker %u finished (%u done)", r->worker, n);
+        store_sync_worker_left(svc->store, r->worker); /* sync: no step waits for it any more */
         Psc__WorkerDoneReply rep = PSC__WORKER_DONE_REPLY__INIT;
         rep.workers_done = n;
         uint8_t buf[16];
@@ -356,9 +668,22 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     rep.pulls = st.pulls;
     rep.bytes_pushed = st.bytes_pushed;
     rep.bytes_pulled = st.bytes_pulled;
+    rep.stale = st.stale;
+    rep.timeout_applies = st.timeout_applies;
+    store_sync_cfg_t sync;
+    if ((rep.sync = store_get_sync(svc->store, &sync))) {
+        uint32_t needed = 0;
+        rep.replicas_to_aggregate = (uint32_t)sync.replicas_to_aggregate;
+        rep.total_num_replicas = (uint32_t)sync.total_num_replicas;
+        rep.replicas_present = (uint32_t)store_sync_present(svc->store, psc_now(), &needed);
+    }
+    uint32_t done_ranks[256];
     pthread_mutex_lock(&svc->lock);
     rep.workers_done = svc->workers_done;
+    for (uint32_t w = 0; w < PS_MAX_WORKERS && rep.n_done_workers < PSC_ARRAY_LEN(done_ranks); w++)
+        if (svc->done[w]) done_ranks[rep.n_done_workers++] = w;
     pthread_mutex_unlock(&svc->lock);
+    rep.done_workers = done_ranks;
     rep.optimizer = (char *)"";
 
     store_var_info_t *vars = NULL;
@@ -409,13 +734,29 @@ ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdo
     svc->on_shutdown = on_shutdown;
     svc->shutdown_arg = arg;
     pthread_mutex_init(&svc->lock, NULL);
+    pthread_mutex_init(&svc->park_lock, NULL);
+    pthread_mutex_init(&svc->reaper_lock, NULL);
+    pthread_cond_init(&svc->reaper_cond, NULL);
+    PSC_ASSERT(pthread_create(&svc->reaper, NULL, reaper_main, svc) == 0);
+    svc->reaper_running = 1;
     return svc;
 }
 
 void ps_service_destroy(ps_service_t *svc)
 {
     if (!svc) return;
+    if (svc->reaper_running) {
+        pthread_mutex_lock(&svc->reaper_lock);
+        svc->reaper_stop = 1;
+        pthread_cond_signal(&svc->reaper_cond);
+        pthread_mutex_unlock(&svc->reaper_lock);
+        pthread_join(svc->reaper, NULL);
+    }
+    ps_service_drain(svc);
     pthread_mutex_destroy(&svc->lock);
+    pthread_mutex_destroy(&svc->park_lock);
+    pthread_mutex_destroy(&svc->reaper_lock);
+    pthread_cond_destroy(&svc->reaper_cond);
     free(svc);
 }
 

@@ -18,6 +18,10 @@ typedef struct ps_service ps_service_t;
  * when a Shutdown RPC arrives; it should make main() stop the daemon. */
 ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdown)(void *), void *arg);
 void ps_service_destroy(ps_service_t *svc); /* NULL ok; after the server is down */
+/* Answers every parked reply (sync replicas) with UNAVAILABLE and parks none
+ * from now on: call before shutting the server down, whose shutdown waits for
+ * every call to finish. */
+void ps_service_drain(ps_service_t *svc);
 /* Registers every method on the server (before psc_rpc_server_start). */
 void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server);
 

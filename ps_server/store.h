@@ -10,6 +10,35 @@
  * is counted per chunk of a variable: with whole-variable pushes it equals the
  * number of pushes applied to the variable.
  * global_step is an int64 counter held by the shard that has the is_step variable.
+ *
+ * Sync-replica mode (store_set_sync; TensorFlow's SyncReplicasOptimizer): a
+ * push no longer updates the variable; it adds to the accumulator of its wire
+ * chunk (sync.h), and the chunk is updated with the mean of the accumulated
+ * gradients once per step, when enough replicas contributed or the step's
+ * timeout expired. global_step has an accumulator too and advances by one per
+ * applied step. Rules (store_push_sync, store_step_sync, store_sync_tick):
+ *   - stale:   local_step < the chunk's step: dropped (counted in `stale`);
+ *   - ahead:   local_step > the chunk's step: a pending step of the chunk is
+ *              applied first (counted in timeout_applies), then the chunk skips
+ *              to local_step;
+ *   - apply:   when count >= needed(now), or count >= 1 and now - first_at >=
+ *              timeout_secs (the timeout rule; by_timeout);
+ *   - presence: replica r (< N) is present at t when it has not left
+ *              (store_sync_worker_left) and t - last_seen[r] < timeout_secs;
+ *              last_seen[r] is the latest `now` of r's contributions (stale ones
+ *              too), and starts, for every replica, at the `now` of the first
+ *              contribution (sync push or step, from any replica) after sync
+ *              mode was turned on, so replicas still starting up are not absent
+ *              before training began; until then everyone who has not left is
+ *              present (a tick before it has nothing to apply);
+ *   - needed(now) = sync_needed(R, N, present(now)) (clamp(ceil(R*p/N), 1, R)).
+ * The mean is applied with the store's optimizer exactly like an async push of
+ * that chunk (Adam's per-chunk t += 1, version += 1, `applied` += 1).
+ * A sync push's `now` is the caller's monotonic clock (psc_now()); all calls
+ * must use the same clock. A refused sync request changes nothing, presence
+ * included. store_push and store_step_add keep working in sync mode and bypass
+ * the accumulators: the caller routes requests by store_get_sync.
+ *
  * All functions are thread-safe. Errors: PSC_E* and a message in err.
  */
 #ifndef PSC_STORE_H
@@ -39,10 +68,13 @@ typedef struct store_var_info {
 } store_var_info_t;
 
 typedef struct store_stats {
-    uint64_t applied;  /* push chunks applied */
-    uint64_t rejected; /* push/assign requests refused for bad input */
+    uint64_t applied;  /* push chunks applied (sync: chunk steps applied) */
+    uint64_t rejected; /* requests refused for bad input */
     uint64_t pulls;    /* pull chunks served */
-    uint64_t bytes_pushed, bytes_pulled;
+    uint64_t bytes_pushed, bytes_pulled; /* sync: bytes_pushed counts gradients accumulated (not stale ones) */
+    uint64_t stale;           /* sync: contributions (chunks and steps) dropped as stale */
+    uint64_t timeout_applies; /* sync: steps (chunks and global_step) applied by the timeout or lag rule */
+    uint64_t sync_steps;      /* sync: global_step advances by applied steps */
 } store_stats_t;
 
 store_t *store_create(void);
@@ -92,5 +124,95 @@ int store_var_bytes(store_t *s, const char *name, uint64_t *bytes);
 int store_list(store_t *s, store_var_info_t **out, int *n);
 void store_get_stats(store_t *s, store_stats_t *st);
 void store_count_rejected(store_t *s);
+
+/* ---- sync-replica mode ---- */
+
+typedef struct store_sync_cfg {
+    int replicas_to_aggregate; /* R >= 1 */
+    int total_num_replicas;    /* N >= 1 */
+    double timeout_secs;       /* > 0 */
+} store_sync_cfg_t;
+
+/* Turns sync-replica mode on for the created job (call after store_create_vars,
+ * before or after store_set_ready). Allocates one accumulator per wire chunk of
+ * every trainable variable (sum buffers the size of the variable, allocated
+ * once here; PSC_ENOMEM if that fails, nothing changed) and one for
+ * global_step. The same config again: no-op (0). A different config:
+ * PSC_EEXISTS naming what differs. PSC_ENOTFOUND if no job was created. Bad
+ * values: PSC_EINVAL naming the field. Refusals count as rejected. Sync mode
+ * cannot be turned off (it lasts as long as the job's variables). */
+int store_set_sync(store_t *s, const store_sync_cfg_t *cfg, char *err, size_t errlen);
+/* 1 and *cfg (cfg may be NULL) if sync mode is on, else 0. */
+int store_get_sync(store_t *s, store_sync_cfg_t *cfg);
+
+typedef struct store_sync_result {
+    int stale;       /* dropped: local_step was older than the chunk's step; nothing changed but counters */
+    int applied;     /* this call applied the step the contribution went into (the mean of the accumulated
+                        gradients): the chunk's step is now past local_step */
+    int by_timeout;  /* ... because the timeout expired, not because enough arrived */
+    int64_t step;    /* the chunk's step after the call (for global_step: its value) */
+    int64_t version; /* the variable's version after the call */
+    int lag_applied; /* the chunk lagged (local_step > its step) and held a pending older step, which this
+                        call applied before skipping ahead (counted in timeout_applies); replies parked on
+                        that older step can be completed. Independent of `applied`. */
+} store_sync_result_t;
+
+/* Sync push of one wire chunk: `grad` (any alignment) is the SUM of `count`
+ * (>= 1) per-batch mean gradients computed at `local_step` by replica `worker`
+ * (< N, else PSC_EINVAL). Validates exactly like store_push (name, total, wire
+ * chunk, finite values; a refused request changes nothing and counts as
+ * rejected). Under the variable's lock: the worker is marked seen at `now`;
+ * stale -> dropped (res->stale, `stale` += 1); ahead -> pending step applied
+ * (res->lag_applied), skip to local_step; then the gradient is added and, if
+ * due at `now` with needed(now), the mean is applied and the step advances
+ * (res->applied, res->by_timeout). If `updated` is non-NULL and the call applied
+ * a step OR was stale, the chunk's current values are copied there (len bytes;
+ * counted as a pull). res may be NULL.
+ * PSC_ENOTREADY before ready; PSC_EUNSUPPORTED when the store is not in sync
+ * mode; PSC_ENOTFOUND, PSC_EMISMATCH, PSC_EINVAL as store_push. */
+int store_push_sync(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
+                    int64_t local_step, uint32_t count, uint32_t worker, double now, void *updated,
+                    store_sync_result_t *res, char *err, size_t errlen);
+
+/* Sync step contribution to global_step (the shard holding it): the same rules
+ * with no data; when due, global_step += 1 (once per applied step, whatever the
+ * count). res->step = global_step's value. The accumulator follows the value:
+ * while it holds nothing, its step is raised to global_step's value (after a
+ * restore by store_assign, older local steps are stale). Allowed before ready
+ * (like store_step_add). PSC_ENOTFOUND when this shard holds no global_step;
+ * PSC_EUNSUPPORTED when not in sync mode; PSC_EINVAL for worker >= N or count 0. */
+int store_step_sync(store_t *s, int64_t local_step, uint32_t count, uint32_t worker, double now,
+                    store_sync_result_t *res, char *err, size_t errlen);
+
+/* The sync step of the chunk holding bytes [offset, offset+len) of `name`
+ * (the range must lie within one wire chunk, as for store_pull; global_step:
+ * its value); also copies those bytes into dst (dst may be NULL: nothing
+ * copied) and the variable's version, in one lock hold. Works in async mode too
+ * (step = number of applies of that chunk). step and version may be NULL. Not
+ * counted as a pull. PSC_ENOTREADY before ready, PSC_ENOTFOUND, PSC_EINVAL. */
+int store_chunk_read(store_t *s, const char *name, uint64_t offset, size_t len, void *dst, int64_t *step,
+                     int64_t *version, char *err, size_t errlen);
+
+/* Applies every accumulator that is due at `now` (timeout expired with >= 1
+ * contribution, or enough contributions now that absent replicas lowered
+ * `needed`). For each applied chunk calls fn(arg, name, offset, new_step, count,
+ * by_timeout) with NO store lock held (collect, unlock, then call); name is the
+ * variable's (valid until store_destroy), new_step the chunk's step after the
+ * apply (global_step: its value), count the contributions averaged. fn may be
+ * NULL and may call any store function. Returns the number applied. No-op (0)
+ * in async mode. Call it periodically (e.g. every 50 ms) from one thread. */
+int store_sync_tick(store_t *s, double now,
+                    void (*fn)(void *arg, const char *name, uint64_t offset, int64_t step, uint32_t count,
+                               int by_timeout),
+                    void *arg);
+
+/* Replica `worker` finished (WorkerDone): from now on it is not present, for
+ * good. No-op in async mode or for worker >= N. */
+void store_sync_worker_left(store_t *s, uint32_t worker);
+
+/* Replicas present at `now` (see presence above) and, in *needed (may be NULL),
+ * the contributions needed per step. Before the first contribution every replica
+ * that has not left counts as present. Async mode: 0 and *needed = 0. */
+int store_sync_present(store_t *s, double now, uint32_t *needed);
 
 #endif

@@ -215,6 +215,7 @@ struct psc_loader {
     const psc_dataset_t *ds;
     int shard, num_shards, batch_size, epochs;
     uint64_t seed;
+    int shuffle; /* 0: the shard in order every epoch */
     int64_t shard_size, steps_per_epoch;
     int64_t *order; /* (shard_size) this epoch's example indices; producer-only */
 
@@ -233,6 +234,7 @@ struct psc_loader {
 static void shuffle_epoch(psc_loader_t *l, int epoch)
 {
     for (int64_t k = 0; k < l->shard_size; k++) l->order[k] = l->shard + k * l->num_shards;
+    if (!l->shuffle) return;
     psc_rng_t r;
     psc_rng_seed(&r, psc_seed_mix(l->seed, (uint64_t)epoch));
     for (int64_t i = l->shard_size - 1; i > 0; i--) {
@@ -289,7 +291,7 @@ finish:
 }
 
 psc_loader_t *loader_create(const psc_dataset_t *ds, int shard, int num_shards, int batch_size, uint64_t seed,
-                            int epochs, int prefetch, char *err, size_t errlen)
+                            int shuffle, int epochs, int prefetch, char *err, size_t errlen)
 {
     if (num_shards < 1 || shard < 0 || shard >= num_shards) {
         psc_seterr(err, errlen, PSC_EINVAL, "loader: shard %d of %d is not a valid shard", shard, num_shards);
@@ -315,6 +317,7 @@ psc_loader_t *loader_create(const psc_dataset_t *ds, int shard, int num_shards, 
     l->batch_size = batch_size;
     l->epochs = epochs;
     l->seed = seed;
+    l->shuffle = shuffle;
     l->shard_size = shard_size;
     l->steps_per_epoch = (shard_size + batch_size - 1) / batch_size;
     l->order = psc_xmalloc((size_t)shard_size * sizeof *l->order);

@@ -43,9 +43,11 @@ typedef struct psc_batch {
 } psc_batch_t;
 
 /* Starts a loader over `ds` (which must outlive it). prefetch >= 1 batches are
- * prepared ahead on a thread. Returns NULL (err set) if the shard is empty. */
+ * prepared ahead on a thread. shuffle 0 keeps the shard's examples in order
+ * every epoch (deterministic data order, e.g. to compare sync training with one
+ * big batch). Returns NULL (err set) if the shard is empty. */
 psc_loader_t *loader_create(const psc_dataset_t *ds, int shard, int num_shards, int batch_size, uint64_t seed,
-                            int epochs, int prefetch, char *err, size_t errlen);
+                            int shuffle, int epochs, int prefetch, char *err, size_t errlen);
 /* Next batch; its buffers stay valid until the next loader_next call. Returns 0,
  * or 1 when all epochs are done. */
 int loader_next(psc_loader_t *l, psc_batch_t *b);

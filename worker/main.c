@@ -10,6 +10,7 @@
 #include "psc.h"
 #include "rpc.h"
 #include "tf_config.h"
+#include "towers.h"
 #include "trainer.h"
 
 #include <getopt.h>
@@ -25,6 +26,8 @@ enum {
     OPT_RPC_TIMEOUT,
     OPT_LOG_EVERY,
     OPT_PREFETCH,
+    OPT_DEVICES,
+    OPT_DEBUG_DELAY,
     OPT_SHUTDOWN_PS,
 };
 
@@ -46,6 +49,9 @@ static void usage(FILE *f)
             "  --rpc_timeout_ms MS      deadline of each RPC (default 30000)\n"
             "  --log_every_secs S       progress line period (default 5)\n"
             "  --prefetch N             batches prepared ahead by the input thread (default 2)\n"
+            "  --debug_step_delay_ms MS testing: sleep MS in every step (simulates a slow replica)\n"
+            "  --devices LIST           towers: cpu, cpu,cpu, gpu, gpu:0,gpu:1 (default: every visible GPU,\n"
+            "                           else one CPU tower); the batch is split across them\n"
             "  --shutdown_ps_at_end 0|1 chief: tell every ps_server to exit when training ends (default 1)\n"
             "  --log_level LEVEL        debug | info | warn | error (default info)\n"
             "  --help, --version\n"
@@ -93,6 +99,8 @@ int main(int argc, char **argv)
         {"rpc_timeout_ms", required_argument, NULL, OPT_RPC_TIMEOUT},
         {"log_every_secs", required_argument, NULL, OPT_LOG_EVERY},
         {"prefetch", required_argument, NULL, OPT_PREFETCH},
+        {"devices", required_argument, NULL, OPT_DEVICES},
+        {"debug_step_delay_ms", required_argument, NULL, OPT_DEBUG_DELAY},
         {"shutdown_ps_at_end", required_argument, NULL, OPT_SHUTDOWN_PS},
         {"log_level", required_argument, NULL, PSC_OPT_LOG_LEVEL},
         {"help", no_argument, NULL, PSC_OPT_HELP},
@@ -149,6 +157,24 @@ int main(int argc, char **argv)
             }
             to->prefetch = (int)v;
             break;
+        case OPT_DEBUG_DELAY:
+            if (psc_parse_int(optarg, 0, 600000, &v)) {
+                fprintf(stderr, "worker: --debug_step_delay_ms: expected 0..600000, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            to->debug_step_delay_ms = (int)v;
+            break;
+        case OPT_DEVICES: {
+            const tower_ops_t *backend;
+            int devs[PSC_MAX_TOWERS], ndev;
+            char derr[256];
+            if (towers_parse_devices(optarg, &backend, devs, &ndev, derr, sizeof derr)) {
+                fprintf(stderr, "worker: %s\n", derr);
+                return PSC_EXIT_USAGE;
+            }
+            to->devices = optarg;
+            break;
+        }
         case OPT_SHUTDOWN_PS:
             if (psc_parse_int(optarg, 0, 1, &v)) {
                 fprintf(stderr, "worker: --shutdown_ps_at_end: expected 0 or 1, got \"%s\"\n", optarg);

@@ -42,7 +42,20 @@ struct ps_client {
     piece_chunk_t *chunks; /* every chunk of every trainable piece */
     size_t nchunks;
     psc_rpc_op_t *ops;     /* nchunks + 1 */
+    /* sync replicas (ps_client_set_sync) */
+    int sync;
+    int sync_r, sync_n;
+    double sync_timeout;
 };
+
+/* What one push round contributes (sync) and what came back. */
+typedef struct round {
+    int64_t step_inc;   /* async: added to global_step */
+    int sync;           /* contributions of a sync step: */
+    int64_t local_step; /* the step the gradients were computed at */
+    uint32_t count;     /* batches summed in them */
+    int stale;          /* out: replies that said the contribution was stale */
+} round_t;
 
 static size_t pack_pull_request(const char *name, uint64_t off, uint64_t len, uint8_t *buf)
 {
@@ -138,7 +151,7 @@ static void clear_ops(psc_rpc_op_t *ops, size_t n)
  * to land in dst directly (reply_body); if the reply was too short to split,
  * its data is copied from the reply. */
 static int take_chunk_reply(const psc_rpc_op_t *op, const piece_chunk_t *pk, const char *name, void *dst,
-                            char *err, size_t errlen)
+                            int *stale, char *err, size_t errlen)
 {
     Psc__Chunk *c;
     const uint8_t *data;
@@ -152,14 +165,20 @@ static int take_chunk_reply(const psc_rpc_op_t *op, const piece_chunk_t *pk, con
                         psc_rpc_channel_target(op->ch), c->name, (unsigned long long)c->offset, dlen);
     else if (data && dlen)
         memcpy(dst, data, dlen);
+    if (rc == 0 && stale && c->stale) (*stale)++;
     psc__chunk__free_unpacked(c, NULL);
     return rc;
 }
 
-static void fill_step_op(ps_client_t *pc, psc_rpc_op_t *op, uint8_t *buf, int64_t inc)
+static void fill_step_op(ps_client_t *pc, psc_rpc_op_t *op, uint8_t *buf, const round_t *rd)
 {
     Psc__StepRequest r = PSC__STEP_REQUEST__INIT;
-    r.increment = inc;
+    r.increment = rd->step_inc;
+    if (rd->sync) {
+        r.local_step = rd->local_step;
+        r.count = rd->count;
+        r.worker = (uint32_t)pc->rank;
+    }
     memset(op, 0, sizeof *op);
     op->ch = pc->ch[pc->step_ps];
     op->method = PSC_M_STEP;
@@ -167,11 +186,12 @@ static void fill_step_op(ps_client_t *pc, psc_rpc_op_t *op, uint8_t *buf, int64_
     op->hdr_len = psc__step_request__pack(&r, buf);
 }
 
-static int take_step_reply(const psc_rpc_op_t *op, int64_t *global_step, char *err, size_t errlen)
+static int take_step_reply(const psc_rpc_op_t *op, int64_t *global_step, int *stale, char *err, size_t errlen)
 {
     Psc__StepReply *r = psc__step_reply__unpack(NULL, op->reply_len, op->reply);
     if (!r) return psc_seterr(err, errlen, PSC_ECORRUPT, "Step reply does not parse");
     if (global_step) *global_step = r->global_step;
+    if (stale && r->stale) (*stale)++;
     psc__step_reply__free_unpacked(r, NULL);
     return 0;
 }
@@ -192,21 +212,22 @@ int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *e
         op->reply_body_len = pk->len;
     }
     uint8_t stepbuf[32];
-    if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, 0);
+    round_t none = {0};
+    if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, &none);
     int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
     if (rc) rc = op_error(pc->ops, n, "pull", err, errlen);
     for (size_t k = 0; rc == 0 && k < pc->nchunks; k++) {
         piece_chunk_t *pk = &pc->chunks[k];
-        rc = take_chunk_reply(&pc->ops[k], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte, err,
-                              errlen);
+        rc = take_chunk_reply(&pc->ops[k], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte,
+                              NULL, err, errlen);
     }
-    if (rc == 0 && pc->step_ps >= 0) rc = take_step_reply(&pc->ops[pc->nchunks], global_step, err, errlen);
+    if (rc == 0 && pc->step_ps >= 0) rc = take_step_reply(&pc->ops[pc->nchunks], global_step, NULL, err, errlen);
     clear_ops(pc->ops, n);
     return rc;
 }
 
 /* Push (method PSC_M_PUSH) or push-pull (PSC_M_PUSH_PULL, params receives the new values). */
-static int push_round(ps_client_t *pc, const char *method, const float *grads, float *params, int64_t step_inc,
+static int push_round(ps_client_t *pc, const char *method, const float *grads, float *params, round_t *rd,
                       int64_t *global_step, char *err, size_t errlen)
 {
     size_t n = pc->nchunks;
@@ -218,6 +239,10 @@ static int push_round(ps_client_t *pc, const char *method, const float *grads, f
         h.offset = pk->offset;
         h.total = (uint64_t)pv->numel * 4;
         h.worker = (uint32_t)pc->rank;
+        if (rd->sync) {
+            h.local_step = rd->local_step;
+            h.count = rd->count;
+        }
         PSC_ASSERT(psc_chunk_header_bound(&h) <= HDR_CAP);
         pk->hdr_len = psc_chunk_header_pack(&h, pk->len, pk->hdr);
         psc_rpc_op_t *op = &pc->ops[k];
@@ -234,15 +259,20 @@ static int push_round(ps_client_t *pc, const char *method, const float *grads, f
         }
     }
     uint8_t stepbuf[32];
-    if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, step_inc);
-    int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
+    if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, rd);
+    /* a sync reply waits on the PS until the step is applied: at most the
+     * timeout after its first gradient (the PS gives up on it at 2x + 10 s) */
+    int timeout = pc->timeout_ms + (rd->sync ? (int)(pc->sync_timeout * 2000) + 10000 : 0);
+    rd->stale = 0;
+    int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, timeout);
     if (rc) rc = op_error(pc->ops, n, "push", err, errlen);
     for (size_t k = 0; rc == 0 && params && k < pc->nchunks; k++) {
         piece_chunk_t *pk = &pc->chunks[k];
-        rc = take_chunk_reply(&pc->ops[k], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte, err,
-                              errlen);
+        rc = take_chunk_reply(&pc->ops[k], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte,
+                              &rd->stale, err, errlen);
     }
-    if (rc == 0 && pc->step_ps >= 0) rc = take_step_reply(&pc->ops[pc->nchunks], global_step, err, errlen);
+    if (rc == 0 && pc->step_ps >= 0)
+        rc = take_step_reply(&pc->ops[pc->nchunks], global_step, &rd->stale, err, errlen);
     clear_ops(pc->ops, n);
     return rc;
 }
@@ -250,13 +280,33 @@ static int push_round(ps_client_t *pc, const char *method, const float *grads, f
 int ps_client_push_pull(ps_client_t *pc, const float *grads, float *params, int64_t step_inc, int64_t *global_step,
                         char *err, size_t errlen)
 {
-    return push_round(pc, PSC_M_PUSH_PULL, grads, params, step_inc, global_step, err, errlen);
+    round_t rd = {.step_inc = step_inc};
+    return push_round(pc, PSC_M_PUSH_PULL, grads, params, &rd, global_step, err, errlen);
 }
 
 int ps_client_push(ps_client_t *pc, const float *grads, int64_t step_inc, int64_t *global_step, char *err,
                    size_t errlen)
 {
-    return push_round(pc, PSC_M_PUSH, grads, NULL, step_inc, global_step, err, errlen);
+    round_t rd = {.step_inc = step_inc};
+    return push_round(pc, PSC_M_PUSH, grads, NULL, &rd, global_step, err, errlen);
+}
+
+void ps_client_set_sync(ps_client_t *pc, int replicas_to_aggregate, int total_num_replicas, double timeout_secs)
+{
+    pc->sync = 1;
+    pc->sync_r = replicas_to_aggregate;
+    pc->sync_n = total_num_replicas;
+    pc->sync_timeout = timeout_secs;
+}
+
+int ps_client_push_pull_sync(ps_client_t *pc, const float *grads, float *params, int64_t local_step, uint32_t count,
+                             int64_t *global_step, int *stale, char *err, size_t errlen)
+{
+    PSC_ASSERT(pc->sync);
+    round_t rd = {.sync = 1, .local_step = local_step, .count = count ? count : 1};
+    int rc = push_round(pc, PSC_M_PUSH_PULL, grads, params, &rd, global_step, err, errlen);
+    if (stale) *stale = rd.stale;
+    return rc;
 }
 
 static void optim_to_proto(const psc_optim_config_t *o, Psc__OptimizerSpec *p)
@@ -289,6 +339,13 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
         Psc__CreateRequest req = PSC__CREATE_REQUEST__INIT;
         req.job_id = (char *)job_id;
         req.optimizer = &op;
+        Psc__SyncSpec sync = PSC__SYNC_SPEC__INIT;
+        if (pc->sync) {
+            sync.replicas_to_aggregate = (uint32_t)pc->sync_r;
+            sync.total_num_replicas = (uint32_t)pc->sync_n;
+            sync.timeout_secs = pc->sync_timeout;
+            req.sync = &sync;
+        }
         size_t nv = 0;
         for (int p = 0; p < pc->nplaced; p++) {
             psc_placed_var_t *pv = &pc->placed[p];
@@ -426,6 +483,12 @@ int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t
     st->rejected = r->rejected;
     st->pulls = r->pulls;
     st->nvars = (int)r->n_vars;
+    st->stale = r->stale;
+    st->timeout_applies = r->timeout_applies;
+    st->sync = r->sync;
+    st->replicas_present = r->replicas_present;
+    for (size_t i = 0; i < r->n_done_workers; i++)
+        if (r->done_workers[i] < sizeof st->done) st->done[r->done_workers[i]] = 1;
     psc__status_reply__free_unpacked(r, NULL);
     return 0;
 }

@@ -26,8 +26,13 @@ typedef struct ps_status {
     int has_global_step;
     int64_t global_step;
     uint32_t workers_done;
+    unsigned char done[256];   /* done[r]: replica r reported WorkerDone (ranks < 256) */
     uint64_t applied, rejected, pulls;
     int nvars;
+    int sync;                  /* sync-replica mode */
+    uint64_t stale;            /* sync: gradients dropped as stale */
+    uint64_t timeout_applies;  /* sync: steps applied by the timeout rule */
+    uint32_t replicas_present; /* sync: replicas heard from within the timeout */
 } ps_status_t;
 
 /* Builds the client for the cluster's ps tasks and a model. vars/nvars: the
@@ -63,6 +68,19 @@ int ps_client_push_pull(ps_client_t *pc, const float *grads, float *params, int6
 /* Pushes the gradient slab only (no values back); adds step_inc to global_step. */
 int ps_client_push(ps_client_t *pc, const float *grads, int64_t step_inc, int64_t *global_step, char *err,
                    size_t errlen);
+
+/* Sync-replica mode: Create declares it to the PS (R, N, timeout). */
+void ps_client_set_sync(ps_client_t *pc, int replicas_to_aggregate, int total_num_replicas, double timeout_secs);
+
+/* One sync step: contributes grads (the SUM of `count` per-batch mean
+ * gradients computed at local_step) to every variable and to global_step, and
+ * receives the values after that step was applied (each PS answers once the
+ * step is applied: when R gradients arrived, or by the timeout rule). *stale
+ * gets the number of replies (chunks and the step) that said this replica's
+ * contribution was stale (dropped); their values are the current ones.
+ * *global_step gets the new global_step (the current one if stale). */
+int ps_client_push_pull_sync(ps_client_t *pc, const float *grads, float *params, int64_t local_step, uint32_t count,
+                             int64_t *global_step, int *stale, char *err, size_t errlen);
 
 /* Tells the PS holding global_step that this replica finished. */
 int ps_client_worker_done(ps_client_t *pc, uint32_t *workers_done, char *err, size_t errlen);

@@ -479,6 +479,27 @@ static void cpu_destroy(tower_t *base)
     free(t);
 }
 
+void tower_cpu_set_threads(int n) { openblas_set_num_threads(n); }
+
+static int cpu_device_count(void) { return 1; }
+
+static int cpu_reduce_grads(tower_t *dst_base, tower_t *const *srcs, const float *weights, int n)
+{
+    cpu_tower_t *dst = (cpu_tower_t *)dst_base;
+    /* dst may be among srcs: fold its own term in first, then add the others. */
+    float self = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (srcs[i] == dst_base) self += weights[i];
+    cblas_sscal((int)dst->nparams, self, dst->grads, 1);
+    for (int i = 0; i < n; i++) {
+        const cpu_tower_t *s = (const cpu_tower_t *)srcs[i];
+        if (srcs[i] == dst_base) continue;
+        if (s->nparams != dst->nparams) return PSC_EMISMATCH;
+        cblas_saxpy((int)dst->nparams, weights[i], s->grads, 1, dst->grads, 1);
+    }
+    return 0;
+}
+
 /* TF padding before the first row/column for one dimension. */
 static int pad_before(int in, int out, int k, int s, enum psc_padding pad)
 {
@@ -633,4 +654,6 @@ const tower_ops_t tower_cpu_ops = {
     .train_step = cpu_train_step,
     .get_grads = cpu_get_grads,
     .evaluate = cpu_evaluate,
+    .device_count = cpu_device_count,
+    .reduce_grads = cpu_reduce_grads,
 };

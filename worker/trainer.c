@@ -15,7 +15,8 @@
 #include "ps_client.h"
 #include "psc.h"
 #include "rng.h"
-#include "tower.h"
+#include "rpc.h"
+#include "towers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,21 +34,54 @@ void trainer_opts_defaults(trainer_opts_t *o)
 
 static int stopped(const trainer_opts_t *o) { return o->stop && *o->stop; }
 
-/* Chief: waits until every replica reported done (bounded), so the final
- * evaluation sees the fully trained model. */
-static void wait_workers(const trainer_opts_t *o, ps_client_t *pc, int replicas)
+/* Address of training replica `rank` (the chief, then the workers). */
+static const char *replica_addr(const psc_cluster_t *c, int rank)
 {
-    double start = psc_now();
+    int has_chief = c->n[PSC_JOB_CHIEF] > 0;
+    if (has_chief && rank == 0) return c->addr[PSC_JOB_CHIEF][0];
+    int w = rank - has_chief;
+    return w >= 0 && w < c->n[PSC_JOB_WORKER] ? c->addr[PSC_JOB_WORKER][w] : NULL;
+}
+
+/* Chief: waits until every replica reported done, so the final evaluation sees
+ * the fully trained model. Bounded by wait_workers_secs, and a replica that has
+ * not reported done and whose health service stays unreachable (3 checks in a
+ * row, 1 s apart) is given up on: a dead worker never holds the chief. */
+static void wait_workers(const trainer_opts_t *o, ps_client_t *pc, int replicas, int self)
+{
+    double start = psc_now(), last_probe = 0;
     int logged = 0;
     int ps = ps_client_step_ps(pc) >= 0 ? ps_client_step_ps(pc) : 0;
+    int *misses = psc_xcalloc((size_t)replicas, sizeof *misses);
+    psc_rpc_channel_t **ch = psc_xcalloc((size_t)replicas, sizeof *ch);
     for (;;) {
         ps_status_t st;
         char err[512];
-        if (ps_client_status(pc, ps, &st, err, sizeof err) == 0 && (int)st.workers_done >= replicas) return;
-        if (stopped(o)) return;
+        if (ps_client_status(pc, ps, &st, err, sizeof err) == 0) {
+            if ((int)st.workers_done >= replicas) break;
+            int waiting = 0, gone = 0;
+            int probe = psc_now() - last_probe >= 1.0;
+            if (probe) last_probe = psc_now();
+            for (int r = 0; r < replicas; r++) {
+                if (r == self || (r < (int)sizeof st.done && st.done[r])) continue;
+                waiting++;
+                const char *addr = replica_addr(o->cluster, r);
+                if (probe && addr) {
+                    if (!ch[r]) ch[r] = psc_rpc_channel_create(addr);
+                    misses[r] = psc_rpc_health_check(ch[r], 1000) ? 0 : misses[r] + 1;
+                }
+                gone += misses[r] >= 3;
+            }
+            if (waiting > 0 && gone == waiting) {
+                PSC_WARN("%d replica%s did not finish and %s unreachable: evaluating without waiting", gone,
+                         gone == 1 ? "" : "s", gone == 1 ? "is" : "are");
+                break;
+            }
+        }
+        if (stopped(o)) break;
         if (psc_now() - start > o->wait_workers_secs) {
             PSC_WARN("not every replica finished within %.0f s; evaluating the model as it is", o->wait_workers_secs);
-            return;
+            break;
         }
         if (!logged) {
             PSC_INFO("waiting up to %.0f s for the other replicas to finish", o->wait_workers_secs);
@@ -56,22 +90,27 @@ static void wait_workers(const trainer_opts_t *o, ps_client_t *pc, int replicas)
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    for (int r = 0; r < replicas; r++) psc_rpc_channel_destroy(ch[r]);
+    free(ch);
+    free(misses);
 }
 
-static void evaluate(tower_t *tower, const psc_dataset_t *test, int batch, trainer_result_t *res)
+static int evaluate(towers_t *towers, const psc_dataset_t *test, int batch, trainer_result_t *res)
 {
     double loss_sum = 0;
     int correct_total = 0;
     for (int64_t i = 0; i < test->n; i += batch) {
         int n = (int)PSC_MIN((int64_t)batch, test->n - i);
         int correct = 0;
-        tower_evaluate(tower, test->x + i * test->features, test->y + i, n, &loss_sum, &correct);
+        int rc = towers_evaluate(towers, test->x + i * test->features, test->y + i, n, &loss_sum, &correct);
+        if (rc) return rc;
         correct_total += correct;
     }
     res->evaluated = 1;
     res->test_examples = test->n;
     res->test_accuracy = test->n ? (double)correct_total / (double)test->n : 0;
     res->test_loss = test->n ? loss_sum / (double)test->n : 0;
+    return 0;
 }
 
 int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
@@ -85,17 +124,18 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     if (rank < 0) return psc_seterr(err, errlen, PSC_EINVAL, "task %s:%d is not a training replica",
                                     psc_job_type_name(o->task.type), o->task.index);
     if (num_ps < 1) return psc_seterr(err, errlen, PSC_ECONFIG, "the cluster has no ps task");
-    if (spec->sync)
-        return psc_seterr(err, errlen, PSC_EUNSUPPORTED,
-                          "job spec: sync: sync-replica training is not supported by this version; remove \"sync\"");
+    if (spec->sync && spec->total_num_replicas != replicas)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "job spec: sync.total_num_replicas is %d but the cluster has %d training replicas",
+                          spec->total_num_replicas, replicas);
 
     psc_var_desc_t *vars = NULL;
     psc_placed_var_t *placed = NULL;
     psc_dataset_t train = {0}, test = {0};
     psc_loader_t *loader = NULL;
-    tower_t *tower = NULL;
+    towers_t *towers = NULL;
     ps_client_t *pc = NULL;
-    float *params = NULL, *grads = NULL;
+    float *params = NULL, *grads = NULL, *grads_sum = NULL;
     int64_t *offsets = NULL;
     int nvars = 0, nplaced = 0, rc;
 
@@ -107,6 +147,11 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     int64_t nparams = tower_layout(vars, nvars, offsets);
     params = psc_xaligned((size_t)nparams * sizeof(float));
     grads = psc_xaligned((size_t)nparams * sizeof(float));
+    /* sync with R > N: this replica sums `per_step` batches' gradients per step */
+    int per_step = 1;
+    if (spec->sync && spec->replicas_to_aggregate > replicas)
+        per_step = spec->replicas_to_aggregate / replicas + (rank < spec->replicas_to_aggregate % replicas);
+    if (per_step > 1) grads_sum = psc_xaligned((size_t)nparams * sizeof(float));
     PSC_INFO("model: %d variables, %lld parameters (%.1f MiB), %d placed pieces on %d ps; replica %d of %d%s",
              nvars - 1, (long long)nparams, (double)nparams * 4 / 1048576.0, nplaced, num_ps, rank, replicas,
              is_chief ? " (chief)" : "");
@@ -121,8 +166,16 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     if (is_chief && (rc = psc_dataset_load(spec->test_path, spec->test_examples, &test, err, errlen))) goto out;
 
     int eval_batch = PSC_MAX(spec->batch_size, 256);
-    if ((rc = tower_cpu_ops.create(spec, vars, nvars, eval_batch, 0, &tower, err, errlen))) goto out;
+    if ((rc = towers_create(o->devices, spec, vars, nvars, eval_batch, &towers, err, errlen))) goto out;
+    PSC_INFO("towers: %s (%d), batch %d split across them", towers_describe(towers), towers_count(towers),
+             spec->batch_size);
     pc = ps_client_create(o->cluster, vars, nvars, placed, nplaced, rank, o->rpc_timeout_ms);
+    if (spec->sync) {
+        ps_client_set_sync(pc, spec->replicas_to_aggregate, spec->total_num_replicas, spec->sync_timeout_secs);
+        PSC_INFO("sync replicas: R=%d of N=%d gradients per step (%d batch%s from this replica), timeout %.1f s",
+                 spec->replicas_to_aggregate, spec->total_num_replicas, per_step, per_step == 1 ? "" : "es",
+                 spec->sync_timeout_secs);
+    }
 
     /* The chief initializes (or joins) the model; the others wait for it. */
     if (is_chief) {
@@ -135,14 +188,15 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         goto out;
     }
 
-    loader = loader_create(&train, rank, replicas, spec->batch_size, spec->seed, spec->epochs, o->prefetch, err,
+    loader = loader_create(&train, rank, replicas, spec->batch_size, spec->seed, spec->shuffle, spec->epochs,
+                           o->prefetch, err,
                            errlen);
     if (!loader) {
         rc = PSC_EINVAL;
         goto out;
     }
     int64_t steps_per_epoch = loader_steps_per_epoch(loader);
-    int64_t max_steps = spec->steps > 0 ? spec->steps : steps_per_epoch * spec->epochs;
+    int64_t max_steps = spec->steps > 0 ? spec->steps : (steps_per_epoch * spec->epochs + per_step - 1) / per_step;
     PSC_INFO("training on %lld examples (shard %d of %d), %lld steps per epoch, %d epochs, batch %d, %s",
              (long long)loader_shard_size(loader), rank, replicas, (long long)steps_per_epoch, spec->epochs,
              spec->batch_size, psc_optim_name(spec->optimizer.kind));
@@ -152,34 +206,67 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
 
     double t0 = psc_now(), t_log = t0;
     double loss_acc = 0;
-    int64_t loss_n = 0, correct_acc = 0, examples_acc = 0, examples_total = 0;
+    int64_t loss_n = 0, correct_acc = 0, examples_acc = 0, examples_total = 0, stale_acc = 0;
     psc_batch_t b;
-    while (res->steps < max_steps && loader_next(loader, &b) == 0) {
+    int more = 1;
+    while (more && res->steps < max_steps) {
         if (stopped(o)) {
             rc = PSC_ECANCELLED;
             psc_seterr(err, errlen, rc, "stopped at step %lld", (long long)res->steps);
             goto out;
         }
-        float loss;
-        int correct;
-        tower_set_params(tower, params);
-        tower_train_step(tower, b.x, b.y, b.n, psc_seed_mix(spec->seed, (uint64_t)(rank * 1000003 + res->steps)),
-                         &loss, &correct);
-        tower_get_grads(tower, grads);
-        if ((rc = ps_client_push_pull(pc, grads, params, 1, &global_step, err, errlen))) goto out;
+        /* forward + backward on per_step batches (1 except sync with R > N) */
+        int batches = 0;
+        if ((rc = towers_set_params(towers, params))) goto tower_failed;
+        while (batches < per_step && (more = loader_next(loader, &b) == 0)) {
+            float loss;
+            int correct;
+            uint64_t seed = psc_seed_mix(spec->seed, (uint64_t)(rank * 1000003 + res->steps * per_step + batches));
+            if ((rc = towers_train_step(towers, b.x, b.y, b.n, seed, &loss, &correct)) ||
+                (rc = towers_get_grads(towers, grads)))
+                goto tower_failed;
+            if (per_step > 1) {
+                if (batches == 0)
+                    memcpy(grads_sum, grads, (size_t)nparams * sizeof(float));
+                else
+                    for (int64_t k = 0; k < nparams; k++) grads_sum[k] += grads[k];
+            }
+            batches++;
+            loss_acc += loss * b.n;
+            loss_n += b.n;
+            correct_acc += correct;
+            examples_acc += b.n;
+            examples_total += b.n;
+        }
+        if (batches == 0) break;
+        if (o->debug_step_delay_ms > 0) {
+            struct timespec ts = {o->debug_step_delay_ms / 1000, (long)(o->debug_step_delay_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        if (spec->sync) {
+            /* the reply comes once step `global_step` is applied (or says we were stale) */
+            int stale = 0;
+            if ((rc = ps_client_push_pull_sync(pc, per_step > 1 ? grads_sum : grads, params, global_step,
+                                               (uint32_t)batches, &global_step, &stale, err, errlen)))
+                goto out;
+            if (stale) {
+                stale_acc++;
+                res->stale_steps++;
+            }
+        } else if ((rc = ps_client_push_pull(pc, grads, params, 1, &global_step, err, errlen))) {
+            goto out;
+        }
         res->steps++;
-        loss_acc += loss * b.n;
-        loss_n += b.n;
-        correct_acc += correct;
-        examples_acc += b.n;
-        examples_total += b.n;
         double now = psc_now();
-        if (now - t_log >= o->log_every_secs || res->steps == max_steps) {
+        if (now - t_log >= o->log_every_secs || res->steps == max_steps || !more) {
             res->last_loss = (float)(loss_acc / (double)loss_n);
-            PSC_INFO("epoch %d/%d step %lld/%lld global_step %lld loss %.4f accuracy %.4f examples/s %.0f",
+            char stale_note[48] = "";
+            if (spec->sync) snprintf(stale_note, sizeof stale_note, " stale %lld", (long long)stale_acc);
+            PSC_INFO("epoch %d/%d step %lld/%lld global_step %lld loss %.4f accuracy %.4f examples/s %.0f%s",
                      b.epoch + 1, spec->epochs, (long long)res->steps, (long long)max_steps, (long long)global_step,
                      res->last_loss, (double)correct_acc / (double)examples_acc,
-                     (double)examples_acc / (now - t_log));
+                     (double)examples_acc / (now - t_log), stale_note);
+            stale_acc = 0;
             t_log = now;
             loss_acc = 0;
             loss_n = 0;
@@ -192,27 +279,44 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     res->examples_per_sec = elapsed > 0 ? (double)examples_total / elapsed : 0;
     PSC_INFO("finished %lld steps in %.1f s (%.0f examples/s)", (long long)res->steps, elapsed,
              res->examples_per_sec);
+    if (spec->sync)
+        PSC_INFO("sync: %lld of %lld steps of this replica were stale (dropped by the PS)",
+                 (long long)res->stale_steps, (long long)res->steps);
 
     uint32_t done = 0;
     if ((rc = ps_client_worker_done(pc, &done, err, errlen))) goto out;
     if (is_chief) {
-        wait_workers(o, pc, replicas);
+        wait_workers(o, pc, replicas, rank);
         if ((rc = ps_client_pull(pc, params, &global_step, err, errlen))) goto out;
         res->global_step = global_step;
-        tower_set_params(tower, params);
-        evaluate(tower, &test, eval_batch, res);
+        if ((rc = towers_set_params(towers, params)) || (rc = evaluate(towers, &test, eval_batch, res))) {
+            psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
+            goto out;
+        }
         PSC_INFO("evaluation on %lld test examples at global_step %lld: loss %.4f accuracy %.4f",
                  (long long)res->test_examples, (long long)global_step, res->test_loss, res->test_accuracy);
+        for (int i = 0; i < num_ps; i++) {
+            ps_status_t st;
+            char serr[256];
+            if (ps_client_status(pc, i, &st, serr, sizeof serr) == 0)
+                PSC_INFO("ps %d: applied %llu rejected %llu stale %llu timeout_applies %llu", i,
+                         (unsigned long long)st.applied, (unsigned long long)st.rejected,
+                         (unsigned long long)st.stale, (unsigned long long)st.timeout_applies);
+        }
         if (o->shutdown_ps) ps_client_shutdown_all(pc, "training finished");
     }
+    goto out;
+tower_failed:
+    psc_seterr(err, errlen, rc, "tower step %lld failed (%s)", (long long)res->steps, psc_strerror(rc));
 out:
     ps_client_destroy(pc);
     loader_destroy(loader);
-    tower_destroy(tower);
+    towers_destroy(towers);
     psc_dataset_deinit(&train);
     psc_dataset_deinit(&test);
     free(params);
     free(grads);
+    free(grads_sum);
     free(offsets);
     free(vars);
     free(placed);

@@ -23,6 +23,8 @@ typedef struct trainer_opts {
     int rpc_timeout_ms;       /* deadline of each RPC (default 30000) */
     double log_every_secs;    /* progress line period (default 5) */
     int prefetch;             /* batches prepared ahead (default 2) */
+    int debug_step_delay_ms;  /* testing: sleep this long in every step (a slow replica) */
+    const char *devices;      /* towers: "cpu", "cpu,cpu", "gpu:0,gpu:1", "gpu"; NULL = every GPU, else CPU */
     int shutdown_ps;          /* chief: tell every PS to exit at the end (in-cluster mode) */
     volatile int *stop;       /* set to non-zero to stop early (SIGTERM) */
 } trainer_opts_t;
@@ -32,6 +34,7 @@ typedef struct trainer_result {
     int64_t global_step;      /* global_step after its last step */
     double examples_per_sec;  /* this replica's training throughput */
     float last_loss;          /* mean loss of the last progress period */
+    int64_t stale_steps;      /* sync: steps whose contribution the PS dropped as stale */
     int evaluated;            /* chief: the test set was evaluated */
     double test_accuracy;
     double test_loss;

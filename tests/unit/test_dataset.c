@@ -310,7 +310,7 @@ static void make_ds(void)
 static int run_loader(int shard, int W, int batch, uint64_t seed, int epochs, int prefetch, int *ids)
 {
     char err[256] = "";
-    psc_loader_t *l = loader_create(&g_ds, shard, W, batch, seed, epochs, prefetch, err, sizeof err);
+    psc_loader_t *l = loader_create(&g_ds, shard, W, batch, seed, 1, epochs, prefetch, err, sizeof err);
     if (!l) fail_msg("%s", err);
     int64_t size = loader_shard_size(l);
     assert_int_equal(size, (DS_N - shard + W - 1) / W);
@@ -409,7 +409,7 @@ static void test_loader_destroy_early(void **state)
     psc_batch_t b;
     /* mid-epoch: the producer is blocked on a full ring */
     for (int prefetch = 1; prefetch <= 3; prefetch++) {
-        psc_loader_t *l = loader_create(&g_ds, 0, 1, 4, 3, 5, prefetch, err, sizeof err);
+        psc_loader_t *l = loader_create(&g_ds, 0, 1, 4, 3, 1, 5, prefetch, err, sizeof err);
         assert_non_null(l);
         assert_int_equal(loader_next(l, &b), 0);
         assert_int_equal(loader_next(l, &b), 0);
@@ -418,7 +418,7 @@ static void test_loader_destroy_early(void **state)
         loader_destroy(l);
     }
     /* before the first batch, and right after create */
-    psc_loader_t *l = loader_create(&g_ds, 0, 1, 4, 3, 5, 2, err, sizeof err);
+    psc_loader_t *l = loader_create(&g_ds, 0, 1, 4, 3, 1, 5, 2, err, sizeof err);
     assert_non_null(l);
     loader_destroy(l);
     loader_destroy(NULL);
@@ -430,11 +430,11 @@ static void test_loader_errors(void **state)
     char err[256] = "";
     psc_dataset_t tiny = g_ds;
     tiny.n = 2;
-    assert_null(loader_create(&tiny, 2, 3, 4, 1, 1, 1, err, sizeof err));
+    assert_null(loader_create(&tiny, 2, 3, 4, 1, 1, 1, 1, err, sizeof err));
     assert_non_null(strstr(err, "empty"));
-    assert_null(loader_create(&g_ds, 3, 3, 4, 1, 1, 1, err, sizeof err));
-    assert_null(loader_create(&g_ds, 0, 1, 0, 1, 1, 1, err, sizeof err));
-    assert_null(loader_create(&g_ds, 0, 1, 4, 1, 1, 0, err, sizeof err));
+    assert_null(loader_create(&g_ds, 3, 3, 4, 1, 1, 1, 1, err, sizeof err));
+    assert_null(loader_create(&g_ds, 0, 1, 0, 1, 1, 1, 1, err, sizeof err));
+    assert_null(loader_create(&g_ds, 0, 1, 4, 1, 1, 1, 0, err, sizeof err));
 }
 
 /* ---- setup ---- */

@@ -1,0 +1,54 @@
+/* towers.h — a worker's towers: one model replica per device, trained in
+ * lock-step on slices of the worker's batch (the in-graph replication of the
+ * TensorFlow multi-GPU examples).
+ *
+ * A step gives every tower the same parameters, splits the batch into
+ * contiguous slices (tower k gets n/T examples, the first n%T one more), runs
+ * forward and backward on all towers at once (one thread per tower), and
+ * averages the towers' gradients weighted by their slice sizes, which is exactly
+ * the gradient of the mean loss over the whole batch. The worker then pushes
+ * that one gradient. Evaluation is split the same way.
+ *
+ * Devices ("--devices"): a comma list of "cpu" or "gpu:K" entries, or "gpu"
+ * (every visible GPU); "cpu,cpu" gives two CPU towers. Every entry must be of
+ * one backend (their gradients are reduced by that backend). NULL, "" or "auto"
+ * picks every visible GPU, else one CPU tower (and logs why).
+ */
+#ifndef PSC_TOWERS_H
+#define PSC_TOWERS_H
+
+#include "job_spec.h"
+#include "tower.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PSC_MAX_TOWERS 16
+
+typedef struct towers towers_t;
+
+/* Parses a devices string into a backend and device list (no tower is built).
+ * *backend is the chosen backend, devices[] its device indices (0 for cpu). */
+int towers_parse_devices(const char *devices, const tower_ops_t **backend, int *devices_out, int *ndevices, char *err,
+                         size_t errlen);
+
+/* Builds the towers for spec's model. max_batch: the most examples one step or
+ * one evaluate call gives to the whole set (each tower is built for its slice). */
+int towers_create(const char *devices, const psc_job_spec_t *spec, const psc_var_desc_t *vars, int nvars,
+                  int max_batch, towers_t **out, char *err, size_t errlen);
+void towers_destroy(towers_t *ts); /* NULL ok */
+int towers_count(const towers_t *ts);
+/* "cpu", "cpu,cpu", "gpu:0,gpu:1" — what was built. */
+const char *towers_describe(const towers_t *ts);
+
+int towers_set_params(towers_t *ts, const float *params);
+/* One step on n examples: loss is the mean over all n, correct the hits. Each
+ * tower's dropout seed is mixed from seed and its index. */
+int towers_train_step(towers_t *ts, const float *x, const int32_t *y, int n, uint64_t seed, float *loss,
+                      int *correct);
+/* The averaged gradient into the host slab. */
+int towers_get_grads(towers_t *ts, float *grads);
+/* Adds the loss sum and hits over n examples (no dropout). */
+int towers_evaluate(towers_t *ts, const float *x, const int32_t *y, int n, double *loss_sum, int *correct);
+
+#endif
