@@ -1,0 +1,1062 @@
+/* ckpt.c — checkpoints of a PS shard in RocksDB (C API only). Format and
+ * contracts: ckpt.h.
+ *
+ * Design:
+ * - A writer accumulates the tensors in a rocksdb WriteBatch (each value: header
+ *   + bytes, put as two slices so the bytes are copied once), and remembers each
+ *   tensor's name, length and CRC for the manifest. ckpt_prepare appends the
+ *   manifest to the same batch and writes it with sync=true: RocksDB applies a
+ *   batch atomically, so after a crash either the whole checkpoint is there or
+ *   none of it is.
+ * - Deleting a checkpoint is one Delete of its manifest plus one DeleteRange of
+ *   its tensor key range, in one batch; CompactRange over the range afterwards
+ *   turns the tombstones into freed disk space.
+ * - Readers take a RocksDB snapshot per call, so a manifest and the tensors they
+ *   check come from one point in time even while a commit deletes.
+ * - Writers hold db->wlock across their check-then-write (the id's existence or
+ *   state and the keep-last-K scan), never across compaction.
+ *
+ * Invariants: a "m/<id>" key exists iff its tensors were written with it; the
+ * tensor entries of a manifest are exactly the "t/<id>/" keys of that id.
+ */
+#include "ckpt.h"
+
+#include "crc32c.h"
+#include "psc.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <rocksdb/c.h>
+
+#define MANIFEST_FIXED 41 /* bytes before the job id's bytes */
+#define TENSOR_HEADER 16
+#define ID_HEX 16
+/* "t/" + 16 hex + "/" + name + NUL */
+#define KEY_MAX (2 + ID_HEX + 1 + CKPT_MAX_NAME + 1)
+#define RANGE_KEY_LEN (2 + ID_HEX + 1)
+
+struct ckpt_db {
+    rocksdb_t *rdb;
+    rocksdb_options_t *opts;
+    rocksdb_writeoptions_t *wsync; /* sync=true: every write of this module */
+    rocksdb_readoptions_t *rplain; /* latest state: writers, under wlock */
+    pthread_mutex_t wlock;         /* serializes prepare, commit, discard */
+    char *dir;
+};
+
+typedef struct ckpt_entry {
+    char *name;    /* NUL-terminated, malloc'd */
+    uint64_t len;  /* tensor bytes */
+    uint32_t mcrc; /* masked CRC-32C of the bytes */
+} ckpt_entry_t;
+
+struct ckpt_writer {
+    ckpt_db_t *db;
+    uint64_t id;
+    int64_t step;
+    char job[CKPT_MAX_JOB_ID + 1];
+    rocksdb_writebatch_t *batch;
+    ckpt_entry_t *e; /* added tensors, in order */
+    uint32_t n, cap;
+    uint32_t *slots; /* open-addressing set of names: index + 1, 0 = empty */
+    uint32_t nslots; /* power of two */
+    uint64_t bytes;
+    int rc; /* first error; sticky */
+    char msg[320];
+};
+
+typedef struct manifest {
+    ckpt_info_t info;
+    ckpt_entry_t *e; /* info.ntensors */
+} manifest_t;
+
+/* ---- little-endian encoding ---- */
+
+static void put_u16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint16_t get_u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t f64_bits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, 8);
+    return u;
+}
+
+static double bits_f64(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+/* ---- keys ---- */
+
+static size_t key_manifest(char *k, uint64_t id)
+{
+    return (size_t)snprintf(k, KEY_MAX, "m/%016" PRIx64, id);
+}
+
+static size_t key_tensor(char *k, uint64_t id, const char *name)
+{
+    return (size_t)snprintf(k, KEY_MAX, "t/%016" PRIx64 "/%s", id, name);
+}
+
+/* [lo, hi): every tensor key of id. */
+static void key_tensor_range(char lo[RANGE_KEY_LEN + 1], char hi[RANGE_KEY_LEN + 1], uint64_t id)
+{
+    snprintf(lo, RANGE_KEY_LEN + 1, "t/%016" PRIx64 "/", id);
+    snprintf(hi, RANGE_KEY_LEN + 1, "t/%016" PRIx64 "0", id);
+}
+
+/* Parses "m/<16 hex>"; 0 on success. */
+static int parse_manifest_key(const char *k, size_t n, uint64_t *id)
+{
+    if (n != 2 + ID_HEX || k[0] != 'm' || k[1] != '/') return -1;
+    uint64_t v = 0;
+    for (size_t i = 2; i < n; i++) {
+        char c = k[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v << 4 | (uint64_t)d;
+    }
+    *id = v;
+    return 0;
+}
+
+/* ---- manifests ---- */
+
+static void manifest_free(manifest_t *m)
+{
+    if (!m->e) return;
+    for (uint32_t i = 0; i < m->info.ntensors; i++) free(m->e[i].name);
+    free(m->e);
+    m->e = NULL;
+}
+
+/* Encodes a manifest; returns a malloc'd buffer of *n bytes. */
+static unsigned char *manifest_encode(const ckpt_info_t *info, const ckpt_entry_t *e, size_t *n)
+{
+    size_t job_len = strlen(info->job_id);
+    size_t sz = MANIFEST_FIXED + job_len + 4;
+    for (uint32_t i = 0; i < info->ntensors; i++) sz += 2 + strlen(e[i].name) + 8 + 4;
+    unsigned char *b = psc_xmalloc(sz), *p = b;
+    p[0] = CKPT_FORMAT_VERSION;
+    p[1] = info->committed ? 1 : 0;
+    put_u16(p + 2, 0);
+    put_u32(p + 4, info->ntensors);
+    put_u64(p + 8, info->id);
+    put_u64(p + 16, (uint64_t)info->step);
+    put_u64(p + 24, f64_bits(info->created_unix));
+    put_u64(p + 32, info->bytes);
+    p[40] = (unsigned char)job_len;
+    memcpy(p + MANIFEST_FIXED, info->job_id, job_len);
+    p += MANIFEST_FIXED + job_len;
+    for (uint32_t i = 0; i < info->ntensors; i++) {
+        size_t nl = strlen(e[i].name);
+        put_u16(p, (uint16_t)nl);
+        memcpy(p + 2, e[i].name, nl);
+        put_u64(p + 2 + nl, e[i].len);
+        put_u32(p + 2 + nl + 8, e[i].mcrc);
+        p += 2 + nl + 12;
+    }
+    put_u32(p, psc_crc32c_mask(psc_crc32c(0, b, (size_t)(p - b))));
+    PSC_ASSERT((size_t)(p + 4 - b) == sz);
+    *n = sz;
+    return b;
+}
+
+/* Decodes the manifest stored under id. On error *m is empty and err names id. */
+static int manifest_decode(const unsigned char *b, size_t n, uint64_t id, manifest_t *m, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    if (n < MANIFEST_FIXED + 1 + 4)
+        return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": manifest truncated (%zu bytes)", id, n);
+    uint32_t stored = psc_crc32c_unmask(get_u32(b + n - 4));
+    uint32_t computed = psc_crc32c(0, b, n - 4);
+    if (stored != computed)
+        return psc_seterr(err, errlen, PSC_ECORRUPT,
+                          "checkpoint %" PRIu64 ": manifest CRC32C mismatch (stored 0x%08x, computed 0x%08x)", id,
+                          stored, computed);
+    if (b[0] != CKPT_FORMAT_VERSION)
+        return psc_seterr(err, errlen, PSC_EUNSUPPORTED,
+                          "checkpoint %" PRIu64 ": manifest format %u is not %d (written by a newer psc?)", id, b[0],
+                          CKPT_FORMAT_VERSION);
+    /* The CRC held, so what follows can only fail on a bug of the writer; still
+     * every length is checked before it is used. */
+    const unsigned char *end = b + n - 4;
+    ckpt_info_t *in = &m->info;
+    if (b[1] > 1) goto bad;
+    in->committed = b[1];
+    in->ntensors = get_u32(b + 4);
+    in->id = get_u64(b + 8);
+    in->step = (int64_t)get_u64(b + 16);
+    in->created_unix = bits_f64(get_u64(b + 24));
+    in->bytes = get_u64(b + 32);
+    size_t job_len = b[40];
+    if (in->id != id || job_len < 1 || job_len > CKPT_MAX_JOB_ID || (size_t)(end - b) < MANIFEST_FIXED + job_len)
+        goto bad;
+    memcpy(in->job_id, b + MANIFEST_FIXED, job_len);
+    in->job_id[job_len] = 0;
+    if (memchr(in->job_id, 0, job_len)) goto bad;
+    const unsigned char *p = b + MANIFEST_FIXED + job_len;
+    /* Each entry takes at least 15 bytes: bounds ntensors before allocating. */
+    if (in->ntensors > (size_t)(end - p) / 15) goto bad;
+    m->e = psc_xcalloc(in->ntensors ? in->ntensors : 1, sizeof *m->e);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < in->ntensors; i++) {
+        if (end - p < 2) goto bad_free;
+        size_t nl = get_u16(p);
+        if (nl < 1 || nl > CKPT_MAX_NAME || (size_t)(end - p) < 2 + nl + 12 || memchr(p + 2, 0, nl)) goto bad_free;
+        m->e[i].name = psc_xmalloc(nl + 1);
+        memcpy(m->e[i].name, p + 2, nl);
+        m->e[i].name[nl] = 0;
+        m->e[i].len = get_u64(p + 2 + nl);
+        m->e[i].mcrc = get_u32(p + 2 + nl + 8);
+        total += m->e[i].len;
+        p += 2 + nl + 12;
+    }
+    if (p != end || total != in->bytes) goto bad_free;
+    return 0;
+bad_free:
+    manifest_free(m);
+bad:
+    memset(m, 0, sizeof *m);
+    return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": manifest malformed (%zu bytes)", id, n);
+}
+
+/* ---- reading: one snapshot per call ---- */
+
+typedef struct view {
+    ckpt_db_t *db;
+    const rocksdb_snapshot_t *snap; /* NULL: latest state (writers, under wlock) */
+    rocksdb_readoptions_t *ro;
+} view_t;
+
+static void view_open(ckpt_db_t *db, view_t *v)
+{
+    v->db = db;
+    v->snap = rocksdb_create_snapshot(db->rdb);
+    v->ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_snapshot(v->ro, v->snap);
+}
+
+static void view_latest(ckpt_db_t *db, view_t *v)
+{
+    v->db = db;
+    v->snap = NULL;
+    v->ro = db->rplain;
+}
+
+static void view_close(view_t *v)
+{
+    if (!v->snap) return;
+    rocksdb_readoptions_destroy(v->ro);
+    rocksdb_release_snapshot(v->db->rdb, v->snap);
+}
+
+/* Gets key; *out is NULL when absent (returns 0). */
+static int view_get(view_t *v, const char *key, size_t klen, rocksdb_pinnableslice_t **out, char *err, size_t errlen)
+{
+    char *e = NULL;
+    *out = rocksdb_get_pinned(v->db->rdb, v->ro, key, klen, &e);
+    if (e) {
+        psc_seterr(err, errlen, PSC_EIO, "checkpoint store %s: reading %.*s: %s", v->db->dir, (int)klen, key, e);
+        rocksdb_free(e);
+        *out = NULL;
+        return PSC_EIO;
+    }
+    return 0;
+}
+
+/* Loads the manifest of id: PSC_ENOTFOUND when there is none. */
+static int manifest_load(view_t *v, uint64_t id, manifest_t *m, char *err, size_t errlen)
+{
+    char key[KEY_MAX];
+    size_t kl = key_manifest(key, id);
+    rocksdb_pinnableslice_t *ps;
+    memset(m, 0, sizeof *m);
+    int rc = view_get(v, key, kl, &ps, err, errlen);
+    if (rc) return rc;
+    if (!ps) return psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " not found", id);
+    size_t n;
+    const char *val = rocksdb_pinnableslice_value(ps, &n);
+    rc = manifest_decode((const unsigned char *)val, n, id, m, err, errlen);
+    rocksdb_pinnableslice_destroy(ps);
+    return rc;
+}
+
+static const ckpt_entry_t *manifest_find(const manifest_t *m, const char *name)
+{
+    for (uint32_t i = 0; i < m->info.ntensors; i++)
+        if (strcmp(m->e[i].name, name) == 0) return &m->e[i];
+    return NULL;
+}
+
+/* Checks tensor e of checkpoint id: present, header, length and CRC agree with
+ * the manifest and the bytes. With copy, *copy receives a malloc'd copy. */
+static int tensor_check(view_t *v, uint64_t id, const ckpt_entry_t *e, void **copy, char *err, size_t errlen)
+{
+    char key[KEY_MAX];
+    size_t kl = key_tensor(key, id, e->name);
+    rocksdb_pinnableslice_t *ps;
+    int rc = view_get(v, key, kl, &ps, err, errlen);
+    if (rc) return rc;
+    if (!ps)
+        return psc_seterr(err, errlen, PSC_ECORRUPT,
+                          "checkpoint %" PRIu64 ": tensor \"%s\" is listed in the manifest but missing", id, e->name);
+    size_t n;
+    const unsigned char *val = (const unsigned char *)rocksdb_pinnableslice_value(ps, &n);
+    if (n < TENSOR_HEADER) {
+        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": tensor \"%s\": value truncated (%zu bytes)",
+                        id, e->name, n);
+        goto out;
+    }
+    uint64_t hlen = get_u64(val + 8);
+    uint32_t hcrc = get_u32(val + 4);
+    if (val[0] != CKPT_FORMAT_VERSION) {
+        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": tensor \"%s\": bad header version %u", id,
+                        e->name, val[0]);
+        goto out;
+    }
+    if (hlen != e->len || n - TENSOR_HEADER != e->len) {
+        rc = psc_seterr(err, errlen, PSC_ECORRUPT,
+                        "checkpoint %" PRIu64 ": tensor \"%s\": length mismatch (manifest %" PRIu64
+                        " bytes, header %" PRIu64 ", stored %zu)",
+                        id, e->name, e->len, hlen, n - TENSOR_HEADER);
+        goto out;
+    }
+    uint32_t want = psc_crc32c_unmask(e->mcrc);
+    uint32_t got = psc_crc32c(0, val + TENSOR_HEADER, n - TENSOR_HEADER);
+    if (got != want || hcrc != e->mcrc) {
+        rc = psc_seterr(err, errlen, PSC_ECORRUPT,
+                        "checkpoint %" PRIu64 ": tensor \"%s\": CRC32C mismatch (manifest 0x%08x, header 0x%08x, "
+                        "data 0x%08x)",
+                        id, e->name, want, psc_crc32c_unmask(hcrc), got);
+        goto out;
+    }
+    if (copy) {
+        *copy = psc_xmalloc(e->len);
+        if (e->len) memcpy(*copy, val + TENSOR_HEADER, e->len);
+    }
+out:
+    rocksdb_pinnableslice_destroy(ps);
+    return rc;
+}
+
+static int verify_manifest(view_t *v, const manifest_t *m, char *err, size_t errlen)
+{
+    for (uint32_t i = 0; i < m->info.ntensors; i++) {
+        int rc = tensor_check(v, m->info.id, &m->e[i], NULL, err, errlen);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Every manifest in view, id ascending. A damaged one is an item with rc != 0
+ * and its message; an unreadable iteration is the function's error. */
+typedef struct scan_item {
+    uint64_t id;
+    int rc;
+    manifest_t m;
+    char msg[256];
+} scan_item_t;
+
+static void scan_free(scan_item_t *items, int n)
+{
+    for (int i = 0; i < n; i++) manifest_free(&items[i].m);
+    free(items);
+}
+
+static int scan_manifests(view_t *v, scan_item_t **out, int *nout, char *err, size_t errlen)
+{
+    static const char lo[] = "m/", hi[] = "m0"; /* '0' follows '/' */
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    if (v->snap) rocksdb_readoptions_set_snapshot(ro, v->snap);
+    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, 2);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(v->db->rdb, ro);
+    scan_item_t *items = NULL;
+    int n = 0, cap = 0, rc = 0;
+    for (rocksdb_iter_seek(it, lo, 2); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t kl, vl;
+        const char *k = rocksdb_iter_key(it, &kl);
+        const char *val = rocksdb_iter_value(it, &vl);
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            items = psc_xrealloc(items, (size_t)cap * sizeof *items);
+        }
+        scan_item_t *s = &items[n++];
+        memset(s, 0, sizeof *s);
+        if (parse_manifest_key(k, kl, &s->id)) {
+            s->rc = psc_seterr(s->msg, sizeof s->msg, PSC_ECORRUPT, "unexpected key \"%.*s\" in the manifest range",
+                               (int)PSC_MIN(kl, 64), k);
+            continue;
+        }
+        s->rc = manifest_decode((const unsigned char *)val, vl, s->id, &s->m, s->msg, sizeof s->msg);
+    }
+    char *e = NULL;
+    rocksdb_iter_get_error(it, &e);
+    if (e) {
+        rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint store %s: listing manifests: %s", v->db->dir, e);
+        rocksdb_free(e);
+        scan_free(items, n);
+        items = NULL;
+        n = 0;
+    }
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    *out = items;
+    *nout = n;
+    return rc;
+}
+
+/* ---- open / close ---- */
+
+/* mkdir -p; 0 or errno. */
+static int mkdir_p(const char *dir)
+{
+    char *p = psc_xstrdup(dir);
+    int rc = 0;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != 0) continue;
+        char c = *s;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            rc = errno;
+            break;
+        }
+        *s = c;
+        if (!c) break;
+    }
+    free(p);
+    return rc;
+}
+
+int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!dir || !*dir) return psc_seterr(err, errlen, PSC_EINVAL, "empty checkpoint dir (use --checkpoint_dir)");
+    int e = mkdir_p(dir);
+    if (e) return psc_seterr(err, errlen, PSC_EIO, "cannot create checkpoint dir %s: %s", dir, strerror(e));
+    ckpt_db_t *db = psc_xcalloc(1, sizeof *db);
+    db->dir = psc_xstrdup(dir);
+    db->opts = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(db->opts, 1);
+    rocksdb_options_set_keep_log_file_num(db->opts, 10);
+    char *rerr = NULL;
+    db->rdb = rocksdb_open(db->opts, dir, &rerr);
+    if (rerr || !db->rdb) {
+        int rc = psc_seterr(err, errlen, PSC_EIO, "cannot open checkpoint store %s: %s%s", dir,
+                            rerr ? rerr : "unknown error",
+                            rerr && strstr(rerr, "lock") ? " (another ps_server using this --checkpoint_dir?)" : "");
+        rocksdb_free(rerr);
+        rocksdb_options_destroy(db->opts);
+        free(db->dir);
+        free(db);
+        return rc;
+    }
+    db->wsync = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(db->wsync, 1);
+    db->rplain = rocksdb_readoptions_create();
+    pthread_mutex_init(&db->wlock, NULL);
+    *out = db;
+    return 0;
+}
+
+void ckpt_close(ckpt_db_t *db)
+{
+    if (!db) return;
+    rocksdb_close(db->rdb);
+    rocksdb_writeoptions_destroy(db->wsync);
+    rocksdb_readoptions_destroy(db->rplain);
+    rocksdb_options_destroy(db->opts);
+    pthread_mutex_destroy(&db->wlock);
+    free(db->dir);
+    free(db);
+}
+
+/* ---- writing ---- */
+
+static int write_batch(ckpt_db_t *db, rocksdb_writebatch_t *b, const char *what, uint64_t id, char *err,
+                       size_t errlen)
+{
+    char *e = NULL;
+    rocksdb_write(db->rdb, db->wsync, b, &e);
+    if (!e) return 0;
+    int rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint %" PRIu64 ": %s in %s failed: %s", id, what, db->dir, e);
+    rocksdb_free(e);
+    return rc;
+}
+
+static void batch_delete_ckpt(rocksdb_writebatch_t *b, uint64_t id)
+{
+    char key[KEY_MAX], lo[RANGE_KEY_LEN + 1], hi[RANGE_KEY_LEN + 1];
+    size_t kl = key_manifest(key, id);
+    rocksdb_writebatch_delete(b, key, kl);
+    key_tensor_range(lo, hi, id);
+    rocksdb_writebatch_delete_range(b, lo, RANGE_KEY_LEN, hi, RANGE_KEY_LEN);
+}
+
+/* Returns the space of deleted checkpoints to the file system: CompactRange drops
+ * the files the tombstones cover. Not under wlock: it may take a while. */
+static void compact_deleted(ckpt_db_t *db, const uint64_t *ids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char lo[RANGE_KEY_LEN + 1], hi[RANGE_KEY_LEN + 1];
+        key_tensor_range(lo, hi, ids[i]);
+        rocksdb_compact_range(db->rdb, lo, RANGE_KEY_LEN, hi, RANGE_KEY_LEN);
+    }
+}
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static int writer_fail(ckpt_writer_t *w, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int writer_fail(ckpt_writer_t *w, int code, const char *fmt, ...)
+{
+    if (w->rc) return w->rc;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->msg, sizeof w->msg, fmt, ap);
+    va_end(ap);
+    w->rc = code;
+    return code;
+}
+
+ckpt_writer_t *ckpt_begin(ckpt_db_t *db, uint64_t id, const char *job_id, int64_t step)
+{
+    PSC_ASSERT(db);
+    ckpt_writer_t *w = psc_xcalloc(1, sizeof *w);
+    w->db = db;
+    w->id = id;
+    w->step = step;
+    w->batch = rocksdb_writebatch_create();
+    w->nslots = 64;
+    w->slots = psc_xcalloc(w->nslots, sizeof *w->slots);
+    size_t jl = job_id ? strlen(job_id) : 0;
+    if (jl < 1 || jl > CKPT_MAX_JOB_ID)
+        writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": job id \"%.40s\" must have 1 to %d bytes", id,
+                    job_id ? job_id : "(null)", CKPT_MAX_JOB_ID);
+    else
+        memcpy(w->job, job_id, jl + 1);
+    return w;
+}
+
+/* Finds name in the set; returns its slot (holding 0 when absent). */
+static uint32_t *writer_slot(ckpt_writer_t *w, const char *name)
+{
+    uint32_t mask = w->nslots - 1;
+    for (uint32_t i = name_hash(name) & mask;; i = (i + 1) & mask) {
+        uint32_t *s = &w->slots[i];
+        if (*s == 0 || strcmp(w->e[*s - 1].name, name) == 0) return s;
+    }
+}
+
+static void writer_grow_slots(ckpt_writer_t *w)
+{
+    free(w->slots);
+    w->nslots *= 2;
+    w->slots = psc_xcalloc(w->nslots, sizeof *w->slots);
+    for (uint32_t i = 0; i < w->n; i++) *writer_slot(w, w->e[i].name) = i + 1;
+}
+
+int ckpt_add(ckpt_writer_t *w, const char *name, const void *data, size_t len)
+{
+    PSC_ASSERT(w);
+    if (w->rc) return w->rc;
+    size_t nl = name ? strlen(name) : 0;
+    if (nl < 1 || nl > CKPT_MAX_NAME)
+        return writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": tensor name of %zu bytes (1 to %d allowed)", w->id,
+                           nl, CKPT_MAX_NAME);
+    if ((uint64_t)len > CKPT_MAX_TENSOR_BYTES)
+        return writer_fail(w, PSC_EINVAL,
+                           "checkpoint %" PRIu64 ": tensor \"%s\" has %zu bytes, more than one value holds (%" PRIu64
+                           "); partition the variable",
+                           w->id, name, len, CKPT_MAX_TENSOR_BYTES);
+    if (len && !data)
+        return writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": tensor \"%s\": NULL data of %zu bytes", w->id, name,
+                           len);
+    if (w->n == UINT32_MAX - 1)
+        return writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": too many tensors", w->id);
+    if (*writer_slot(w, name))
+        return writer_fail(w, PSC_EEXISTS, "checkpoint %" PRIu64 ": tensor \"%s\" added twice", w->id, name);
+
+    uint32_t crc = psc_crc32c(0, data, len);
+    unsigned char hdr[TENSOR_HEADER] = {CKPT_FORMAT_VERSION};
+    put_u32(hdr + 4, psc_crc32c_mask(crc));
+    put_u64(hdr + 8, (uint64_t)len);
+    char key[KEY_MAX];
+    size_t kl = key_tensor(key, w->id, name);
+    const char *keys[1] = {key};
+    const size_t klens[1] = {kl};
+    const char *vals[2] = {(const char *)hdr, len ? (const char *)data : ""};
+    const size_t vlens[2] = {TENSOR_HEADER, len};
+    rocksdb_writebatch_putv(w->batch, 1, keys, klens, 2, vals, vlens);
+
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 16;
+        w->e = psc_xrealloc(w->e, (size_t)w->cap * sizeof *w->e);
+    }
+    w->e[w->n] = (ckpt_entry_t){.name = psc_xstrdup(name), .len = len, .mcrc = psc_crc32c_mask(crc)};
+    w->n++;
+    w->bytes += len;
+    /* Load factor <= 1/2 keeps probes short. */
+    if (2 * w->n > w->nslots)
+        writer_grow_slots(w);
+    else
+        *writer_slot(w, name) = w->n;
+    return 0;
+}
+
+void ckpt_abort(ckpt_writer_t *w)
+{
+    if (!w) return;
+    for (uint32_t i = 0; i < w->n; i++) free(w->e[i].name);
+    free(w->e);
+    free(w->slots);
+    rocksdb_writebatch_destroy(w->batch);
+    free(w);
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen)
+{
+    PSC_ASSERT(w);
+    ckpt_db_t *db = w->db;
+    int rc = 0;
+    if (w->rc) {
+        rc = psc_seterr(err, errlen, w->rc, "%s", w->msg);
+        goto done;
+    }
+    ckpt_info_t info = {.id = w->id,
+                        .step = w->step,
+                        .committed = 0,
+                        .ntensors = w->n,
+                        .bytes = w->bytes,
+                        .created_unix = wall_now()};
+    memcpy(info.job_id, w->job, sizeof info.job_id);
+    size_t mlen;
+    unsigned char *mval = manifest_encode(&info, w->e, &mlen);
+    char key[KEY_MAX];
+    size_t kl = key_manifest(key, w->id);
+    rocksdb_writebatch_put(w->batch, key, kl, (const char *)mval, mlen);
+    free(mval);
+
+    pthread_mutex_lock(&db->wlock);
+    view_t v;
+    view_latest(db, &v);
+    rocksdb_pinnableslice_t *ps;
+    rc = view_get(&v, key, kl, &ps, err, errlen);
+    if (!rc && ps) {
+        manifest_t old;
+        size_t n;
+        const char *val = rocksdb_pinnableslice_value(ps, &n);
+        if (manifest_decode((const unsigned char *)val, n, w->id, &old, NULL, 0) == 0) {
+            rc = psc_seterr(err, errlen, PSC_EEXISTS,
+                            "checkpoint %" PRIu64 " exists (%s, job %s, step %" PRId64 "); ids are not reused", w->id,
+                            old.info.committed ? "committed" : "prepared", old.info.job_id, old.info.step);
+            manifest_free(&old);
+        } else {
+            rc = psc_seterr(err, errlen, PSC_EEXISTS,
+                            "checkpoint %" PRIu64 " exists (manifest damaged; ckpt_discard removes it)", w->id);
+        }
+        rocksdb_pinnableslice_destroy(ps);
+    }
+    if (!rc) rc = write_batch(db, w->batch, "prepare", w->id, err, errlen);
+    pthread_mutex_unlock(&db->wlock);
+done:
+    ckpt_abort(w);
+    return rc;
+}
+
+/* ---- phase 2 ---- */
+
+static int cmp_id_desc(const void *a, const void *b)
+{
+    uint64_t x = ((const scan_item_t *const *)a)[0]->id, y = ((const scan_item_t *const *)b)[0]->id;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
+{
+    PSC_ASSERT(db);
+    if (keep < 1) return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": keep %d must be >= 1", id, keep);
+    char key[KEY_MAX];
+    size_t kl = key_manifest(key, id);
+    uint64_t *deleted = NULL;
+    int ndeleted = 0;
+
+    pthread_mutex_lock(&db->wlock);
+    view_t v;
+    view_latest(db, &v);
+    rocksdb_pinnableslice_t *ps;
+    int rc = view_get(&v, key, kl, &ps, err, errlen);
+    if (rc) goto unlock;
+    if (!ps) {
+        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " is not prepared on this PS", id);
+        goto unlock;
+    }
+    size_t n;
+    const unsigned char *val = (const unsigned char *)rocksdb_pinnableslice_value(ps, &n);
+    manifest_t m;
+    rc = manifest_decode(val, n, id, &m, err, errlen);
+    if (rc || m.info.committed) {
+        rocksdb_pinnableslice_destroy(ps);
+        manifest_free(&m);
+        goto unlock; /* committing twice: a no-op */
+    }
+    /* The committed manifest is the prepared one with the state byte flipped and
+     * its CRC recomputed: nothing else may change. */
+    unsigned char *mval = psc_xmalloc(n);
+    memcpy(mval, val, n);
+    rocksdb_pinnableslice_destroy(ps);
+    mval[1] = 1;
+    put_u32(mval + n - 4, psc_crc32c_mask(psc_crc32c(0, mval, n - 4)));
+    rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+    rocksdb_writebatch_put(b, key, kl, (const char *)mval, n);
+    free(mval);
+    rc = write_batch(db, b, "commit", id, err, errlen);
+    rocksdb_writebatch_destroy(b);
+    if (rc) {
+        manifest_free(&m);
+        goto unlock;
+    }
+
+    /* Keep-last-K over the job's checkpoints. A damaged manifest's job is
+     * unknown: it is left for ckpt_discard. A failure here leaves the commit
+     * done (the error says so; committing again is a no-op) and the next
+     * commit deletes what this one did not. */
+    scan_item_t *items;
+    int nitems;
+    char why[320];
+    rc = scan_manifests(&v, &items, &nitems, why, sizeof why);
+    if (rc) {
+        psc_seterr(err, errlen, rc, "checkpoint %" PRIu64 " committed, but keep-last-K failed: %s", id, why);
+        manifest_free(&m);
+        goto unlock;
+    }
+    scan_item_t **mine = psc_xcalloc((size_t)nitems + 1, sizeof *mine);
+    int nmine = 0;
+    for (int i = 0; i < nitems; i++)
+        if (items[i].rc == 0 && strcmp(items[i].m.info.job_id, m.info.job_id) == 0) mine[nmine++] = &items[i];
+    qsort(mine, (size_t)nmine, sizeof *mine, cmp_id_desc);
+    deleted = psc_xcalloc((size_t)nmine + 1, sizeof *deleted);
+    b = rocksdb_writebatch_create();
+    int kept = 0;
+    for (int i = 0; i < nmine; i++) {
+        const ckpt_info_t *in = &mine[i]->m.info;
+        int drop = in->committed ? ++kept > keep : in->id < id;
+        if (!drop) continue;
+        batch_delete_ckpt(b, in->id);
+        deleted[ndeleted++] = in->id;
+    }
+    if (ndeleted) rc = write_batch(db, b, "deleting old checkpoints", id, why, sizeof why);
+    if (rc) {
+        psc_seterr(err, errlen, rc, "checkpoint %" PRIu64 " committed, but keep-last-K failed: %s", id, why);
+        ndeleted = 0;
+    }
+    rocksdb_writebatch_destroy(b);
+    free(mine);
+    scan_free(items, nitems);
+    manifest_free(&m);
+unlock:
+    pthread_mutex_unlock(&db->wlock);
+    compact_deleted(db, deleted, ndeleted);
+    free(deleted);
+    return rc;
+}
+
+int ckpt_discard(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
+{
+    PSC_ASSERT(db);
+    pthread_mutex_lock(&db->wlock);
+    view_t v;
+    view_latest(db, &v);
+    manifest_t m;
+    char why[256];
+    int rc = manifest_load(&v, id, &m, why, sizeof why);
+    if (rc == PSC_ENOTFOUND || rc == PSC_EIO || rc == PSC_EUNSUPPORTED) {
+        psc_seterr(err, errlen, rc, "%s", why);
+        goto unlock;
+    }
+    if (rc == 0 && m.info.committed) {
+        rc = psc_seterr(err, errlen, PSC_EINVAL,
+                        "checkpoint %" PRIu64 " is committed; only keep-last-K of a later commit deletes it", id);
+        manifest_free(&m);
+        goto unlock;
+    }
+    /* Prepared, or damaged (rc == PSC_ECORRUPT): delete it either way. */
+    manifest_free(&m);
+    rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+    batch_delete_ckpt(b, id);
+    rc = write_batch(db, b, "discard", id, err, errlen);
+    rocksdb_writebatch_destroy(b);
+unlock:
+    pthread_mutex_unlock(&db->wlock);
+    if (rc == 0) compact_deleted(db, &id, 1);
+    return rc;
+}
+
+/* ---- reading ---- */
+
+int ckpt_list(ckpt_db_t *db, ckpt_info_t **out, int *n, char *err, size_t errlen)
+{
+    PSC_ASSERT(db);
+    *out = NULL;
+    *n = 0;
+    view_t v;
+    view_open(db, &v);
+    scan_item_t *items;
+    int nitems;
+    int rc = scan_manifests(&v, &items, &nitems, err, errlen);
+    view_close(&v);
+    if (rc) return rc;
+    for (int i = 0; i < nitems; i++)
+        if (items[i].rc) {
+            rc = psc_seterr(err, errlen, items[i].rc, "%s", items[i].msg);
+            scan_free(items, nitems);
+            return rc;
+        }
+    ckpt_info_t *infos = nitems ? psc_xcalloc((size_t)nitems, sizeof *infos) : NULL;
+    for (int i = 0; i < nitems; i++) infos[i] = items[i].m.info;
+    scan_free(items, nitems);
+    *out = infos;
+    *n = nitems;
+    return 0;
+}
+
+int ckpt_get_info(ckpt_db_t *db, uint64_t id, ckpt_info_t *out, char *err, size_t errlen)
+{
+    PSC_ASSERT(db);
+    view_t v;
+    view_open(db, &v);
+    manifest_t m;
+    int rc = manifest_load(&v, id, &m, err, errlen);
+    view_close(&v);
+    if (rc) return rc;
+    *out = m.info;
+    manifest_free(&m);
+    return 0;
+}
+
+int ckpt_read(ckpt_db_t *db, uint64_t id, const char *name, void **data, size_t *len, char *err, size_t errlen)
+{
+    PSC_ASSERT(db && data && len);
+    *data = NULL;
+    *len = 0;
+    if (!name) return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": NULL tensor name", id);
+    view_t v;
+    view_open(db, &v);
+    manifest_t m;
+    int rc = manifest_load(&v, id, &m, err, errlen);
+    if (rc) goto out;
+    const ckpt_entry_t *e = manifest_find(&m, name);
+    if (!e) {
+        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " has no tensor \"%s\"", id, name);
+        goto out;
+    }
+    rc = tensor_check(&v, id, e, data, err, errlen);
+    if (!rc) *len = (size_t)e->len;
+out:
+    manifest_free(&m);
+    view_close(&v);
+    return rc;
+}
+
+int ckpt_names(ckpt_db_t *db, uint64_t id, char ***names, int *n, char *err, size_t errlen)
+{
+    PSC_ASSERT(db && names && n);
+    *names = NULL;
+    *n = 0;
+    view_t v;
+    view_open(db, &v);
+    manifest_t m;
+    int rc = manifest_load(&v, id, &m, err, errlen);
+    view_close(&v);
+    if (rc) return rc;
+    if (m.info.ntensors > INT32_MAX) {
+        manifest_free(&m);
+        return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": %u tensors", id, m.info.ntensors);
+    }
+    char **a = psc_xcalloc(m.info.ntensors ? m.info.ntensors : 1, sizeof *a);
+    for (uint32_t i = 0; i < m.info.ntensors; i++) {
+        a[i] = m.e[i].name; /* moved, not copied */
+        m.e[i].name = NULL;
+    }
+    *names = a;
+    *n = (int)m.info.ntensors;
+    manifest_free(&m);
+    return 0;
+}
+
+void ckpt_free_names(char **names, int n)
+{
+    if (!names) return;
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+int ckpt_verify(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
+{
+    PSC_ASSERT(db);
+    view_t v;
+    view_open(db, &v);
+    manifest_t m;
+    int rc = manifest_load(&v, id, &m, err, errlen);
+    if (!rc) rc = verify_manifest(&v, &m, err, errlen);
+    manifest_free(&m);
+    view_close(&v);
+    return rc;
+}
+
+static void log_line(void (*log)(const char *line), const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void log_line(void (*log)(const char *line), const char *fmt, ...)
+{
+    if (!log) return;
+    char line[640];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    log(line);
+}
+
+int ckpt_latest_good(ckpt_db_t *db, const char *job_id, ckpt_info_t *out, void (*log)(const char *line),
+                     char *err, size_t errlen)
+{
+    PSC_ASSERT(db && out);
+    if (!job_id || !*job_id) return psc_seterr(err, errlen, PSC_EINVAL, "empty job id");
+    view_t v;
+    view_open(db, &v);
+    scan_item_t *items;
+    int nitems;
+    int rc = scan_manifests(&v, &items, &nitems, err, errlen);
+    if (rc) {
+        view_close(&v);
+        return rc;
+    }
+    int tried = 0, found = 0;
+    /* Newest first: the scan is id ascending. */
+    for (int i = nitems - 1; i >= 0 && !found; i--) {
+        scan_item_t *s = &items[i];
+        if (s->rc) {
+            /* Its job is unknown: it might be this job's newest. */
+            log_line(log, "checkpoint %" PRIu64 " skipped: %s", s->id, s->msg);
+            continue;
+        }
+        if (!s->m.info.committed || strcmp(s->m.info.job_id, job_id) != 0) continue;
+        tried++;
+        char why[320], prefix[40];
+        if (verify_manifest(&v, &s->m, why, sizeof why) == 0) {
+            *out = s->m.info;
+            found = 1;
+        } else {
+            /* why starts "checkpoint <id>: "; the line names the id once. */
+            int pl = snprintf(prefix, sizeof prefix, "checkpoint %" PRIu64 ": ", s->id);
+            const char *detail = strncmp(why, prefix, (size_t)pl) == 0 ? why + pl : why;
+            log_line(log,
+                     "checkpoint %" PRIu64 " (job %s, step %" PRId64 ") fails verification: %s; trying an older one",
+                     s->id, job_id, s->m.info.step, detail);
+        }
+    }
+    scan_free(items, nitems);
+    view_close(&v);
+    if (found) return 0;
+    if (tried == 0) return psc_seterr(err, errlen, PSC_ENOTFOUND, "no committed checkpoint of job %s", job_id);
+    return psc_seterr(err, errlen, PSC_ENOTFOUND, "none of the %d committed checkpoints of job %s verifies", tried,
+                      job_id);
+}
+
+/* ---- tests only ---- */
+
+int ckpt_debug_corrupt(ckpt_db_t *db, uint64_t id, const char *name, int64_t offset)
+{
+    char key[KEY_MAX];
+    size_t kl = name ? key_tensor(key, id, name) : key_manifest(key, id);
+    int64_t at = name ? offset + TENSOR_HEADER : offset;
+    pthread_mutex_lock(&db->wlock);
+    char *e = NULL;
+    size_t n = 0;
+    char *val = rocksdb_get(db->rdb, db->rplain, key, kl, &n, &e);
+    int rc = 0;
+    if (e || !val)
+        rc = e ? PSC_EIO : PSC_ENOTFOUND;
+    else if (at < 0 || (uint64_t)at >= n)
+        rc = PSC_EINVAL;
+    else {
+        val[at] ^= (char)0xff;
+        rocksdb_put(db->rdb, db->wsync, key, kl, val, n, &e);
+        if (e) rc = PSC_EIO;
+    }
+    pthread_mutex_unlock(&db->wlock);
+    rocksdb_free(e);
+    rocksdb_free(val);
+    return rc;
+}
+
+int ckpt_debug_count_keys(ckpt_db_t *db, uint64_t id)
+{
+    char key[KEY_MAX], lo[RANGE_KEY_LEN + 1], hi[RANGE_KEY_LEN + 1];
+    size_t kl = key_manifest(key, id);
+    int count = 0;
+    char *e = NULL;
+    size_t n;
+    char *val = rocksdb_get(db->rdb, db->rplain, key, kl, &n, &e);
+    if (val) count++;
+    rocksdb_free(val);
+    rocksdb_free(e);
+    key_tensor_range(lo, hi, id);
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, RANGE_KEY_LEN);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(db->rdb, ro);
+    for (rocksdb_iter_seek(it, lo, RANGE_KEY_LEN); rocksdb_iter_valid(it); rocksdb_iter_next(it)) count++;
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    return count;
+}
