@@ -4,3 +4,4 @@ set -eu
 build=${1:-build}
 export PSC_BIN=$(cd "$build" && pwd)
 "$PSC_BIN/bench_wire" "${BENCH_SECS:-1}"
+"$PSC_BIN/bench_tower" "${BENCH_SECS:-2}"
