@@ -4,6 +4,17 @@
  * store_create_vars and never changed afterwards (a later create either matches
  * it or is refused), so a variable's address and metadata (name, shape, sizes,
  * buffers) are immutable from publication until store_destroy. Locks:
+ *   - s->fence (rwlock, writer-preferring): the push fence. Every function that
+ *     writes tensor state (values, slots, t, version, global_step, accumulators,
+ *     presence: store_assign, store_push, store_step_add, store_set_sync,
+ *     store_push_sync, store_step_sync, store_sync_tick, store_sync_worker_left,
+ *     store_import's write phase) holds it shared for its whole duration (the
+ *     public function wraps a static *_fenced body); store_export holds it
+ *     exclusively, so under it the tensors are immutable and every update is
+ *     either wholly in or wholly out. Readers (pull, chunk_read, list) do not
+ *     take it. It is never taken recursively (a writer-preferring rwlock would
+ *     deadlock a reader re-entering while an export waits): store_sync_tick
+ *     releases it before its callback, and emit must not update the store.
  *   - s->lock (rwlock) guards the store-wide state: job id, ready flag,
  *     optimizer, the table pointers, and the sync-mode flag and config. It is
  *     held only to look a name up or to publish a table or sync mode, never
@@ -15,12 +26,12 @@
  *   - s->presence_lock (mutex) guards the sync presence table (started flag,
  *     last_seen, left). It is a leaf: nothing is locked while it is held.
  *   - counters (stats) are relaxed atomics.
- * Lock order: s->lock -> v->lock (store_list, store_set_sync publishing the
- * accumulators) and s->lock -> s->presence_lock (store_set_sync); no other
- * nesting. In particular v->lock and presence_lock are never held together: a
- * sync push marks its replica seen and computes `needed` first, then takes
- * v->lock. store_sync_tick holds one v->lock at a time and none while it calls
- * its callback.
+ * Lock order: s->fence first, before any other lock; then s->lock -> v->lock
+ * (store_list, store_set_sync publishing the accumulators) and s->lock ->
+ * s->presence_lock (store_set_sync); no other nesting. In particular v->lock
+ * and presence_lock are never held together: a sync push marks its replica
+ * seen and computes `needed` first, then takes v->lock. store_sync_tick holds
+ * one v->lock at a time and none while it calls its callback (nor the fence).
  *
  * Sync mode (store_set_sync, rules in store.h and sync.h). Each trainable
  * variable gets v->acc[nchunks] with sum buffers carved from one slab the size
@@ -43,6 +54,16 @@
  * k's step count t[k] is the number of pushes of that chunk applied so far
  * (Adam's bias correction). version counts every chunk applied or assigned
  * (and every global_step change).
+ *
+ * Checkpoints. One list of tensors (tensor_list_build: name, variable, part,
+ * length) drives both store_export and store_import, so they cannot disagree on
+ * names or sizes. An export reads the tensors without v->lock: every writer
+ * holds the fence shared, so under the exclusive side only readers run, and
+ * emit may itself pull. An import fetches everything into its own buffers
+ * before it takes the fence (no lock is held across the fetch, which reads
+ * RocksDB), then copies under the fence and each v->lock (pulls read under
+ * v->lock only). Floats are copied as raw host-order bytes (little-endian, see
+ * the static assertion); int64 tensors are written and read as little-endian.
  */
 #include "store.h"
 
@@ -60,7 +81,12 @@
 #include <string.h>
 
 #define STORE_NAME_MAX 111 /* store_var_info_t.name holds 112 bytes */
+#define STORE_TENSOR_NAME_MAX (STORE_NAME_MAX + 16) /* "<var>/RMSProp_1" and the like */
 #define STORE_JOB_MAX 16
+
+/* Checkpoints hold float32 tensors as raw host bytes and store.h documents
+ * them as little-endian. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "psc checkpoints assume a little-endian host");
 
 typedef struct store_var {
     char name[STORE_NAME_MAX + 1];
@@ -82,7 +108,8 @@ typedef struct store_var {
 } store_var_t;
 
 struct store {
-    pthread_rwlock_t lock; /* guards the fields up to `nvars` */
+    pthread_rwlock_t fence; /* the push fence: updates shared, export/import exclusive (top comment) */
+    pthread_rwlock_t lock;  /* guards the fields up to `nvars` */
     int have_job;
     char job_id[STORE_JOB_MAX + 1];
     int ready;
@@ -235,11 +262,22 @@ static int view_get(store_t *s, const char *name, int need_ready, store_view_t *
     return rc;
 }
 
+/* The push fence, shared side: held by every update for its whole duration. */
+static void fence_enter(store_t *s) { pthread_rwlock_rdlock(&s->fence); }
+static void fence_leave(store_t *s) { pthread_rwlock_unlock(&s->fence); }
+
 /* ---- life cycle ---- */
 
 store_t *store_create(void)
 {
     store_t *s = psc_xcalloc(1, sizeof *s);
+    /* Writer-preferring: with readers first (glibc's default), a steady stream
+     * of pushes from many threads could starve an export forever. */
+    pthread_rwlockattr_t attr;
+    PSC_ASSERT(pthread_rwlockattr_init(&attr) == 0);
+    PSC_ASSERT(pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP) == 0);
+    PSC_ASSERT(pthread_rwlock_init(&s->fence, &attr) == 0);
+    pthread_rwlockattr_destroy(&attr);
     PSC_ASSERT(pthread_rwlock_init(&s->lock, NULL) == 0);
     PSC_ASSERT(pthread_mutex_init(&s->presence_lock, NULL) == 0);
     atomic_init(&s->applied, 0);
@@ -263,6 +301,7 @@ void store_destroy(store_t *s)
     free(s->left);
     pthread_mutex_destroy(&s->presence_lock);
     pthread_rwlock_destroy(&s->lock);
+    pthread_rwlock_destroy(&s->fence);
     free(s);
 }
 
@@ -518,8 +557,8 @@ static int check_chunk(const store_var_t *v, const char *what, uint64_t offset, 
     return 0;
 }
 
-int store_assign(store_t *s, const char *name, uint64_t offset, const void *data, size_t len, uint64_t total,
-                 char *err, size_t errlen)
+static int assign_fenced(store_t *s, const char *name, uint64_t offset, const void *data, size_t len,
+                         uint64_t total, char *err, size_t errlen)
 {
     store_view_t view;
     if (!name) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "assign without a variable name"));
@@ -543,6 +582,15 @@ int store_assign(store_t *s, const char *name, uint64_t offset, const void *data
     v->version++;
     pthread_mutex_unlock(&v->lock);
     return 0;
+}
+
+int store_assign(store_t *s, const char *name, uint64_t offset, const void *data, size_t len, uint64_t total,
+                 char *err, size_t errlen)
+{
+    fence_enter(s);
+    int rc = assign_fenced(s, name, offset, data, len, total, err, errlen);
+    fence_leave(s);
+    return rc;
 }
 
 int store_set_ready(store_t *s, const char *job_id, char *err, size_t errlen)
@@ -606,8 +654,8 @@ int store_pull(store_t *s, const char *name, uint64_t offset, size_t len, void *
     return 0;
 }
 
-int store_push(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
-               void *updated, int64_t *version, char *err, size_t errlen)
+static int push_fenced(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len,
+                       uint64_t total, void *updated, int64_t *version, char *err, size_t errlen)
 {
     store_view_t view;
     if (!name) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "push without a variable name"));
@@ -649,9 +697,18 @@ int store_push(store_t *s, const char *name, uint64_t offset, const void *grad, 
     return 0;
 }
 
+int store_push(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
+               void *updated, int64_t *version, char *err, size_t errlen)
+{
+    fence_enter(s);
+    int rc = push_fenced(s, name, offset, grad, len, total, updated, version, err, errlen);
+    fence_leave(s);
+    return rc;
+}
+
 /* ---- global_step ---- */
 
-int store_step_add(store_t *s, int64_t inc, int64_t *value, char *err, size_t errlen)
+static int step_add_fenced(store_t *s, int64_t inc, int64_t *value, char *err, size_t errlen)
 {
     pthread_rwlock_rdlock(&s->lock);
     store_var_t *v = s->step_var;
@@ -672,6 +729,14 @@ int store_step_add(store_t *s, int64_t inc, int64_t *value, char *err, size_t er
     if (rc) return reject(s, rc);
     if (value) *value = now;
     return 0;
+}
+
+int store_step_add(store_t *s, int64_t inc, int64_t *value, char *err, size_t errlen)
+{
+    fence_enter(s);
+    int rc = step_add_fenced(s, inc, value, err, errlen);
+    fence_leave(s);
+    return rc;
 }
 
 int store_step_get(store_t *s, int64_t *value)
@@ -764,7 +829,7 @@ static int sync_cfg_compare(const store_sync_cfg_t *have, const store_sync_cfg_t
     return 0;
 }
 
-int store_set_sync(store_t *s, const store_sync_cfg_t *cfg, char *err, size_t errlen)
+static int set_sync_fenced(store_t *s, const store_sync_cfg_t *cfg, char *err, size_t errlen)
 {
     int rc = sync_cfg_check(cfg, err, errlen);
     if (rc) return reject(s, rc);
@@ -836,6 +901,14 @@ int store_set_sync(store_t *s, const store_sync_cfg_t *cfg, char *err, size_t er
     free(seen);
     free(left);
     return rc ? reject(s, rc) : 0;
+}
+
+int store_set_sync(store_t *s, const store_sync_cfg_t *cfg, char *err, size_t errlen)
+{
+    fence_enter(s);
+    int rc = set_sync_fenced(s, cfg, err, errlen);
+    fence_leave(s);
+    return rc;
 }
 
 int store_get_sync(store_t *s, store_sync_cfg_t *cfg)
@@ -956,9 +1029,9 @@ static int sync_check_sender(const char *what, const store_sync_cfg_t *c, uint32
     return 0;
 }
 
-int store_push_sync(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
-                    int64_t local_step, uint32_t count_, uint32_t worker, double now, void *updated,
-                    store_sync_result_t *res, char *err, size_t errlen)
+static int push_sync_fenced(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len,
+                            uint64_t total, int64_t local_step, uint32_t count_, uint32_t worker, double now,
+                            void *updated, store_sync_result_t *res, char *err, size_t errlen)
 {
     store_sync_result_t own;
     if (!res) res = &own;
@@ -997,8 +1070,19 @@ int store_push_sync(store_t *s, const char *name, uint64_t offset, const void *g
     return 0;
 }
 
-int store_step_sync(store_t *s, int64_t local_step, uint32_t count_, uint32_t worker, double now,
+int store_push_sync(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
+                    int64_t local_step, uint32_t count_, uint32_t worker, double now, void *updated,
                     store_sync_result_t *res, char *err, size_t errlen)
+{
+    fence_enter(s);
+    int rc = push_sync_fenced(s, name, offset, grad, len, total, local_step, count_, worker, now, updated, res, err,
+                              errlen);
+    fence_leave(s);
+    return rc;
+}
+
+static int step_sync_fenced(store_t *s, int64_t local_step, uint32_t count_, uint32_t worker, double now,
+                            store_sync_result_t *res, char *err, size_t errlen)
 {
     store_sync_result_t own;
     if (!res) res = &own;
@@ -1023,6 +1107,15 @@ int store_step_sync(store_t *s, int64_t local_step, uint32_t count_, uint32_t wo
     res->version = v->version;
     pthread_mutex_unlock(&v->lock);
     return 0;
+}
+
+int store_step_sync(store_t *s, int64_t local_step, uint32_t count_, uint32_t worker, double now,
+                    store_sync_result_t *res, char *err, size_t errlen)
+{
+    fence_enter(s);
+    int rc = step_sync_fenced(s, local_step, count_, worker, now, res, err, errlen);
+    fence_leave(s);
+    return rc;
 }
 
 int store_chunk_read(store_t *s, const char *name, uint64_t offset, size_t len, void *dst, int64_t *step,
@@ -1070,11 +1163,12 @@ typedef struct tick_item {
     int by_timeout;
 } tick_item_t;
 
-int store_sync_tick(store_t *s, double now,
-                    void (*fn)(void *arg, const char *name, uint64_t offset, int64_t step, uint32_t count,
-                               int by_timeout),
-                    void *arg)
+/* Applies what is due at `now`; the applied chunks go to *items_out (malloc'd,
+ * *nitems_out of them; NULL when none). */
+static void sync_tick_fenced(store_t *s, double now, tick_item_t **items_out, size_t *nitems_out)
 {
+    *items_out = NULL;
+    *nitems_out = 0;
     pthread_rwlock_rdlock(&s->lock);
     int on = s->sync_on;
     store_sync_cfg_t cfg = s->sync;
@@ -1082,7 +1176,7 @@ int store_sync_tick(store_t *s, double now,
     store_var_t **vars = s->vars;
     int n = s->nvars;
     pthread_rwlock_unlock(&s->lock);
-    if (!on) return 0;
+    if (!on) return;
 
     uint32_t needed = presence_touch(s, &cfg, UINT32_MAX, now);
     tick_item_t *items = NULL;
@@ -1109,7 +1203,22 @@ int store_sync_tick(store_t *s, double now,
             pthread_mutex_unlock(&v->lock);
         }
     }
-    /* No lock held: fn may call back into the store (wake parked replies). */
+    *items_out = items;
+    *nitems_out = nitems;
+}
+
+int store_sync_tick(store_t *s, double now,
+                    void (*fn)(void *arg, const char *name, uint64_t offset, int64_t step, uint32_t count,
+                               int by_timeout),
+                    void *arg)
+{
+    tick_item_t *items;
+    size_t nitems;
+    fence_enter(s);
+    sync_tick_fenced(s, now, &items, &nitems);
+    fence_leave(s);
+    /* No lock held, the fence included: fn may call back into the store (wake
+     * parked replies). */
     for (size_t j = 0; fn && j < nitems; j++)
         fn(arg, items[j].name, items[j].offset, items[j].step, items[j].count, items[j].by_timeout);
     free(items);
@@ -1118,14 +1227,17 @@ int store_sync_tick(store_t *s, double now,
 
 void store_sync_worker_left(store_t *s, uint32_t worker)
 {
+    fence_enter(s); /* presence is state an import resets */
     pthread_rwlock_rdlock(&s->lock);
     int on = s->sync_on;
     int N = s->sync.total_num_replicas;
     pthread_rwlock_unlock(&s->lock);
-    if (!on || worker >= (uint32_t)N) return;
-    pthread_mutex_lock(&s->presence_lock);
-    s->left[worker] = 1;
-    pthread_mutex_unlock(&s->presence_lock);
+    if (on && worker < (uint32_t)N) {
+        pthread_mutex_lock(&s->presence_lock);
+        s->left[worker] = 1;
+        pthread_mutex_unlock(&s->presence_lock);
+    }
+    fence_leave(s);
 }
 
 int store_sync_present(store_t *s, double now, uint32_t *needed)
@@ -1143,4 +1255,249 @@ int store_sync_present(store_t *s, double now, uint32_t *needed)
     pthread_mutex_unlock(&s->presence_lock);
     if (needed) *needed = sync_needed(cfg.replicas_to_aggregate, cfg.total_num_replicas, present);
     return present;
+}
+
+/* ---- checkpoints ---- */
+
+enum tensor_part { PART_VALUE, PART_SLOT0, PART_SLOT1, PART_T };
+
+/* One tensor of a checkpoint of this shard. */
+typedef struct store_tensor {
+    store_var_t *var;
+    enum tensor_part part;
+    char name[STORE_TENSOR_NAME_MAX + 1];
+    uint64_t len;  /* bytes */
+    void *data;    /* store_import: the fetched bytes (owned), NULL before */
+} store_tensor_t;
+
+/* TensorFlow's checkpoint name of slot k: the optimizer's name, "_1" for the
+ * second (tf.compat.v1.train's slot variables "<var>/<Optimizer>[_1]"). */
+static const char *slot_suffix(const psc_optim_config_t *opt, int k)
+{
+    switch (opt->kind) {
+    case PSC_OPT_SGD: break;
+    case PSC_OPT_MOMENTUM: return "Momentum";
+    case PSC_OPT_ADAGRAD: return "Adagrad";
+    case PSC_OPT_ADAM: return k == 0 ? "Adam" : "Adam_1";          /* m, v (optim.c's slot 0, 1) */
+    case PSC_OPT_RMSPROP: return k == 0 ? "RMSProp" : "RMSProp_1"; /* ms ("rms"), mom */
+    }
+    PSC_ASSERT(!"slot without a checkpoint name");
+    return NULL;
+}
+
+/* The tensors of a checkpoint of vars[0..n), in export order, into a malloc'd
+ * array of *count. The table is immutable: no lock needed. */
+static store_tensor_t *tensor_list_build(store_var_t *const *vars, int n, const psc_optim_config_t *opt,
+                                         size_t *count)
+{
+    int ns = optim_slot_count(opt);
+    size_t cap = (size_t)n * (size_t)(2 + ns), m = 0;
+    store_tensor_t *list = psc_xcalloc(cap ? cap : 1, sizeof *list);
+    for (int i = 0; i < n; i++) {
+        store_var_t *v = vars[i];
+        list[m++] = (store_tensor_t){.var = v, .part = PART_VALUE, .len = v->bytes};
+        snprintf(list[m - 1].name, sizeof list[m - 1].name, "%s", v->name);
+        if (v->is_step) continue;
+        for (int k = 0; k < ns; k++) {
+            list[m++] = (store_tensor_t){.var = v, .part = k == 0 ? PART_SLOT0 : PART_SLOT1, .len = v->bytes};
+            snprintf(list[m - 1].name, sizeof list[m - 1].name, "%s/%s", v->name, slot_suffix(opt, k));
+        }
+        list[m++] = (store_tensor_t){.var = v, .part = PART_T, .len = (uint64_t)v->nchunks * 8};
+        snprintf(list[m - 1].name, sizeof list[m - 1].name, "%s/.t", v->name);
+    }
+    *count = m;
+    return list;
+}
+
+static void tensor_list_free(store_tensor_t *list, size_t count)
+{
+    for (size_t i = 0; list && i < count; i++) free(list[i].data);
+    free(list);
+}
+
+int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, int64_t *step, char *err,
+                 size_t errlen)
+{
+    if (step) *step = -1;
+    if (!emit) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "export without an emit function"));
+
+    pthread_rwlock_wrlock(&s->fence);
+    pthread_rwlock_rdlock(&s->lock);
+    int ready = s->ready, have_job = s->have_job;
+    char job[STORE_JOB_MAX + 1];
+    memcpy(job, s->job_id, sizeof job);
+    psc_optim_config_t opt = s->opt;
+    store_var_t **vars = s->vars;
+    int n = s->nvars;
+    store_var_t *sv = s->step_var;
+    pthread_rwlock_unlock(&s->lock);
+
+    int rc = 0;
+    if (!ready) {
+        pthread_rwlock_unlock(&s->fence);
+        if (!have_job)
+            rc = psc_seterr(err, errlen, PSC_ENOTREADY, "export: model not ready (no job created yet)");
+        else
+            rc = psc_seterr(err, errlen, PSC_ENOTREADY,
+                            "export: model not ready (job %s has variables but is not marked ready yet)", job);
+        return reject(s, rc);
+    }
+    /* Under the exclusive fence nothing writes tensors: read them in place. */
+    for (int i = 0; sync_step >= 0 && i < n; i++) {
+        store_var_t *v = vars[i];
+        if (!v->acc) continue; /* async mode */
+        int64_t at = v->is_step ? v->step : -1;
+        for (size_t k = 0; !v->is_step && k < v->nchunks && at < 0; k++)
+            if (v->acc[k].step != sync_step) at = v->acc[k].step;
+        if (at >= 0 && at != sync_step) {
+            pthread_rwlock_unlock(&s->fence);
+            return psc_seterr(err, errlen, PSC_ESTALE, "export: %s is at step %" PRId64 ", not at step boundary %" PRId64,
+                              v->name, at, sync_step);
+        }
+    }
+    size_t count;
+    store_tensor_t *list = tensor_list_build(vars, n, &opt, &count);
+    size_t tmax = 1;
+    for (int i = 0; i < n; i++) tmax = PSC_MAX(tmax, vars[i]->nchunks);
+    unsigned char *le = psc_xmalloc(8 * tmax); /* global_step or one variable's t, little-endian */
+    for (size_t j = 0; j < count && !rc; j++) {
+        store_var_t *v = list[j].var;
+        const void *data = NULL;
+        switch (list[j].part) {
+        case PART_VALUE:
+            if (v->is_step) {
+                put_le64(le, v->step);
+                data = le;
+            } else {
+                data = v->w;
+            }
+            break;
+        case PART_SLOT0: data = v->slot[0]; break;
+        case PART_SLOT1: data = v->slot[1]; break;
+        case PART_T:
+            for (size_t k = 0; k < v->nchunks; k++) put_le64(le + 8 * k, v->t[k]);
+            data = le;
+            break;
+        }
+        rc = emit(arg, list[j].name, data, (size_t)list[j].len);
+        if (rc)
+            psc_seterr(err, errlen, rc, "export stopped at tensor \"%s\": %s (%d)", list[j].name,
+                       rc < 0 ? psc_strerror(rc) : "emit failed", rc);
+    }
+    if (!rc && step && sv) *step = sv->step;
+    pthread_rwlock_unlock(&s->fence);
+    free(le);
+    tensor_list_free(list, count);
+    return rc;
+}
+
+/* Checks one fetched tensor: its size, and that int64 counters are >= 0. */
+static int tensor_check_fetched(const store_tensor_t *t, size_t len, char *err, size_t errlen)
+{
+    const store_var_t *v = t->var;
+    if (len != t->len) {
+        char sh[128];
+        shape_str(sh, sizeof sh, v->rank, v->shape);
+        return psc_seterr(err, errlen, PSC_EMISMATCH,
+                          "checkpoint tensor \"%s\" is %zu bytes, expected %" PRIu64 " (variable %s, shape %s)",
+                          t->name, len, t->len, v->name, sh);
+    }
+    const unsigned char *p = t->data;
+    if (t->part == PART_VALUE && v->is_step && get_le64(p) < 0)
+        return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint tensor \"%s\": global step %" PRId64 " is negative",
+                          t->name, get_le64(p));
+    if (t->part == PART_T)
+        for (size_t k = 0; k < v->nchunks; k++)
+            if (get_le64(p + 8 * k) < 0)
+                return psc_seterr(err, errlen, PSC_ECORRUPT,
+                                  "checkpoint tensor \"%s\": update count %" PRId64 " of chunk %zu is negative",
+                                  t->name, get_le64(p + 8 * k), k);
+    return 0;
+}
+
+int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step, char *err, size_t errlen)
+{
+    if (!fetch) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "import without a fetch function"));
+    if (sync_step < 0)
+        return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "import: sync step %" PRId64 " is negative", sync_step));
+    pthread_rwlock_rdlock(&s->lock);
+    int have_job = s->have_job;
+    psc_optim_config_t opt = s->opt;
+    store_var_t **vars = s->vars;
+    int n = s->nvars;
+    pthread_rwlock_unlock(&s->lock);
+    if (!have_job)
+        return reject(s, psc_seterr(err, errlen, PSC_ENOTFOUND, "import: no variables created (no job created yet)"));
+
+    /* Phase 1, no lock held (fetch reads the disk): everything in, everything checked. */
+    size_t count;
+    store_tensor_t *list = tensor_list_build(vars, n, &opt, &count);
+    int rc = 0, refused = 0;
+    for (size_t j = 0; j < count && !rc; j++) {
+        size_t len = 0;
+        rc = fetch(arg, list[j].name, &list[j].data, &len, err, errlen);
+        if (rc == PSC_ENOTFOUND) {
+            rc = psc_seterr(err, errlen, PSC_EMISMATCH, "checkpoint has no tensor \"%s\" (variable %s)", list[j].name,
+                            list[j].var->name);
+            refused = 1;
+        } else if (!rc) {
+            if (!list[j].data && len)
+                rc = psc_seterr(err, errlen, PSC_EINVAL, "fetch of \"%s\" gave %zu bytes but no data", list[j].name,
+                                len);
+            else
+                rc = tensor_check_fetched(&list[j], len, err, errlen);
+            refused = rc != 0;
+        }
+    }
+    if (rc) {
+        tensor_list_free(list, count);
+        return refused ? reject(s, rc) : rc;
+    }
+
+    /* Phase 2, under the exclusive fence: nothing can fail any more. */
+    pthread_rwlock_wrlock(&s->fence);
+    pthread_rwlock_rdlock(&s->lock); /* sync mode cannot change: store_set_sync holds the fence */
+    int sync_on = s->sync_on;
+    int N = s->sync.total_num_replicas;
+    pthread_rwlock_unlock(&s->lock);
+    for (size_t j = 0; j < count; j++) {
+        const store_tensor_t *t = &list[j];
+        store_var_t *v = t->var;
+        const unsigned char *p = t->data;
+        /* A variable's tensors are adjacent: one v->lock hold restores all of
+         * them, so a pull or chunk read sees the variable wholly old or new. */
+        if (j == 0 || list[j - 1].var != v) pthread_mutex_lock(&v->lock);
+        switch (t->part) {
+        case PART_VALUE:
+            if (v->is_step)
+                v->step = get_le64(p);
+            else
+                memcpy(v->w, p, t->len);
+            v->version++;
+            if (sync_on && v->is_step) v->acc[0] = (sync_acc_t){.step = v->step};
+            break;
+        case PART_SLOT0: memcpy(v->slot[0], p, t->len); break;
+        case PART_SLOT1: memcpy(v->slot[1], p, t->len); break;
+        case PART_T:
+            for (size_t k = 0; k < v->nchunks; k++) v->t[k] = get_le64(p + 8 * k);
+            /* A restore may move the steps backwards: set, not sync_acc_skip_to. */
+            for (size_t k = 0; sync_on && k < v->nchunks; k++)
+                v->acc[k] = (sync_acc_t){.step = sync_step, .sum = v->acc[k].sum};
+            break;
+        }
+        if (j + 1 == count || list[j + 1].var != v) pthread_mutex_unlock(&v->lock);
+    }
+    if (sync_on) {
+        pthread_mutex_lock(&s->presence_lock);
+        s->started = 0;
+        memset(s->last_seen, 0, (size_t)N * sizeof *s->last_seen);
+        memset(s->left, 0, (size_t)N);
+        pthread_mutex_unlock(&s->presence_lock);
+    }
+    pthread_rwlock_wrlock(&s->lock);
+    s->ready = 1;
+    pthread_rwlock_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->fence);
+    tensor_list_free(list, count);
+    return 0;
 }

@@ -39,6 +39,27 @@
  * included. store_push and store_step_add keep working in sync mode and bypass
  * the accumulators: the caller routes requests by store_get_sync.
  *
+ * Checkpoints (store_export, store_import). A store-wide push fence makes an
+ * export one consistent cut: every function that changes tensor state (values,
+ * slots, per-chunk t, versions, global_step, sync accumulators and presence)
+ * runs entirely inside the fence's shared side, and an export holds its
+ * exclusive side, so it sees every update either wholly applied or not at all,
+ * on every variable at once. Updates wait while an export runs (it copies the
+ * shard once: emit should only copy, e.g. ckpt_add); pulls and other reads do
+ * not wait. An import fetches and checks the whole checkpoint first, with no
+ * lock held, then writes it under the exclusive side: all or nothing.
+ * Checkpoint tensors, per variable in creation order (TensorFlow's names):
+ *   "<var>"                 value: float32 values in host byte order (psc
+ *                           builds only for little-endian hosts), or for
+ *                           global_step 8 bytes of little-endian int64;
+ *   "<var>/<Slot>[_1]"      trainable variables, the optimizer's slots, float32:
+ *                           Momentum "/Momentum"; Adagrad "/Adagrad";
+ *                           Adam "/Adam" (m), "/Adam_1" (v);
+ *                           RMSProp "/RMSProp" (ms, "rms"), "/RMSProp_1" (mom);
+ *                           SGD none;
+ *   "<var>/.t"              trainable variables: the per-wire-chunk update
+ *                           counts t (Adam's bias correction), nchunks x int64 LE.
+ *
  * All functions are thread-safe. Errors: PSC_E* and a message in err.
  */
 #ifndef PSC_STORE_H
@@ -214,5 +235,59 @@ void store_sync_worker_left(store_t *s, uint32_t worker);
  * the contributions needed per step. Before the first contribution every replica
  * that has not left counts as present. Async mode: 0 and *needed = 0. */
 int store_sync_present(store_t *s, double now, uint32_t *needed);
+
+/* ---- checkpoints ---- */
+
+/* Receives one tensor of a checkpoint: `name` and `data` (len bytes) are valid
+ * only during the call (the callee copies what it keeps). Called with the push
+ * fence held exclusively: it must not call a store function that updates
+ * (assign, push, step, sync, tick: they would wait for the export, forever);
+ * reads (pull, list, step_get, chunk_read) are fine. Returns 0 to go on, or a
+ * nonzero code that stops the export. */
+typedef int (*store_emit_fn)(void *arg, const char *name, const void *data, size_t len);
+
+/* Exports the shard under the push fence (one consistent cut, see above): for
+ * every variable in creation order emit(name, value bytes) (global_step: 8 bytes
+ * of little-endian int64), then for a trainable variable its optimizer slots
+ * ("<var>/Momentum", "<var>/Adagrad", "<var>/Adam" + "<var>/Adam_1",
+ * "<var>/RMSProp" + "<var>/RMSProp_1"; only those the optimizer has) and
+ * "<var>/.t" (nchunks x int64 LE). *step (may be NULL) = global_step's value in
+ * that cut when this shard holds it, else -1. Updates wait until it returns.
+ * PSC_ENOTREADY when the store is not ready (counted as rejected), PSC_EINVAL
+ * for a NULL emit; emit's nonzero return stops the export and is returned (err
+ * names the tensor). Any thread; not from inside emit.
+ * sync_step >= 0 in sync mode: the cut must be the step boundary sync_step —
+ * every chunk's accumulator at step sync_step (contributions pending for it are
+ * fine: they are not part of the checkpoint) and global_step, if held, equal to
+ * it — else PSC_ESTALE naming the first that is not, nothing emitted (not
+ * counted as rejected: the caller tries again at its next step). */
+int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, int64_t *step, char *err,
+                 size_t errlen);
+
+/* Supplies tensor `name` of a checkpoint: *data (NULL on entry) = a malloc'd
+ * buffer of *len bytes, owned by the store from then on (it frees whatever is
+ * left in *data, also after an error: leave it NULL then). Returns 0,
+ * PSC_ENOTFOUND when the checkpoint has no such tensor, or another PSC_E* (err
+ * filled) to abort the import. Called with no store lock held (it may read
+ * from disk). */
+typedef int (*store_fetch_fn)(void *arg, const char *name, void **data, size_t *len, char *err, size_t errlen);
+
+/* Restores the shard from a checkpoint, all or nothing. First, with no lock
+ * held, fetches every tensor store_export would emit for the current variables
+ * and checks it: a missing tensor or one of the wrong size -> PSC_EMISMATCH
+ * naming it; a negative global_step or t -> PSC_ECORRUPT; a fetch error is
+ * returned as is; in every case nothing changed. Then, under the push fence
+ * (exclusive), writes values, slots and t, sets global_step's value (if held
+ * here), version += 1 for each variable, and in sync mode sets every
+ * accumulator to step `sync_step` with count 0 (global_step's to its restored
+ * value) and resets presence as if sync mode had just been turned on (the clock
+ * not started, no replica left: nobody counts as absent right after a restore);
+ * then marks the store ready. The whole checkpoint is held in memory between
+ * the two phases (a second copy of the shard). Requires variables created
+ * (store_create_vars), ready or not: else PSC_ENOTFOUND. Restoring an older
+ * checkpoint over newer values is allowed (that is recovery); t and the
+ * accumulator steps may move backwards. sync_step < 0 or a NULL fetch:
+ * PSC_EINVAL. Refusals (not fetch errors) count as rejected. Any thread. */
+int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step, char *err, size_t errlen);
 
 #endif
