@@ -29,7 +29,8 @@
     X(CORRUPT, "corrupt data")                                        \
     X(UNSUPPORTED, "not supported")                                   \
     X(CANCELLED, "cancelled")                                         \
-    X(STALE, "stale")
+    X(STALE, "stale")                                                 \
+    X(UNAVAILABLE, "unavailable, worth retrying")
 
 enum {
     PSC_OK = 0,
@@ -79,6 +80,7 @@ double psc_now(void);
 #define PSC_EXIT_USAGE 64
 #define PSC_EXIT_DATAERR 65
 #define PSC_EXIT_UNAVAILABLE 69
+#define PSC_EXIT_IOERR 74
 #define PSC_EXIT_SOFTWARE 70
 #define PSC_EXIT_CONFIG 78
 

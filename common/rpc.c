@@ -93,6 +93,14 @@ static grpc_channel_args *make_args(grpc_arg *storage, int is_server)
         storage[n].type = GRPC_ARG_INTEGER;
         storage[n].key = (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
         storage[n++].value.integer = 1;
+        /* A restarted PS is found within 2 s, not after gRPC's default backoff
+         * of up to 120 s (the workers' own retry loop paces the calls). */
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
+        storage[n++].value.integer = 250;
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+        storage[n++].value.integer = 2000;
     }
     args.num_args = (size_t)n;
     args.args = storage;

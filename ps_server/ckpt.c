@@ -581,6 +581,8 @@ ckpt_writer_t *ckpt_begin(ckpt_db_t *db, uint64_t id, const char *job_id, int64_
     return w;
 }
 
+void ckpt_set_step(ckpt_writer_t *w, int64_t step) { w->step = step; }
+
 /* Finds name in the set; returns its slot (holding 0 when absent). */
 static uint32_t *writer_slot(ckpt_writer_t *w, const char *name)
 {

@@ -110,6 +110,10 @@ typedef struct ckpt_writer ckpt_writer_t;
  * ckpt_prepare or ckpt_abort frees it. db must outlive the writer. */
 ckpt_writer_t *ckpt_begin(ckpt_db_t *db, uint64_t id, const char *job_id, int64_t step);
 
+/* Changes the step the checkpoint records (before ckpt_prepare): for a shard
+ * that learns it while adding its tensors. */
+void ckpt_set_step(ckpt_writer_t *w, int64_t step);
+
 /* Copies one tensor into the writer (data may be NULL when len is 0; the caller
  * keeps data). name: 1..CKPT_MAX_NAME bytes, unique within the checkpoint.
  * PSC_EINVAL (name, size), PSC_EEXISTS (name added twice), or the error of an

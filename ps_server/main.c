@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { OPT_THREADS = PSC_OPT__FIRST_PROGRAM, OPT_JOB_SPEC, OPT_GRACE_MS };
+enum { OPT_THREADS = PSC_OPT__FIRST_PROGRAM, OPT_JOB_SPEC, OPT_GRACE_MS, OPT_CKPT_DIR, OPT_DEBUG_SAVE_DELAY };
 
 static void usage(FILE *f)
 {
@@ -34,10 +34,13 @@ static void usage(FILE *f)
             "  --threads N          RPC polling threads (default: number of CPUs, at most 8)\n"
             "  --job_spec FILE      job spec to validate at start (in-cluster mode; optional)\n"
             "  --grace_ms MS        on shutdown, time in-flight calls get before cancellation (default 2000)\n"
+            "  --checkpoint_dir DIR this shard's checkpoints (a RocksDB, created if missing; default: none,\n"
+            "                       checkpoint requests are refused)\n"
+            "  --debug_save_delay_ms MS  testing: sleep MS inside every checkpoint save, before writing it\n"
             "  --log_level LEVEL    debug | info | warn | error (default info)\n"
             "  --help               this text\n"
             "  --version            print the version\n"
-            "Exit codes: 0 stopped cleanly, 64 usage, 69 cannot bind, 78 bad configuration.\n");
+            "Exit codes: 0 stopped cleanly, 64 usage, 69 cannot bind, 74 cannot open --checkpoint_dir, 78 bad configuration.\n");
 }
 
 static void on_shutdown_rpc(void *arg)
@@ -56,16 +59,18 @@ int main(int argc, char **argv)
         {"threads", required_argument, NULL, OPT_THREADS},
         {"job_spec", required_argument, NULL, OPT_JOB_SPEC},
         {"grace_ms", required_argument, NULL, OPT_GRACE_MS},
+        {"checkpoint_dir", required_argument, NULL, OPT_CKPT_DIR},
+        {"debug_save_delay_ms", required_argument, NULL, OPT_DEBUG_SAVE_DELAY},
         {"log_level", required_argument, NULL, PSC_OPT_LOG_LEVEL},
         {"help", no_argument, NULL, PSC_OPT_HELP},
         {"version", no_argument, NULL, PSC_OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
     psc_task_flags_t flags = {NULL, NULL, -1, -1};
-    long threads = sysconf(_SC_NPROCESSORS_ONLN), grace_ms = 2000, v;
+    long threads = sysconf(_SC_NPROCESSORS_ONLN), grace_ms = 2000, save_delay_ms = 0, v;
     if (threads < 1) threads = 1;
     if (threads > 8) threads = 8;
-    const char *job_spec_path = NULL;
+    const char *job_spec_path = NULL, *ckpt_dir = NULL;
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -93,6 +98,13 @@ int main(int argc, char **argv)
             }
             break;
         case OPT_JOB_SPEC: job_spec_path = optarg; break;
+        case OPT_CKPT_DIR: ckpt_dir = optarg; break;
+        case OPT_DEBUG_SAVE_DELAY:
+            if (psc_parse_int(optarg, 0, 600000, &save_delay_ms)) {
+                fprintf(stderr, "ps_server: --debug_save_delay_ms: expected 0..600000, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            break;
         case OPT_GRACE_MS:
             if (psc_parse_int(optarg, 0, 600000, &grace_ms)) {
                 fprintf(stderr, "ps_server: --grace_ms: expected 0..600000, got \"%s\"\n", optarg);
@@ -152,9 +164,16 @@ int main(int argc, char **argv)
         return PSC_EXIT_CONFIG;
     }
 
+    ckpt_db_t *ckpt = NULL;
+    if (ckpt_dir && ckpt_open(ckpt_dir, &ckpt, err, sizeof err)) {
+        fprintf(stderr, "ps_server: --checkpoint_dir: %s\n", err);
+        psc_tf_config_deinit(&cfg);
+        return PSC_EXIT_IOERR;
+    }
     psc_signals_block(); /* before gRPC starts its threads */
     store_t *store = store_create();
     ps_service_t *svc = ps_service_create(store, cfg.task.index, on_shutdown_rpc, NULL);
+    ps_service_set_checkpoints(svc, ckpt, (int)save_delay_ms);
     psc_rpc_server_t *server = psc_rpc_server_create(bind, (int)threads, err, sizeof err);
     if (!server) {
         fprintf(stderr, "ps_server: %s\n", err);
@@ -167,11 +186,13 @@ int main(int argc, char **argv)
         psc_rpc_server_destroy(server);
         ps_service_destroy(svc);
         store_destroy(store);
+        ckpt_close(ckpt);
         psc_tf_config_deinit(&cfg);
         return PSC_EXIT_UNAVAILABLE;
     }
-    PSC_INFO("serving on %s (port %d) with %ld threads; %d ps, %d training replicas", bind, port, threads,
-             cfg.cluster.n[PSC_JOB_PS], psc_cluster_num_replicas(&cfg.cluster));
+    PSC_INFO("serving on %s (port %d) with %ld threads; %d ps, %d training replicas; checkpoints %s%s", bind, port,
+             threads, cfg.cluster.n[PSC_JOB_PS], psc_cluster_num_replicas(&cfg.cluster), ckpt ? "in " : "off",
+             ckpt ? ckpt_dir : "");
 
     int sig = psc_signals_wait();
     PSC_INFO("stopping (%s)", sig == SIGUSR1 ? "Shutdown RPC" : (sig == SIGINT ? "SIGINT" : "SIGTERM"));
@@ -180,6 +201,7 @@ int main(int argc, char **argv)
     psc_rpc_server_destroy(server);
     ps_service_destroy(svc);
     store_destroy(store);
+    ckpt_close(ckpt);
     psc_tf_config_deinit(&cfg);
     PSC_INFO("stopped");
     return 0;

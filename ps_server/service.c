@@ -9,9 +9,11 @@
 #include "service.h"
 
 #include "chunk.h"
+#include "ckpt.h"
 #include "log.h"
 #include "psc.h"
 #include "psc.pb-c.h"
+#include "rng.h"
 #include "wire.h"
 
 #include <pthread.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PS_MAX_WORKERS 4096
 
@@ -31,6 +34,8 @@ struct ps_service {
     pthread_mutex_t lock;
     unsigned char done[PS_MAX_WORKERS]; /* WorkerDone seen per replica rank */
     uint32_t workers_done;
+    int64_t replica_steps[PS_MAX_WORKERS]; /* Step.replica_step per rank (max seen) */
+    uint32_t max_rank;                     /* 1 + the largest rank that reported steps */
     /* sync replicas: replies waiting for a step to be applied (see "parking") */
     pthread_mutex_t park_lock;
     struct parked *parked; /* singly linked, newest first */
@@ -41,6 +46,10 @@ struct ps_service {
     pthread_cond_t reaper_cond;
     int reaper_stop;
     uint32_t last_present;
+    /* checkpoints (--checkpoint_dir); NULL db: none */
+    ckpt_db_t *ckpt;
+    int debug_save_delay_ms;
+    uint64_t incarnation;
 };
 
 static int status_of(int rc)
@@ -53,6 +62,9 @@ static int status_of(int rc)
     case PSC_EMISMATCH: return PSC_RPC_INVALID_ARGUMENT;
     case PSC_ENOMEM: return PSC_RPC_RESOURCE_EXHAUSTED;
     case PSC_EUNSUPPORTED: return PSC_RPC_FAILED_PRECONDITION;
+    case PSC_ESTALE: return PSC_RPC_ABORTED;
+    case PSC_ECORRUPT: return PSC_RPC_DATA_LOSS;
+    case PSC_EIO: return PSC_RPC_INTERNAL;
     default: return PSC_RPC_INTERNAL;
     }
 }
@@ -431,20 +443,23 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-void ps_service_drain(ps_service_t *svc)
+/* Fails every parked reply with `code` and msg; draining: park none from now on. */
+static void fail_parked(ps_service_t *svc, int draining, int code, const char *msg)
 {
     pthread_mutex_lock(&svc->park_lock);
-    svc->draining = 1;
+    if (draining) svc->draining = 1;
     parked_t *all = svc->parked;
     svc->parked = NULL;
     pthread_mutex_unlock(&svc->park_lock);
     while (all) {
         parked_t *next = all->next;
-        psc_rpc_fail(all->call, PSC_RPC_UNAVAILABLE, "ps_server %d is shutting down", svc->task_index);
+        psc_rpc_fail(all->call, code, "ps_server %d %s", svc->task_index, msg);
         free(all);
         all = next;
     }
 }
+
+void ps_service_drain(ps_service_t *svc) { fail_parked(svc, 1, PSC_RPC_UNAVAILABLE, "is shutting down"); }
 
 static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
@@ -577,6 +592,12 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     char err[512];
     Psc__StepRequest *r = psc__step_request__unpack(NULL, len, req);
     if (!r) return fail_undecodable(svc, call, "StepRequest", len);
+    if (r->replica_step > 0 && r->worker < PS_MAX_WORKERS) {
+        pthread_mutex_lock(&svc->lock);
+        if (r->replica_step > svc->replica_steps[r->worker]) svc->replica_steps[r->worker] = r->replica_step;
+        if (r->worker + 1 > svc->max_rank) svc->max_rank = r->worker + 1;
+        pthread_mutex_unlock(&svc->lock);
+    }
     int64_t value = 0;
     if (store_get_sync(svc->store, NULL) && r->count > 0) {
         /* sync: a contribution (count >= 1) to global_step's step; count 0 is a read */
@@ -678,13 +699,19 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         rep.replicas_present = (uint32_t)store_sync_present(svc->store, psc_now(), &needed);
     }
     uint32_t done_ranks[256];
+    int64_t progress[256];
     pthread_mutex_lock(&svc->lock);
+    rep.n_replica_steps = PSC_MIN(svc->max_rank, PSC_ARRAY_LEN(progress));
+    memcpy(progress, svc->replica_steps, rep.n_replica_steps * sizeof *progress);
+    rep.replica_steps = progress;
     rep.workers_done = svc->workers_done;
     for (uint32_t w = 0; w < PS_MAX_WORKERS && rep.n_done_workers < PSC_ARRAY_LEN(done_ranks); w++)
         if (svc->done[w]) done_ranks[rep.n_done_workers++] = w;
     pthread_mutex_unlock(&svc->lock);
     rep.done_workers = done_ranks;
     rep.optimizer = (char *)"";
+    rep.checkpoints = svc->ckpt != NULL;
+    rep.incarnation = svc->incarnation;
 
     store_var_info_t *vars = NULL;
     int n = 0;
@@ -713,6 +740,201 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     free(vars);
 }
 
+/* ---- checkpoints (ckpt.h holds the format; the chief drives the two phases) ---- */
+
+static int no_checkpoints(ps_service_t *svc, psc_rpc_call_t *call)
+{
+    if (svc->ckpt) return 0;
+    psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d has no --checkpoint_dir", svc->task_index);
+    return 1;
+}
+
+/* The job id of the store's model, or a failure naming the mismatch. */
+static int check_job(ps_service_t *svc, psc_rpc_call_t *call, const char *job_id)
+{
+    char have[17] = "";
+    store_is_ready(svc->store, have); /* the job id whether ready or not */
+    if (!have[0]) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds no model yet", svc->task_index);
+        return 1;
+    }
+    if (strcmp(have, job_id) != 0) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds job %s, not %s", svc->task_index, have,
+                     job_id);
+        return 1;
+    }
+    return 0;
+}
+
+static int emit_to_writer(void *arg, const char *name, const void *data, size_t len)
+{
+    return ckpt_add(arg, name, data, len);
+}
+
+static void h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__SaveRequest *r = psc__save_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "SaveRequest", len);
+    if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
+    double t0 = psc_now();
+    /* phase 1: copy the shard into the writer behind the push fence (in sync
+     * mode only at step boundary r->step), then write it outside the fence */
+    int64_t held = -1;
+    ckpt_writer_t *w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
+    int rc = store_export(svc->store, emit_to_writer, w, store_get_sync(svc->store, NULL) ? r->step : -1, &held, err,
+                          sizeof err);
+    if (rc) {
+        ckpt_abort(w);
+        if (rc != PSC_ESTALE) PSC_WARN("checkpoint %llu: export failed: %s", (unsigned long long)r->id, err);
+        psc_rpc_fail(call, status_of(rc), "checkpoint %llu: %s", (unsigned long long)r->id, err);
+        goto out;
+    }
+    if (held >= 0) ckpt_set_step(w, held); /* this shard holds global_step: its value is the step */
+    if (svc->debug_save_delay_ms > 0) { /* tests: a window in which to kill the PS mid-save */
+        PSC_INFO("checkpoint %llu: shard copied; writing it in %d ms (--debug_save_delay_ms)", (unsigned long long)r->id,
+                 svc->debug_save_delay_ms);
+        struct timespec ts = {svc->debug_save_delay_ms / 1000, (long)(svc->debug_save_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if ((rc = ckpt_prepare(w, err, sizeof err))) {
+        PSC_WARN("checkpoint %llu: %s", (unsigned long long)r->id, err);
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+        goto out;
+    }
+    ckpt_info_t info;
+    if ((rc = ckpt_get_info(svc->ckpt, r->id, &info, err, sizeof err))) {
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+        goto out;
+    }
+    PSC_INFO("checkpoint %llu prepared: step %lld, %u tensors, %.1f MiB in %.0f ms", (unsigned long long)r->id,
+             (long long)info.step, info.ntensors, (double)info.bytes / 1048576.0, (psc_now() - t0) * 1000);
+    Psc__SaveReply rep = PSC__SAVE_REPLY__INIT;
+    rep.step = info.step;
+    rep.tensors = info.ntensors;
+    rep.bytes = info.bytes;
+    uint8_t buf[48];
+    psc_rpc_reply(call, buf, psc__save_reply__pack(&rep, buf));
+out:
+    psc__save_request__free_unpacked(r, NULL);
+}
+
+static void h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__CommitRequest *r = psc__commit_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "CommitRequest", len);
+    if (no_checkpoints(svc, call)) goto out;
+    int rc = r->discard ? ckpt_discard(svc->ckpt, r->id, err, sizeof err)
+                        : ckpt_commit(svc->ckpt, r->id, r->keep ? (int)r->keep : 1, err, sizeof err);
+    if (rc) {
+        PSC_WARN("checkpoint %llu: %s failed: %s", (unsigned long long)r->id, r->discard ? "discard" : "commit", err);
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+        goto out;
+    }
+    PSC_INFO("checkpoint %llu %s", (unsigned long long)r->id, r->discard ? "discarded" : "committed");
+    Psc__CommitReply rep = PSC__COMMIT_REPLY__INIT;
+    uint8_t buf[8];
+    psc_rpc_reply(call, buf, psc__commit_reply__pack(&rep, buf));
+out:
+    psc__commit_request__free_unpacked(r, NULL);
+}
+
+typedef struct restore_src {
+    ckpt_db_t *db;
+    uint64_t id;
+} restore_src_t;
+
+static int fetch_from_ckpt(void *arg, const char *name, void **data, size_t *len, char *err, size_t errlen)
+{
+    restore_src_t *src = arg;
+    return ckpt_read(src->db, src->id, name, data, len, err, errlen);
+}
+
+static void h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__RestoreRequest *r = psc__restore_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "RestoreRequest", len);
+    if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
+    ckpt_info_t info;
+    int rc = ckpt_get_info(svc->ckpt, r->id, &info, err, sizeof err);
+    if (rc == 0 && !info.committed)
+        rc = psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu was never committed",
+                        (unsigned long long)r->id);
+    if (rc == 0 && strcmp(info.job_id, r->job_id) != 0)
+        rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "checkpoint %llu belongs to job %s", (unsigned long long)r->id,
+                        info.job_id);
+    restore_src_t src = {svc->ckpt, r->id};
+    if (rc == 0) rc = store_import(svc->store, fetch_from_ckpt, &src, r->step, err, sizeof err);
+    if (rc) {
+        PSC_WARN("restore of checkpoint %llu refused: %s", (unsigned long long)r->id, err);
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+        goto out;
+    }
+    /* replies parked on steps of the abandoned timeline would never come */
+    fail_parked(svc, 0, PSC_RPC_ABORTED, "restored a checkpoint: pull again");
+    PSC_INFO("restored checkpoint %llu of job %s: step %lld, %u tensors", (unsigned long long)r->id, r->job_id,
+             (long long)info.step, info.ntensors);
+    Psc__RestoreReply rep = PSC__RESTORE_REPLY__INIT;
+    rep.step = info.step;
+    rep.tensors = info.ntensors;
+    uint8_t buf[32];
+    psc_rpc_reply(call, buf, psc__restore_reply__pack(&rep, buf));
+out:
+    psc__restore_request__free_unpacked(r, NULL);
+}
+
+static void h_list_checkpoints(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__ListCheckpointsRequest *r = psc__list_checkpoints_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "ListCheckpointsRequest", len);
+    Psc__ListCheckpointsReply rep = PSC__LIST_CHECKPOINTS_REPLY__INIT;
+    ckpt_info_t *infos = NULL;
+    int n = 0;
+    rep.enabled = svc->ckpt != NULL;
+    if (svc->ckpt && ckpt_list(svc->ckpt, &infos, &n, err, sizeof err) != 0) {
+        psc_rpc_fail(call, PSC_RPC_DATA_LOSS, "%s", err);
+        goto out;
+    }
+    Psc__CheckpointInfo *ci = psc_xcalloc((size_t)(n ? n : 1), sizeof *ci);
+    Psc__CheckpointInfo **cp = psc_xcalloc((size_t)(n ? n : 1), sizeof *cp);
+    char(*problems)[256] = psc_xcalloc((size_t)(n ? n : 1), sizeof *problems);
+    for (int i = 0; i < n; i++) {
+        if (r->job_id[0] && strcmp(infos[i].job_id, r->job_id) != 0) continue;
+        Psc__CheckpointInfo *c = &ci[rep.n_checkpoints];
+        psc__checkpoint_info__init(c);
+        c->id = infos[i].id;
+        c->step = infos[i].step;
+        c->committed = infos[i].committed;
+        c->tensors = infos[i].ntensors;
+        c->bytes = infos[i].bytes;
+        c->created_unix = infos[i].created_unix;
+        c->job_id = infos[i].job_id;
+        c->problem = problems[i];
+        if (r->verify) {
+            c->good = ckpt_verify(svc->ckpt, infos[i].id, problems[i], sizeof problems[i]) == 0;
+            if (c->good) problems[i][0] = 0;
+        }
+        cp[rep.n_checkpoints++] = c;
+    }
+    rep.checkpoints = cp;
+    size_t sz = psc__list_checkpoints_reply__get_packed_size(&rep);
+    psc__list_checkpoints_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
+    psc_rpc_reply_send(call);
+    free(problems);
+    free(cp);
+    free(ci);
+out:
+    free(infos);
+    psc__list_checkpoints_request__free_unpacked(r, NULL);
+}
+
 static void h_shutdown(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -733,6 +955,9 @@ ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdo
     svc->task_index = task_index;
     svc->on_shutdown = on_shutdown;
     svc->shutdown_arg = arg;
+    psc_rng_t rng;
+    psc_rng_seed(&rng, (uint64_t)(psc_now() * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)svc);
+    svc->incarnation = psc_rng_next(&rng) | 1;
     pthread_mutex_init(&svc->lock, NULL);
     pthread_mutex_init(&svc->park_lock, NULL);
     pthread_mutex_init(&svc->reaper_lock, NULL);
@@ -773,4 +998,14 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_WORKER_DONE, h_worker_done, svc);
     psc_rpc_server_add_method(server, PSC_M_STATUS, h_status, svc);
     psc_rpc_server_add_method(server, PSC_M_SHUTDOWN, h_shutdown, svc);
+    psc_rpc_server_add_method(server, PSC_M_SAVE, h_save, svc);
+    psc_rpc_server_add_method(server, PSC_M_COMMIT, h_commit, svc);
+    psc_rpc_server_add_method(server, PSC_M_RESTORE, h_restore, svc);
+    psc_rpc_server_add_method(server, PSC_M_LIST_CKPT, h_list_checkpoints, svc);
+}
+
+void ps_service_set_checkpoints(ps_service_t *svc, ckpt_db_t *db, int debug_save_delay_ms)
+{
+    svc->ckpt = db;
+    svc->debug_save_delay_ms = debug_save_delay_ms;
 }

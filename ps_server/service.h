@@ -9,6 +9,7 @@
 #ifndef PSC_PS_SERVICE_H
 #define PSC_PS_SERVICE_H
 
+#include "ckpt.h"
 #include "rpc.h"
 #include "store.h"
 
@@ -22,6 +23,11 @@ void ps_service_destroy(ps_service_t *svc); /* NULL ok; after the server is down
  * from now on: call before shutting the server down, whose shutdown waits for
  * every call to finish. */
 void ps_service_drain(ps_service_t *svc);
+/* Serves Save/Commit/Restore/ListCheckpoints from db (owned by the caller,
+ * open until after ps_service_destroy); without it they fail
+ * FAILED_PRECONDITION. debug_save_delay_ms: tests only, a sleep between
+ * copying the shard and writing it (a window to kill the PS mid-save). */
+void ps_service_set_checkpoints(ps_service_t *svc, ckpt_db_t *db, int debug_save_delay_ms);
 /* Registers every method on the server (before psc_rpc_server_start). */
 void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server);
 

@@ -29,6 +29,7 @@ enum {
     OPT_DEVICES,
     OPT_DEBUG_DELAY,
     OPT_SHUTDOWN_PS,
+    OPT_RETRY_SECS,
 };
 
 static void usage(FILE *f)
@@ -47,6 +48,8 @@ static void usage(FILE *f)
             "  --wait_model_secs S      non-chief: how long to wait for the chief's model (default 120)\n"
             "  --wait_workers_secs S    chief: how long to wait for the other replicas at the end (default 600)\n"
             "  --rpc_timeout_ms MS      deadline of each RPC (default 30000)\n"
+            "  --retry_secs S           how long to retry unavailable parameter servers (a PS restarting)\n"
+            "                           before failing (default 300)\n"
             "  --log_every_secs S       progress line period (default 5)\n"
             "  --prefetch N             batches prepared ahead by the input thread (default 2)\n"
             "  --debug_step_delay_ms MS testing: sleep MS in every step (simulates a slow replica)\n"
@@ -97,6 +100,7 @@ int main(int argc, char **argv)
         {"wait_model_secs", required_argument, NULL, OPT_WAIT_MODEL},
         {"wait_workers_secs", required_argument, NULL, OPT_WAIT_WORKERS},
         {"rpc_timeout_ms", required_argument, NULL, OPT_RPC_TIMEOUT},
+        {"retry_secs", required_argument, NULL, OPT_RETRY_SECS},
         {"log_every_secs", required_argument, NULL, OPT_LOG_EVERY},
         {"prefetch", required_argument, NULL, OPT_PREFETCH},
         {"devices", required_argument, NULL, OPT_DEVICES},
@@ -139,6 +143,9 @@ int main(int argc, char **argv)
             break;
         case OPT_WAIT_WORKERS:
             if (parse_secs("--wait_workers_secs", optarg, &to->wait_workers_secs)) return PSC_EXIT_USAGE;
+            break;
+        case OPT_RETRY_SECS:
+            if (parse_secs("--retry_secs", optarg, &to->retry_secs)) return PSC_EXIT_USAGE;
             break;
         case OPT_LOG_EVERY:
             if (parse_secs("--log_every_secs", optarg, &to->log_every_secs)) return PSC_EXIT_USAGE;

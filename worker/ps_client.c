@@ -46,6 +46,7 @@ struct ps_client {
     int sync;
     int sync_r, sync_n;
     double sync_timeout;
+    int64_t replica_step; /* this replica's steps, sent with every Step (ps_client_set_progress) */
 };
 
 /* What one push round contributes (sync) and what came back. */
@@ -56,6 +57,8 @@ typedef struct round {
     uint32_t count;     /* batches summed in them */
     int stale;          /* out: replies that said the contribution was stale */
 } round_t;
+
+static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t *origin, char *err, size_t errlen);
 
 static size_t pack_pull_request(const char *name, uint64_t off, uint64_t len, uint8_t *buf)
 {
@@ -128,18 +131,40 @@ void ps_client_destroy(ps_client_t *pc)
     free(pc);
 }
 
+void ps_client_set_progress(ps_client_t *pc, int64_t replica_step) { pc->replica_step = replica_step; }
+
 int ps_client_num_ps(const ps_client_t *pc) { return pc->num_ps; }
 int ps_client_step_ps(const ps_client_t *pc) { return pc->step_ps; }
 
 /* Formats the first failed op of a run into err. */
+/* The PSC_E* code of a failed call: what the caller can do about it. */
+static int code_error(int code)
+{
+    switch (code) {
+    case PSC_RPC_UNAVAILABLE: /* the PS is down or restarting */
+    case PSC_RPC_ABORTED:     /* a restore or a step boundary moved under the call */
+        return PSC_EUNAVAILABLE;
+    case PSC_RPC_FAILED_PRECONDITION: return PSC_ENOTREADY;
+    case PSC_RPC_DEADLINE_EXCEEDED: return PSC_ETIMEOUT;
+    case PSC_RPC_DATA_LOSS: return PSC_ECORRUPT;
+    case PSC_RPC_NOT_FOUND: return PSC_ENOTFOUND;
+    case PSC_RPC_ALREADY_EXISTS: return PSC_EEXISTS;
+    default: return PSC_ERPC;
+    }
+}
+
+/* The first failed op's error; UNAVAILABLE first, since it explains the others. */
 static int op_error(const psc_rpc_op_t *ops, size_t n, const char *what, char *err, size_t errlen)
 {
-    for (size_t i = 0; i < n; i++)
-        if (ops[i].code != PSC_RPC_OK)
-            return psc_seterr(err, errlen, ops[i].code == PSC_RPC_UNAVAILABLE ? PSC_ERPC : PSC_ERPC,
-                              "%s on %s failed: %s: %s", what, psc_rpc_channel_target(ops[i].ch),
-                              psc_rpc_code_name(ops[i].code), ops[i].msg);
-    return 0;
+    size_t bad = n;
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].code == PSC_RPC_OK) continue;
+        if (bad == n || ops[i].code == PSC_RPC_UNAVAILABLE) bad = i;
+        if (ops[i].code == PSC_RPC_UNAVAILABLE) break;
+    }
+    if (bad == n) return 0;
+    return psc_seterr(err, errlen, code_error(ops[bad].code), "%s on %s failed: %s: %s", what,
+                      psc_rpc_channel_target(ops[bad].ch), psc_rpc_code_name(ops[bad].code), ops[bad].msg);
 }
 
 static void clear_ops(psc_rpc_op_t *ops, size_t n)
@@ -174,6 +199,8 @@ static void fill_step_op(ps_client_t *pc, psc_rpc_op_t *op, uint8_t *buf, const 
 {
     Psc__StepRequest r = PSC__STEP_REQUEST__INIT;
     r.increment = rd->step_inc;
+    r.replica_step = pc->replica_step;
+    r.worker = (uint32_t)pc->rank;
     if (rd->sync) {
         r.local_step = rd->local_step;
         r.count = rd->count;
@@ -324,10 +351,10 @@ static void optim_to_proto(const psc_optim_config_t *o, Psc__OptimizerSpec *p)
 }
 
 int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_config_t *opt,
-                           const float *init_params, int *joined, char *err, size_t errlen)
+                           const float *init_params, ps_model_origin_t *origin, char *err, size_t errlen)
 {
     int P = pc->num_ps, rc = 0;
-    *joined = 0;
+    memset(origin, 0, sizeof *origin);
     /* 1. Create on every PS, each with its own pieces. */
     psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
     uint8_t **bufs = psc_xcalloc((size_t)P, sizeof *bufs);
@@ -391,12 +418,14 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
     free(specs);
     if (rc) goto out;
     if (nready == P) {
-        *joined = 1;
+        origin->joined = 1;
         goto out;
     }
+    /* 2a. Restore the newest checkpoint committed and intact on every PS. */
+    if ((rc = restore_latest(pc, job_id, origin, err, errlen)) != 0 || origin->restored) goto out;
     if (nready > 0)
-        PSC_WARN("%d of %d PS already hold the model; initializing the others (restoring them needs a checkpoint)",
-                 nready, P);
+        PSC_WARN("%d of %d PS already hold the model and there is no checkpoint: initializing the others", nready, P);
+    origin->initialized = 1;
 
     /* 2. Assign initial values to the pieces of every PS that is not ready. */
     size_t nops = 0;
@@ -458,6 +487,167 @@ out:
     return rc;
 }
 
+/* ---- checkpoints ---- */
+
+/* Sends the same request to every PS (ops: P entries, cleared by the caller). */
+static int run_on_all(ps_client_t *pc, const char *method, const uint8_t *req, size_t len, psc_rpc_op_t *ops,
+                      const char *what, char *err, size_t errlen)
+{
+    for (int i = 0; i < pc->num_ps; i++) {
+        memset(&ops[i], 0, sizeof ops[i]);
+        ops[i].ch = pc->ch[i];
+        ops[i].method = method;
+        ops[i].hdr = req;
+        ops[i].hdr_len = len;
+    }
+    int rc = psc_rpc_run(ops, (size_t)pc->num_ps, (size_t)pc->num_ps, pc->timeout_ms);
+    return rc ? op_error(ops, (size_t)pc->num_ps, what, err, errlen) : 0;
+}
+
+int ps_client_ckpt_list(ps_client_t *pc, const char *job_id, int verify, ps_ckpt_list_t *out, char *err,
+                        size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int P = pc->num_ps;
+    Psc__ListCheckpointsRequest req = PSC__LIST_CHECKPOINTS_REQUEST__INIT;
+    req.job_id = (char *)job_id;
+    req.verify = verify;
+    uint8_t buf[64];
+    size_t len = psc__list_checkpoints_request__pack(&req, buf);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
+    Psc__ListCheckpointsReply **reps = psc_xcalloc((size_t)P, sizeof *reps);
+    int rc = run_on_all(pc, PSC_M_LIST_CKPT, buf, len, ops, "list checkpoints", err, errlen);
+    for (int i = 0; rc == 0 && i < P; i++)
+        if (!(reps[i] = psc__list_checkpoints_reply__unpack(NULL, ops[i].reply_len, ops[i].reply)))
+            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint list from ps %d does not parse", i);
+    clear_ops(ops, (size_t)P);
+    if (rc) goto out;
+    out->enabled = 1;
+    for (int i = 0; i < P; i++) out->enabled &= reps[i]->enabled;
+    /* a checkpoint counts when committed (and, verifying, intact) on every PS;
+     * its step is the one the global_step shard recorded */
+    int sp = pc->step_ps >= 0 ? pc->step_ps : 0;
+    for (size_t k = 0; k < reps[0]->n_checkpoints; k++) {
+        const Psc__CheckpointInfo *c0 = reps[0]->checkpoints[k];
+        int everywhere = 1;
+        int64_t step = c0->step;
+        for (int i = 0; i < P && everywhere; i++) {
+            const Psc__CheckpointInfo *ci = NULL;
+            for (size_t j = 0; j < reps[i]->n_checkpoints && !ci; j++)
+                if (reps[i]->checkpoints[j]->id == c0->id) ci = reps[i]->checkpoints[j];
+            if (!ci || !ci->committed) {
+                everywhere = 0;
+            } else if (verify && !ci->good) {
+                PSC_WARN("checkpoint %llu is damaged on ps %d: %s", (unsigned long long)ci->id, i, ci->problem);
+                everywhere = 0;
+            } else if (i == sp) {
+                step = ci->step;
+            }
+        }
+        if (!everywhere || out->n == PSC_ARRAY_LEN(out->ids)) continue;
+        out->ids[out->n] = c0->id;
+        out->steps[out->n] = step;
+        out->n++;
+    }
+    for (int i = 0; i < P; i++)
+        for (size_t j = 0; j < reps[i]->n_checkpoints; j++)
+            out->max_id = PSC_MAX(out->max_id, reps[i]->checkpoints[j]->id);
+out:
+    for (int i = 0; i < P; i++)
+        if (reps[i]) psc__list_checkpoints_reply__free_unpacked(reps[i], NULL);
+    free(reps);
+    free(ops);
+    return rc;
+}
+
+int ps_client_ckpt_commit(ps_client_t *pc, uint64_t id, int keep, int discard, char *err, size_t errlen)
+{
+    Psc__CommitRequest req = PSC__COMMIT_REQUEST__INIT;
+    req.id = id;
+    req.keep = (uint32_t)(keep > 0 ? keep : 1);
+    req.discard = discard;
+    uint8_t buf[32];
+    size_t len = psc__commit_request__pack(&req, buf);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)pc->num_ps, sizeof *ops);
+    int rc = run_on_all(pc, PSC_M_COMMIT, buf, len, ops, discard ? "discard checkpoint" : "commit checkpoint", err,
+                        errlen);
+    clear_ops(ops, (size_t)pc->num_ps);
+    free(ops);
+    return rc;
+}
+
+int ps_client_ckpt_save(ps_client_t *pc, const char *job_id, uint64_t id, int64_t step, int keep,
+                        int64_t *saved_step, char *err, size_t errlen)
+{
+    int P = pc->num_ps;
+    Psc__SaveRequest req = PSC__SAVE_REQUEST__INIT;
+    req.job_id = (char *)job_id;
+    req.id = id;
+    req.step = step;
+    uint8_t buf[64];
+    size_t len = psc__save_request__pack(&req, buf);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
+    int rc = run_on_all(pc, PSC_M_SAVE, buf, len, ops, "save checkpoint", err, errlen);
+    int sp = pc->step_ps >= 0 ? pc->step_ps : 0;
+    if (rc == 0) {
+        Psc__SaveReply *r = psc__save_reply__unpack(NULL, ops[sp].reply_len, ops[sp].reply);
+        if (!r) {
+            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "save reply from ps %d does not parse", sp);
+        } else {
+            if (saved_step) *saved_step = r->step;
+            psc__save_reply__free_unpacked(r, NULL);
+        }
+    }
+    clear_ops(ops, (size_t)P);
+    free(ops);
+    char e2[256];
+    if (rc) { /* phase 1 failed somewhere: no PS keeps it (errors: a PS that never prepared it) */
+        ps_client_ckpt_commit(pc, id, keep, 1, e2, sizeof e2);
+        return rc;
+    }
+    /* phase 2: only now, every shard prepared it */
+    return ps_client_ckpt_commit(pc, id, keep, 0, err, errlen);
+}
+
+int ps_client_ckpt_restore(ps_client_t *pc, const char *job_id, uint64_t id, int64_t step, char *err, size_t errlen)
+{
+    Psc__RestoreRequest req = PSC__RESTORE_REQUEST__INIT;
+    req.job_id = (char *)job_id;
+    req.id = id;
+    req.step = step;
+    uint8_t buf[64];
+    size_t len = psc__restore_request__pack(&req, buf);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)pc->num_ps, sizeof *ops);
+    int rc = run_on_all(pc, PSC_M_RESTORE, buf, len, ops, "restore checkpoint", err, errlen);
+    clear_ops(ops, (size_t)pc->num_ps);
+    free(ops);
+    return rc;
+}
+
+/* Restores the newest checkpoint of job_id that is committed and intact on
+ * every PS; an older one when a restore finds damage the listing missed. */
+static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t *origin, char *err, size_t errlen)
+{
+    ps_ckpt_list_t list;
+    int rc = ps_client_ckpt_list(pc, job_id, 1, &list, err, errlen);
+    if (rc) return rc;
+    if (!list.enabled) return 0;
+    for (int k = list.n - 1; k >= 0; k--) {
+        char e[512];
+        rc = ps_client_ckpt_restore(pc, job_id, list.ids[k], list.steps[k], e, sizeof e);
+        if (rc == 0) {
+            origin->restored = 1;
+            origin->ckpt_id = list.ids[k];
+            origin->step = list.steps[k];
+            return 0;
+        }
+        PSC_WARN("restore of checkpoint %llu failed (%s): trying an older one", (unsigned long long)list.ids[k], e);
+        if (rc != PSC_ECORRUPT && rc != PSC_ENOTFOUND && rc != PSC_EMISMATCH) return psc_seterr(err, errlen, rc, "%s", e);
+    }
+    if (list.n) PSC_WARN("no checkpoint of job %s could be restored", job_id);
+    return 0;
+}
+
 int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t errlen)
 {
     Psc__StatusRequest req = PSC__STATUS_REQUEST__INIT;
@@ -487,6 +677,10 @@ int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t
     st->timeout_applies = r->timeout_applies;
     st->sync = r->sync;
     st->replicas_present = r->replicas_present;
+    st->checkpoints = r->checkpoints;
+    st->incarnation = r->incarnation;
+    for (size_t i = 0; i < r->n_replica_steps && i < PSC_ARRAY_LEN(st->replica_steps); i++)
+        st->replica_steps[i] = r->replica_steps[i];
     for (size_t i = 0; i < r->n_done_workers; i++)
         if (r->done_workers[i] < sizeof st->done) st->done[r->done_workers[i]] = 1;
     psc__status_reply__free_unpacked(r, NULL);

@@ -33,7 +33,28 @@ typedef struct ps_status {
     uint64_t stale;            /* sync: gradients dropped as stale */
     uint64_t timeout_applies;  /* sync: steps applied by the timeout rule */
     uint32_t replicas_present; /* sync: replicas heard from within the timeout */
+    int checkpoints;           /* started with --checkpoint_dir */
+    uint64_t incarnation;      /* random per PS process: a change means it restarted */
+    int64_t replica_steps[256]; /* (the global_step PS) steps each replica rank reported */
 } ps_status_t;
+
+/* How ps_client_create_model found the model. */
+typedef struct ps_model_origin {
+    int joined;       /* every PS already held it ready: nothing done */
+    int restored;     /* restored from checkpoint ckpt_id (at step) on every PS */
+    int initialized;  /* initial values assigned (no checkpoint to restore) */
+    uint64_t ckpt_id;
+    int64_t step;
+} ps_model_origin_t;
+
+/* Checkpoints of a job that count: committed on every PS (and, verified, intact). */
+typedef struct ps_ckpt_list {
+    int enabled;        /* every PS has a --checkpoint_dir */
+    int n;
+    uint64_t ids[64];   /* ascending */
+    int64_t steps[64];  /* the step each holds (as recorded by the global_step shard) */
+    uint64_t max_id;    /* the largest id any PS holds, of any state: the next id is above it */
+} ps_ckpt_list_t;
 
 /* Builds the client for the cluster's ps tasks and a model. vars/nvars: the
  * model's variables (psc_model_variables); placed/nplaced: their placement.
@@ -42,13 +63,37 @@ ps_client_t *ps_client_create(const psc_cluster_t *cluster, const psc_var_desc_t
                               const psc_placed_var_t *placed, int nplaced, int rank, int timeout_ms);
 void ps_client_destroy(ps_client_t *pc); /* NULL ok */
 int ps_client_num_ps(const ps_client_t *pc);
+/* This replica's step count, sent with every later Step: the global_step PS
+ * keeps the largest per rank, so a restarted replica resumes where it was. */
+void ps_client_set_progress(ps_client_t *pc, int64_t replica_step);
 
-/* Chief: declares the variables on every PS. *joined = 1 when every PS already
- * held this job's ready model (nothing to initialize); otherwise the values in
- * init_params (the slab) are assigned and the model marked ready. A PS that
- * already holds another job or other shapes fails with its message in err. */
+/* Chief: declares the variables on every PS (Create is idempotent). When every
+ * PS already held this job's ready model: origin->joined, nothing else done.
+ * Otherwise the newest checkpoint committed and intact on every PS is restored
+ * on every PS (origin->restored; a damaged one is skipped with a log line for
+ * the next older); when there is none, the values in init_params (the slab)
+ * are assigned to the PS that are not ready and those are marked ready
+ * (origin->initialized). A PS that already holds another job or other shapes
+ * fails with its message in err. Used at start and to recover a restarted PS. */
 int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_config_t *opt,
-                           const float *init_params, int *joined, char *err, size_t errlen);
+                           const float *init_params, ps_model_origin_t *origin, char *err, size_t errlen);
+
+/* Lists job_id's checkpoints on every PS (verify: each PS checks every tensor's
+ * CRC32C). */
+int ps_client_ckpt_list(ps_client_t *pc, const char *job_id, int verify, ps_ckpt_list_t *out, char *err,
+                        size_t errlen);
+/* Takes checkpoint `id` (two phases): Save on every PS (each writes its shard
+ * prepared, behind its push fence; in sync mode only at step boundary `step`);
+ * if all succeeded, Commit on every PS keeping the newest `keep`; if any failed,
+ * the prepared ones are discarded and its error returned (PSC_EUNAVAILABLE when
+ * a sync PS was not at the step boundary: try again at the next step).
+ * *saved_step: the step the checkpoint holds. */
+int ps_client_ckpt_save(ps_client_t *pc, const char *job_id, uint64_t id, int64_t step, int keep,
+                        int64_t *saved_step, char *err, size_t errlen);
+/* Commit (discard = 0) or discard (1) checkpoint id on every PS. */
+int ps_client_ckpt_commit(ps_client_t *pc, uint64_t id, int keep, int discard, char *err, size_t errlen);
+/* Restores checkpoint id on every PS (sync accumulators restart at step). */
+int ps_client_ckpt_restore(ps_client_t *pc, const char *job_id, uint64_t id, int64_t step, char *err, size_t errlen);
 
 /* Waits (polling Status) until every PS reports the model of job_id ready, at
  * most wait_secs. PSC_ETIMEOUT with a message otherwise. stop: optional flag

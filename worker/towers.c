@@ -77,6 +77,8 @@ int towers_parse_devices(const char *devices, const tower_ops_t **backend, int *
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const tower_ops_t *b;
         int first = *ndev, last;
+        if (first >= PSC_MAX_TOWERS)
+            return psc_seterr(err, errlen, PSC_EINVAL, "--devices: at most %d towers", PSC_MAX_TOWERS);
         if (strcmp(tok, "cpu") == 0) {
             b = &tower_cpu_ops;
             last = first;

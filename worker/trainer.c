@@ -25,6 +25,7 @@
 
 void trainer_opts_defaults(trainer_opts_t *o)
 {
+    if (o->retry_secs <= 0) o->retry_secs = 300;
     if (o->wait_model_secs <= 0) o->wait_model_secs = 120;
     if (o->wait_workers_secs <= 0) o->wait_workers_secs = 600;
     if (o->rpc_timeout_ms <= 0) o->rpc_timeout_ms = 30000;
@@ -93,6 +94,126 @@ static void wait_workers(const trainer_opts_t *o, ps_client_t *pc, int replicas,
     for (int r = 0; r < replicas; r++) psc_rpc_channel_destroy(ch[r]);
     free(ch);
     free(misses);
+}
+
+/* ---- the chief's checkpoints ---- */
+
+typedef struct ckpt_sched {
+    int enabled;      /* every PS has a --checkpoint_dir */
+    uint64_t next_id; /* above every id any PS holds */
+    int64_t last_step;
+    double last_time;
+} ckpt_sched_t;
+
+static void ckpt_sched_init(ckpt_sched_t *cs, ps_client_t *pc, const psc_job_spec_t *spec, int64_t step)
+{
+    memset(cs, 0, sizeof *cs);
+    ps_ckpt_list_t list;
+    char err[512];
+    if (ps_client_ckpt_list(pc, spec->job_id, 0, &list, err, sizeof err)) {
+        PSC_WARN("checkpoints off: %s", err);
+        return;
+    }
+    if (!list.enabled) {
+        PSC_INFO("checkpoints off: not every ps_server was started with --checkpoint_dir");
+        return;
+    }
+    cs->enabled = 1;
+    cs->next_id = list.max_id + 1;
+    cs->last_step = step;
+    cs->last_time = psc_now();
+    char every[96] = "";
+    if (spec->ckpt_every_steps > 0) snprintf(every, sizeof every, "every %lld steps, ", (long long)spec->ckpt_every_steps);
+    if (spec->ckpt_every_secs > 0)
+        snprintf(every + strlen(every), sizeof every - strlen(every), "every %.0f s, ", spec->ckpt_every_secs);
+    PSC_INFO("checkpoints: %sat the end, keeping the last %d", every, spec->ckpt_keep);
+}
+
+static int ckpt_due(const ckpt_sched_t *cs, const psc_job_spec_t *spec, int64_t step)
+{
+    return cs->enabled && ((spec->ckpt_every_steps > 0 && step - cs->last_step >= spec->ckpt_every_steps) ||
+                           (spec->ckpt_every_secs > 0 && psc_now() - cs->last_time >= spec->ckpt_every_secs));
+}
+
+/* Takes a checkpoint at `step` (two phases, ps_client_ckpt_save). A failure is
+ * logged and retried a tenth of an interval later; training goes on. */
+static int take_checkpoint(ckpt_sched_t *cs, ps_client_t *pc, const psc_job_spec_t *spec, int64_t step,
+                           const char *why)
+{
+    if (!cs->enabled) return 0;
+    char err[512];
+    double t0 = psc_now();
+    uint64_t id = cs->next_id++;
+    int64_t saved = step;
+    int rc = ps_client_ckpt_save(pc, spec->job_id, id, step, spec->ckpt_keep, &saved, err, sizeof err);
+    cs->last_time = psc_now();
+    if (rc) {
+        PSC_WARN("checkpoint %llu (%s) at step %lld not taken: %s", (unsigned long long)id, why, (long long)step, err);
+        if (spec->ckpt_every_steps > 0)
+            cs->last_step = step - spec->ckpt_every_steps + PSC_MAX(1, spec->ckpt_every_steps / 10);
+        return rc;
+    }
+    cs->last_step = saved;
+    PSC_INFO("checkpoint %llu (%s) committed on every ps: step %lld, %.0f ms", (unsigned long long)id, why,
+             (long long)saved, (psc_now() - t0) * 1000);
+    return 0;
+}
+
+/* ---- riding out a PS crash ---- */
+
+static int retryable(int rc) { return rc == PSC_EUNAVAILABLE || rc == PSC_ENOTREADY || rc == PSC_ETIMEOUT; }
+
+typedef struct model_ctx {
+    const psc_job_spec_t *spec;
+    const psc_var_desc_t *vars;
+    int nvars;
+} model_ctx_t;
+
+/* After a PS call failed with a retryable error (err says which): retries with
+ * backoff (0.1 s doubling to 2 s) for at most o->retry_secs. The chief declares
+ * the model again on every PS, which restores the latest checkpoint on every PS
+ * when one lost its state (restarted); everyone then pulls the current weights
+ * and global_step into params and goes on from there. */
+static int recover(const trainer_opts_t *o, const model_ctx_t *m, ps_client_t *pc, int is_chief, ckpt_sched_t *cs,
+                   float *params, int64_t *global_step, char *err, size_t errlen)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", err);
+    double start = psc_now(), delay = 0.1, last_log = start;
+    PSC_WARN("parameter servers unavailable (%s): retrying for up to %.0f s", why, o->retry_secs);
+    for (int attempt = 1;; attempt++) {
+        if (stopped(o)) return psc_seterr(err, errlen, PSC_ECANCELLED, "stopped while the PS were unavailable");
+        if (psc_now() - start > o->retry_secs)
+            return psc_seterr(err, errlen, PSC_EUNAVAILABLE, "parameter servers unavailable for %.0f s: %s",
+                              o->retry_secs, why);
+        struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+        nanosleep(&ts, NULL);
+        delay = PSC_MIN(delay * 2, 2.0);
+        int rc = 0;
+        if (is_chief) {
+            ps_model_origin_t origin;
+            tower_init_params(m->vars, m->nvars, m->spec->seed, params); /* used only if nothing can be restored */
+            rc = ps_client_create_model(pc, m->spec->job_id, &m->spec->optimizer, params, &origin, why, sizeof why);
+            if (rc == 0 && origin.restored) {
+                PSC_WARN("a ps lost the model: restored checkpoint %llu (step %lld) on every ps",
+                         (unsigned long long)origin.ckpt_id, (long long)origin.step);
+                cs->last_step = origin.step;
+            } else if (rc == 0 && origin.initialized) {
+                PSC_WARN("a ps lost the model and there is no checkpoint: it starts again from initial values");
+            }
+        }
+        if (rc == 0) rc = ps_client_pull(pc, params, global_step, why, sizeof why);
+        if (rc == 0) {
+            PSC_INFO("parameter servers answer again after %.1f s (%d attempt%s): continuing at global_step %lld",
+                     psc_now() - start, attempt, attempt == 1 ? "" : "s", (long long)*global_step);
+            return 0;
+        }
+        if (!retryable(rc)) return psc_seterr(err, errlen, rc, "%s", why);
+        if (psc_now() - last_log >= 5) {
+            PSC_WARN("still unavailable after %.0f s (attempt %d): %s", psc_now() - start, attempt, why);
+            last_log = psc_now();
+        }
+    }
 }
 
 static int evaluate(towers_t *towers, const psc_dataset_t *test, int batch, trainer_result_t *res)
@@ -178,12 +299,19 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     }
 
     /* The chief initializes (or joins) the model; the others wait for it. */
+    model_ctx_t mctx = {spec, vars, nvars};
+    ckpt_sched_t cs = {0};
     if (is_chief) {
-        int joined = 0;
+        ps_model_origin_t origin;
         tower_init_params(vars, nvars, spec->seed, params);
-        if ((rc = ps_client_create_model(pc, spec->job_id, &spec->optimizer, params, &joined, err, errlen))) goto out;
-        PSC_INFO(joined ? "the PS already hold job %s's model: joining it" : "initialized job %s's model on the PS",
-                 spec->job_id);
+        if ((rc = ps_client_create_model(pc, spec->job_id, &spec->optimizer, params, &origin, err, errlen))) goto out;
+        if (origin.joined)
+            PSC_INFO("the PS already hold job %s's model: joining it", spec->job_id);
+        else if (origin.restored)
+            PSC_INFO("restored job %s's model from checkpoint %llu (step %lld)", spec->job_id,
+                     (unsigned long long)origin.ckpt_id, (long long)origin.step);
+        else
+            PSC_INFO("initialized job %s's model on the PS", spec->job_id);
     } else if ((rc = ps_client_wait_ready(pc, spec->job_id, o->wait_model_secs, o->stop, err, errlen))) {
         goto out;
     }
@@ -203,6 +331,22 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
 
     int64_t global_step = 0;
     if ((rc = ps_client_pull(pc, params, &global_step, err, errlen))) goto out;
+    if (is_chief) ckpt_sched_init(&cs, pc, spec, global_step);
+
+    /* a restarted replica resumes after the steps it reported before */
+    if (pc && ps_client_step_ps(pc) >= 0) {
+        ps_status_t st;
+        char serr[256];
+        if (ps_client_status(pc, ps_client_step_ps(pc), &st, serr, sizeof serr) == 0 && rank < 256 &&
+            st.replica_steps[rank] > 0) {
+            int64_t done = PSC_MIN(st.replica_steps[rank], max_steps);
+            PSC_INFO("this replica ran %lld steps before it restarted: resuming at step %lld of %lld (global_step %lld)",
+                     (long long)st.replica_steps[rank], (long long)done, (long long)max_steps, (long long)global_step);
+            for (int64_t k = 0; k < done * per_step && loader_next(loader, &(psc_batch_t){0}) == 0; k++) {}
+            res->steps = done;
+            ps_client_set_progress(pc, done);
+        }
+    }
 
     double t0 = psc_now(), t_log = t0;
     double loss_acc = 0;
@@ -243,20 +387,25 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
             struct timespec ts = {o->debug_step_delay_ms / 1000, (long)(o->debug_step_delay_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         }
+        ps_client_set_progress(pc, res->steps + 1);
         if (spec->sync) {
             /* the reply comes once step `global_step` is applied (or says we were stale) */
             int stale = 0;
-            if ((rc = ps_client_push_pull_sync(pc, per_step > 1 ? grads_sum : grads, params, global_step,
-                                               (uint32_t)batches, &global_step, &stale, err, errlen)))
-                goto out;
-            if (stale) {
+            rc = ps_client_push_pull_sync(pc, per_step > 1 ? grads_sum : grads, params, global_step,
+                                          (uint32_t)batches, &global_step, &stale, err, errlen);
+            if (rc == 0 && stale) {
                 stale_acc++;
                 res->stale_steps++;
             }
-        } else if ((rc = ps_client_push_pull(pc, grads, params, 1, &global_step, err, errlen))) {
-            goto out;
+        } else {
+            rc = ps_client_push_pull(pc, grads, params, 1, &global_step, err, errlen);
         }
+        /* a PS that went away: wait for it (the chief restores it), pull, go on;
+         * this step's gradients are lost with the PS's state */
+        if (rc && retryable(rc)) rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
+        if (rc) goto out;
         res->steps++;
+        if (is_chief && ckpt_due(&cs, spec, global_step)) take_checkpoint(&cs, pc, spec, global_step, "periodic");
         double now = psc_now();
         if (now - t_log >= o->log_every_secs || res->steps == max_steps || !more) {
             res->last_loss = (float)(loss_acc / (double)loss_n);
@@ -289,6 +438,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         wait_workers(o, pc, replicas, rank);
         if ((rc = ps_client_pull(pc, params, &global_step, err, errlen))) goto out;
         res->global_step = global_step;
+        if (cs.enabled && global_step != cs.last_step) take_checkpoint(&cs, pc, spec, global_step, "end of training");
         if ((rc = towers_set_params(towers, params)) || (rc = evaluate(towers, &test, eval_batch, res))) {
             psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
             goto out;

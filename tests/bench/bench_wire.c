@@ -171,10 +171,10 @@ static void model_open(bench_model_t *m, const char *addr, size_t bytes, int id)
     memset(m->w, 0, bytes);
     memset(m->g, 0, bytes); /* zero gradients keep the values fixed; the PS still does the whole apply */
     psc_optim_config_t sgd = {.kind = PSC_OPT_SGD, .learning_rate = 0.01f};
-    int joined;
+    ps_model_origin_t origin;
     char job[17];
     snprintf(job, sizeof job, "%016x", id);
-    if (ps_client_create_model(m->pc, job, &sgd, m->w, &joined, err, sizeof err)) {
+    if (ps_client_create_model(m->pc, job, &sgd, m->w, &origin, err, sizeof err)) {
         fprintf(stderr, "bench_wire: %s\n", err);
         exit(1);
     }

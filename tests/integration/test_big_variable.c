@@ -63,10 +63,10 @@ static void run_case(int nps, uint64_t min_shard_bytes)
     }
     ps_client_t *pc = ps_client_create(&cl, vars, 2, placed, nplaced, 0, 60000);
     psc_optim_config_t sgd = {.kind = PSC_OPT_SGD, .learning_rate = 0.5f};
-    int joined = 1;
-    int rc = ps_client_create_model(pc, "0000000000000b16", &sgd, init, &joined, err, sizeof err);
+    ps_model_origin_t origin;
+    int rc = ps_client_create_model(pc, "0000000000000b16", &sgd, init, &origin, err, sizeof err);
     if (rc) fail_msg("create_model: %s", err);
-    assert_false(joined);
+    assert_true(origin.initialized);
 
     int64_t step = -1;
     memset(got, 0, n * 4);

@@ -3,6 +3,10 @@
  * excluded), or compares two such files.
  *
  *   psc_dump JOB_SPEC CLUSTER_JSON OUT      pull from the cluster's ps tasks
+ *   psc_dump --restore JOB_SPEC CLUSTER_JSON OUT
+ *                                           first, as the chief does at start, declare the
+ *                                           model and restore the latest good checkpoint
+ *                                           (fails when there is none); then dump
  *   psc_dump --diff A B                     print "max_abs_diff D elements N"
  *
  * The placement comes from the job spec and the cluster's number of ps, as on
@@ -59,8 +63,13 @@ static int diff(const char *a, const char *b)
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--diff") == 0) return diff(argv[2], argv[3]);
+    int restore = argc == 5 && strcmp(argv[1], "--restore") == 0;
+    if (restore) {
+        argv++;
+        argc--;
+    }
     if (argc != 4) {
-        fprintf(stderr, "usage: psc_dump JOB_SPEC CLUSTER_JSON OUT | psc_dump --diff A B\n");
+        fprintf(stderr, "usage: psc_dump [--restore] JOB_SPEC CLUSTER_JSON OUT | psc_dump --diff A B\n");
         return 64;
     }
     char err[1024];
@@ -84,6 +93,21 @@ int main(int argc, char **argv)
     float *params = psc_xmalloc((size_t)n * sizeof(float) + 4);
     ps_client_t *pc = ps_client_create(&cluster, vars, nvars, placed, nplaced, 0, 10000);
     int64_t step = 0;
+    if (restore) {
+        ps_model_origin_t origin;
+        if (spec.sync) ps_client_set_sync(pc, spec.replicas_to_aggregate, spec.total_num_replicas, spec.sync_timeout_secs);
+        if (ps_client_create_model(pc, spec.job_id, &spec.optimizer, params, &origin, err, sizeof err)) {
+            fprintf(stderr, "psc_dump: %s\n", err);
+            return 1;
+        }
+        if (!origin.restored && !origin.joined) {
+            fprintf(stderr, "psc_dump: no checkpoint to restore (the PS were initialized)\n");
+            return 1;
+        }
+        if (origin.restored)
+            fprintf(stderr, "psc_dump: restored checkpoint %llu (step %lld)\n", (unsigned long long)origin.ckpt_id,
+                    (long long)origin.step);
+    }
     if (ps_client_pull(pc, params, &step, err, sizeof err)) {
         fprintf(stderr, "psc_dump: %s\n", err);
         return 1;
