@@ -53,6 +53,7 @@ static inline int psc_chunk_valid(uint64_t total, uint64_t offset, uint64_t len)
 #define PSC_M_COMMIT "/psc.ParameterServer/Commit"
 #define PSC_M_RESTORE "/psc.ParameterServer/Restore"
 #define PSC_M_LIST_CKPT "/psc.ParameterServer/ListCheckpoints"
+#define PSC_M_WORKER_CHECKPOINT "/psc.Worker/Checkpoint"
 #define PSC_M_HEALTH "/grpc.health.v1.Health/Check"
 
 #endif

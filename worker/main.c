@@ -4,6 +4,7 @@
  * task's address, runs the trainer on a thread and waits for it to finish or for
  * SIGINT/SIGTERM, which stops the trainer at the next step.
  */
+#include "control.h"
 #include "daemon.h"
 #include "job_spec.h"
 #include "log.h"
@@ -249,9 +250,15 @@ int main(int argc, char **argv)
         return PSC_EXIT_SOFTWARE;
     }
     psc_rpc_server_add_service(server, "psc.Worker");
+    const psc_cluster_t *cl = &cfg.cluster;
+    control_t *control = control_create(psc_task_is_chief(cl, cfg.task),
+                                        cl->n[PSC_JOB_CHIEF] > 0 ? cl->addr[PSC_JOB_CHIEF][0]
+                                                                : (cl->n[PSC_JOB_WORKER] > 0 ? cl->addr[PSC_JOB_WORKER][0] : NULL));
+    control_register(control, server);
     if (psc_rpc_server_start(server, err, sizeof err) < 0) {
         fprintf(stderr, "worker: %s\n", err);
         psc_rpc_server_destroy(server);
+        control_destroy(control);
         return PSC_EXIT_UNAVAILABLE;
     }
     PSC_INFO("health service on %s; job %s", bind, spec.job_id);
@@ -261,6 +268,7 @@ int main(int argc, char **argv)
     to->cluster = &cfg.cluster;
     to->task = cfg.task;
     to->stop = &stop;
+    to->control = control;
     trainer_opts_defaults(to);
     pthread_t th;
     PSC_ASSERT(pthread_create(&th, NULL, run_thread, &run) == 0);
@@ -283,8 +291,10 @@ int main(int argc, char **argv)
         PSC_ERROR("training failed: %s", run.err);
         exit_code = 1;
     }
+    control_close(control, "the worker is stopping"); /* answers parked requests before the shutdown waits on them */
     psc_rpc_server_shutdown(server, 1000);
     psc_rpc_server_destroy(server);
+    control_destroy(control);
     psc_job_spec_deinit(&spec);
     psc_tf_config_deinit(&cfg);
     return exit_code;

@@ -9,6 +9,7 @@
  */
 #include "trainer.h"
 
+#include "control.h"
 #include "dataset.h"
 #include "log.h"
 #include "placement.h"
@@ -100,6 +101,9 @@ static void wait_workers(const trainer_opts_t *o, ps_client_t *pc, int replicas,
 
 typedef struct ckpt_sched {
     int enabled;      /* every PS has a --checkpoint_dir */
+    char off_why[600]; /* why not */
+    uint64_t last_id; /* the last checkpoint taken (0: none yet) */
+    int requested_tries; /* steps a requested checkpoint waited for a step boundary */
     uint64_t next_id; /* above every id any PS holds */
     int64_t last_step;
     double last_time;
@@ -111,11 +115,13 @@ static void ckpt_sched_init(ckpt_sched_t *cs, ps_client_t *pc, const psc_job_spe
     ps_ckpt_list_t list;
     char err[512];
     if (ps_client_ckpt_list(pc, spec->job_id, 0, &list, err, sizeof err)) {
-        PSC_WARN("checkpoints off: %s", err);
+        snprintf(cs->off_why, sizeof cs->off_why, "checkpoints off: %s", err);
+        PSC_WARN("%s", cs->off_why);
         return;
     }
     if (!list.enabled) {
-        PSC_INFO("checkpoints off: not every ps_server was started with --checkpoint_dir");
+        snprintf(cs->off_why, sizeof cs->off_why, "checkpoints off: not every ps_server was started with --checkpoint_dir");
+        PSC_INFO("%s", cs->off_why);
         return;
     }
     cs->enabled = 1;
@@ -138,14 +144,13 @@ static int ckpt_due(const ckpt_sched_t *cs, const psc_job_spec_t *spec, int64_t 
 /* Takes a checkpoint at `step` (two phases, ps_client_ckpt_save). A failure is
  * logged and retried a tenth of an interval later; training goes on. */
 static int take_checkpoint(ckpt_sched_t *cs, ps_client_t *pc, const psc_job_spec_t *spec, int64_t step,
-                           const char *why)
+                           const char *why, char *err, size_t errlen)
 {
-    if (!cs->enabled) return 0;
-    char err[512];
+    if (!cs->enabled) return psc_seterr(err, errlen, PSC_ENOTREADY, "%s", cs->off_why);
     double t0 = psc_now();
     uint64_t id = cs->next_id++;
     int64_t saved = step;
-    int rc = ps_client_ckpt_save(pc, spec->job_id, id, step, spec->ckpt_keep, &saved, err, sizeof err);
+    int rc = ps_client_ckpt_save(pc, spec->job_id, id, step, spec->ckpt_keep, &saved, err, errlen);
     cs->last_time = psc_now();
     if (rc) {
         PSC_WARN("checkpoint %llu (%s) at step %lld not taken: %s", (unsigned long long)id, why, (long long)step, err);
@@ -154,12 +159,25 @@ static int take_checkpoint(ckpt_sched_t *cs, ps_client_t *pc, const psc_job_spec
         return rc;
     }
     cs->last_step = saved;
+    cs->last_id = id;
     PSC_INFO("checkpoint %llu (%s) committed on every ps: step %lld, %.0f ms", (unsigned long long)id, why,
              (long long)saved, (psc_now() - t0) * 1000);
     return 0;
 }
 
 /* ---- riding out a PS crash ---- */
+
+/* Serves checkpoints asked for through psc.Worker/Checkpoint (psctl checkpoint). */
+static void serve_requests(const trainer_opts_t *o, ckpt_sched_t *cs, ps_client_t *pc, const psc_job_spec_t *spec,
+                           int64_t step)
+{
+    if (!control_pending(o->control)) return;
+    char err[512];
+    int rc = take_checkpoint(cs, pc, spec, step, "requested", err, sizeof err);
+    if (rc == PSC_EUNAVAILABLE && ++cs->requested_tries < 10) return; /* not at a step boundary: next step */
+    cs->requested_tries = 0;
+    control_answer(o->control, rc, cs->last_id, cs->last_step, err);
+}
 
 static int retryable(int rc) { return rc == PSC_EUNAVAILABLE || rc == PSC_ENOTREADY || rc == PSC_ETIMEOUT; }
 
@@ -405,7 +423,11 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         if (rc && retryable(rc)) rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
         if (rc) goto out;
         res->steps++;
-        if (is_chief && ckpt_due(&cs, spec, global_step)) take_checkpoint(&cs, pc, spec, global_step, "periodic");
+        if (is_chief && ckpt_due(&cs, spec, global_step)) {
+            char cerr[512];
+            take_checkpoint(&cs, pc, spec, global_step, "periodic", cerr, sizeof cerr);
+        }
+        if (is_chief) serve_requests(o, &cs, pc, spec, global_step);
         double now = psc_now();
         if (now - t_log >= o->log_every_secs || res->steps == max_steps || !more) {
             res->last_loss = (float)(loss_acc / (double)loss_n);
@@ -438,7 +460,15 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         wait_workers(o, pc, replicas, rank);
         if ((rc = ps_client_pull(pc, params, &global_step, err, errlen))) goto out;
         res->global_step = global_step;
-        if (cs.enabled && global_step != cs.last_step) take_checkpoint(&cs, pc, spec, global_step, "end of training");
+        char cerr[512] = "";
+        int crc = 0;
+        if (cs.enabled && global_step != cs.last_step)
+            crc = take_checkpoint(&cs, pc, spec, global_step, "end of training", cerr, sizeof cerr);
+        if (control_pending(o->control)) {
+            if (!cs.enabled) crc = psc_seterr(cerr, sizeof cerr, PSC_ENOTREADY, "%s", cs.off_why);
+            control_answer(o->control, crc, cs.last_id, cs.last_step, cerr);
+        }
+        control_close(o->control, "training finished");
         if ((rc = towers_set_params(towers, params)) || (rc = evaluate(towers, &test, eval_batch, res))) {
             psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
             goto out;

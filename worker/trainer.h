@@ -28,6 +28,7 @@ typedef struct trainer_opts {
     const char *devices;      /* towers: "cpu", "cpu,cpu", "gpu:0,gpu:1", "gpu"; NULL = every GPU, else CPU */
     int shutdown_ps;          /* chief: tell every PS to exit at the end (in-cluster mode) */
     volatile int *stop;       /* set to non-zero to stop early (SIGTERM) */
+    struct control *control;  /* requests from outside (psctl checkpoint); may be NULL */
 } trainer_opts_t;
 
 typedef struct trainer_result {

@@ -1,0 +1,33 @@
+/* control.h — the psc.Worker service of a worker: requests that reach the
+ * training loop from outside (psctl). Today: Checkpoint, which asks the chief
+ * for a checkpoint now.
+ *
+ * A request is parked (no server thread waits) until the training thread
+ * takes it between two steps (control_pending) and answers it
+ * (control_answer); requests the loop will never see are failed
+ * (control_close). Thread-safe.
+ */
+#ifndef PSC_CONTROL_H
+#define PSC_CONTROL_H
+
+#include "rpc.h"
+
+#include <stdint.h>
+
+typedef struct control control_t;
+
+/* is_chief: only the chief takes checkpoints; other workers refuse, naming chief_addr. */
+control_t *control_create(int is_chief, const char *chief_addr);
+/* Answers what is still parked with UNAVAILABLE; after the server is down. NULL ok. */
+void control_destroy(control_t *c);
+/* Registers psc.Worker/Checkpoint on the server (before psc_rpc_server_start). */
+void control_register(control_t *c, psc_rpc_server_t *server);
+/* Number of checkpoint requests waiting (0 for NULL). */
+int control_pending(control_t *c);
+/* Answers every waiting request: rc 0 with the checkpoint (id, step), or the
+ * failure msg (FAILED_PRECONDITION for PSC_ENOTREADY/PSC_EUNSUPPORTED, else UNAVAILABLE). */
+void control_answer(control_t *c, int rc, uint64_t id, int64_t step, const char *msg);
+/* Fails waiting and future requests with msg (training is over). */
+void control_close(control_t *c, const char *msg);
+
+#endif
