@@ -5,6 +5,7 @@
 # goes to this terminal, every process's log to --logdir. At the end the chief
 # prints "test accuracy: A" and stops the ps_servers; the script waits for every
 # process it started, kills any left over, and exits with the chief's status.
+# Each ps_server keeps its checkpoints in --logdir/ckpt/psI.
 #
 # usage: deploy/local_cluster.sh [--build DIR] [--job_spec FILE] [--ps N] [--workers M]
 #                                [--logdir DIR] [-- extra worker flags...]
@@ -51,7 +52,7 @@ trap cleanup EXIT INT TERM
 echo "cluster: $cluster" >&2
 echo "logs: $logdir" >&2
 for ((i = 0; i < nps; i++)); do
-    TF_CONFIG=$(tf_config ps $i) "$build/ps_server" >"$logdir/ps$i.log" 2>&1 &
+    TF_CONFIG=$(tf_config ps $i) "$build/ps_server" --checkpoint_dir "$logdir/ckpt/ps$i" >"$logdir/ps$i.log" 2>&1 &
     pids+=($!)
 done
 for ((i = 0; i < nps; i++)); do
