@@ -124,5 +124,6 @@ int main(int argc, char **argv)
     free(vars);
     free(placed);
     psc_job_spec_deinit(&spec);
+    psc_cluster_deinit(&cluster);
     return 0;
 }

@@ -146,6 +146,7 @@ static void test_replication_invariant(void **state)
     free(params);
     free(offsets);
     free(vars);
+    psc_job_spec_deinit(&spec);
 }
 
 static void test_batch_too_small_for_towers(void **state)
@@ -161,6 +162,7 @@ static void test_batch_too_small_for_towers(void **state)
     assert_int_not_equal(towers_create("cpu,cpu,cpu", &spec, vars, nvars, 2, &ts, err, sizeof err), 0);
     assert_non_null(strstr(err, "3 towers"));
     free(vars);
+    psc_job_spec_deinit(&spec);
 }
 
 int main(void)
