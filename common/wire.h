@@ -53,7 +53,12 @@ static inline int psc_chunk_valid(uint64_t total, uint64_t offset, uint64_t len)
 #define PSC_M_COMMIT "/psc.ParameterServer/Commit"
 #define PSC_M_RESTORE "/psc.ParameterServer/Restore"
 #define PSC_M_LIST_CKPT "/psc.ParameterServer/ListCheckpoints"
+#define PSC_M_RELEASE "/psc.ParameterServer/Release"
 #define PSC_M_WORKER_CHECKPOINT "/psc.Worker/Checkpoint"
+#define PSC_M_WORKER_SUBMIT "/psc.Worker/Submit"
+#define PSC_M_WORKER_START "/psc.Worker/Start"
+#define PSC_M_WORKER_CANCEL "/psc.Worker/Cancel"
+#define PSC_M_WORKER_JOB_STATUS "/psc.Worker/JobStatus"
 #define PSC_M_HEALTH "/grpc.health.v1.Health/Check"
 
 #endif

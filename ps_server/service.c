@@ -935,6 +935,36 @@ out:
     psc__list_checkpoints_request__free_unpacked(r, NULL);
 }
 
+static void h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    Psc__ReleaseRequest *r = psc__release_request__unpack(NULL, len, req);
+    if (!r) return fail_undecodable(svc, call, "ReleaseRequest", len);
+    char have[17] = "";
+    store_is_ready(svc->store, have);
+    if (r->job_id[0] && have[0] && strcmp(have, r->job_id) != 0) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds job %s, not %s", svc->task_index, have,
+                     r->job_id);
+        psc__release_request__free_unpacked(r, NULL);
+        return;
+    }
+    psc__release_request__free_unpacked(r, NULL);
+    fail_parked(svc, 0, PSC_RPC_ABORTED, "released the job");
+    store_reset(svc->store);
+    pthread_mutex_lock(&svc->lock);
+    memset(svc->done, 0, sizeof svc->done);
+    svc->workers_done = 0;
+    memset(svc->replica_steps, 0, sizeof svc->replica_steps);
+    svc->max_rank = 0;
+    pthread_mutex_unlock(&svc->lock);
+    svc->last_present = 0;
+    if (have[0]) PSC_INFO("released job %s: ready for another job", have);
+    Psc__ReleaseReply rep = PSC__RELEASE_REPLY__INIT;
+    rep.released = have;
+    uint8_t buf[32];
+    psc_rpc_reply(call, buf, psc__release_reply__pack(&rep, buf));
+}
+
 static void h_shutdown(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -1002,6 +1032,7 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_COMMIT, h_commit, svc);
     psc_rpc_server_add_method(server, PSC_M_RESTORE, h_restore, svc);
     psc_rpc_server_add_method(server, PSC_M_LIST_CKPT, h_list_checkpoints, svc);
+    psc_rpc_server_add_method(server, PSC_M_RELEASE, h_release, svc);
 }
 
 void ps_service_set_checkpoints(ps_service_t *svc, ckpt_db_t *db, int debug_save_delay_ms)

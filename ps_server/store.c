@@ -118,7 +118,7 @@ struct store {
     store_var_t **sorted; /* (nvars) the same, sorted by name, for lookups */
     int nvars;
     store_var_t *step_var; /* the is_step variable or NULL */
-    int sync_on;           /* sync-replica mode (set once, never cleared) */
+    int sync_on;           /* sync-replica mode (set once per job; store_reset clears it) */
     store_sync_cfg_t sync; /* its config */
 
     pthread_mutex_t presence_lock; /* guards the fields below (leaf lock) */
@@ -305,6 +305,35 @@ void store_destroy(store_t *s)
     free(s);
 }
 
+void store_reset(store_t *s)
+{
+    pthread_rwlock_wrlock(&s->fence); /* no request is inside the store now */
+    pthread_rwlock_wrlock(&s->lock);
+    store_var_t **vars = s->vars;
+    int n = s->nvars;
+    free(s->sorted);
+    s->vars = NULL;
+    s->sorted = NULL;
+    s->nvars = 0;
+    s->step_var = NULL;
+    s->have_job = 0;
+    s->ready = 0;
+    s->job_id[0] = '\0';
+    s->sync_on = 0;
+    memset(&s->sync, 0, sizeof s->sync);
+    pthread_mutex_lock(&s->presence_lock);
+    free(s->last_seen);
+    free(s->left);
+    s->last_seen = NULL;
+    s->left = NULL;
+    s->started = 0;
+    pthread_mutex_unlock(&s->presence_lock);
+    pthread_rwlock_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->fence);
+    for (int i = 0; i < n; i++) var_free(vars[i]);
+    free(vars);
+}
+
 /* ---- create ---- */
 
 static int check_optim(const psc_optim_config_t *o, char *err, size_t errlen)
@@ -455,7 +484,8 @@ static store_var_t *var_new(const store_var_spec_t *spec, uint64_t bytes, const 
     return v;
 }
 
-int store_create_vars(store_t *s, const char *job_id, const psc_optim_config_t *opt, const store_var_spec_t *vars,
+static int store_create_vars_unfenced(store_t *s, const char *job_id, const psc_optim_config_t *opt,
+                                      const store_var_spec_t *vars,
                       int n, int *created, char *err, size_t errlen)
 {
     int rc = 0;
@@ -531,6 +561,15 @@ done:
     free(order);
     free(bytes);
     return rc ? reject(s, rc) : 0;
+}
+
+int store_create_vars(store_t *s, const char *job_id, const psc_optim_config_t *opt, const store_var_spec_t *vars,
+                      int n, int *created, char *err, size_t errlen)
+{
+    fence_enter(s); /* store_reset frees what it reads */
+    int rc = store_create_vars_unfenced(s, job_id, opt, vars, n, created, err, errlen);
+    fence_leave(s);
+    return rc;
 }
 
 /* ---- assign, ready ---- */
@@ -620,7 +659,8 @@ int store_is_ready(store_t *s, char *job_id)
 
 /* ---- pull, push ---- */
 
-int store_pull(store_t *s, const char *name, uint64_t offset, size_t len, void *dst, int64_t *version, char *err,
+static int store_pull_unfenced(store_t *s, const char *name, uint64_t offset, size_t len, void *dst,
+                               int64_t *version, char *err,
                size_t errlen)
 {
     store_view_t view;
@@ -652,6 +692,15 @@ int store_pull(store_t *s, const char *name, uint64_t offset, size_t len, void *
     count(&s->pulls, 1);
     count(&s->bytes_pulled, len);
     return 0;
+}
+
+int store_pull(store_t *s, const char *name, uint64_t offset, size_t len, void *dst, int64_t *version, char *err,
+               size_t errlen)
+{
+    fence_enter(s); /* store_reset frees what it reads */
+    int rc = store_pull_unfenced(s, name, offset, len, dst, version, err, errlen);
+    fence_leave(s);
+    return rc;
 }
 
 static int push_fenced(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len,
@@ -739,7 +788,7 @@ int store_step_add(store_t *s, int64_t inc, int64_t *value, char *err, size_t er
     return rc;
 }
 
-int store_step_get(store_t *s, int64_t *value)
+static int store_step_get_unfenced(store_t *s, int64_t *value)
 {
     pthread_rwlock_rdlock(&s->lock);
     store_var_t *v = s->step_var;
@@ -750,6 +799,14 @@ int store_step_get(store_t *s, int64_t *value)
     pthread_mutex_unlock(&v->lock);
     if (value) *value = now;
     return 1;
+}
+
+int store_step_get(store_t *s, int64_t *value)
+{
+    fence_enter(s); /* store_reset frees what it reads */
+    int rc = store_step_get_unfenced(s, value);
+    fence_leave(s);
+    return rc;
 }
 
 /* ---- introspection ---- */
@@ -1118,7 +1175,8 @@ int store_step_sync(store_t *s, int64_t local_step, uint32_t count_, uint32_t wo
     return rc;
 }
 
-int store_chunk_read(store_t *s, const char *name, uint64_t offset, size_t len, void *dst, int64_t *step,
+static int store_chunk_read_unfenced(store_t *s, const char *name, uint64_t offset, size_t len, void *dst,
+                                     int64_t *step,
                      int64_t *version, char *err, size_t errlen)
 {
     store_view_t view;
@@ -1153,6 +1211,15 @@ int store_chunk_read(store_t *s, const char *name, uint64_t offset, size_t len, 
     if (step) *step = st;
     if (version) *version = ver;
     return 0;
+}
+
+int store_chunk_read(store_t *s, const char *name, uint64_t offset, size_t len, void *dst, int64_t *step,
+                     int64_t *version, char *err, size_t errlen)
+{
+    fence_enter(s); /* store_reset frees what it reads */
+    int rc = store_chunk_read_unfenced(s, name, offset, len, dst, step, version, err, errlen);
+    fence_leave(s);
+    return rc;
 }
 
 typedef struct tick_item {

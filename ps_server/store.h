@@ -100,6 +100,11 @@ typedef struct store_stats {
 
 store_t *store_create(void);
 void store_destroy(store_t *s); /* NULL ok */
+/* Drops the job: every variable, its slots and sync state; the store is then
+ * as created (counters excepted) and a new job can be created. Waits for the
+ * requests inside the store to finish (every call that touches variables holds
+ * the fence); later requests for the old job get PSC_ENOTFOUND/PSC_ENOTREADY. */
+void store_reset(store_t *s);
 
 /* Declares this shard's variables for job `job_id` with optimizer `opt`.
  * First call: creates them (values and slots zero/initial), *created = 1.

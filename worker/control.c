@@ -1,6 +1,7 @@
 /* control.c — see control.h. */
 #include "control.h"
 
+#include "job_spec.h"
 #include "log.h"
 #include "psc.h"
 #include "psc.pb-c.h"
@@ -23,7 +24,21 @@ struct control {
     waiting_t *waiting; /* newest first */
     int npending;
     char closed[256];   /* non-empty: training is over, with this reason */
+    /* standalone mode */
+    runner_t *runner;
+    const psc_cluster_t *cluster;
+    int self_rank;
+    int timeout_ms;
 };
+
+void control_set_standalone(control_t *c, runner_t *runner, const psc_cluster_t *cluster, int self_rank,
+                            int timeout_ms)
+{
+    c->runner = runner;
+    c->cluster = cluster;
+    c->self_rank = self_rank;
+    c->timeout_ms = timeout_ms;
+}
 
 control_t *control_create(int is_chief, const char *chief_addr)
 {
@@ -92,9 +107,225 @@ static void h_checkpoint(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
     pthread_mutex_unlock(&c->lock);
 }
 
+/* ---- standalone mode ---- */
+
+/* Address of training replica `rank` (the chief, then the workers). */
+static const char *replica_addr(const psc_cluster_t *cl, int rank)
+{
+    int has_chief = cl->n[PSC_JOB_CHIEF] > 0;
+    if (has_chief && rank == 0) return cl->addr[PSC_JOB_CHIEF][0];
+    int w = rank - has_chief;
+    return w >= 0 && w < cl->n[PSC_JOB_WORKER] ? cl->addr[PSC_JOB_WORKER][w] : NULL;
+}
+
+/* One unary call to addr; 0 or the failure in err (naming addr). *reply may be NULL. */
+static int call_addr(const char *addr, const char *method, const void *req, size_t len, int timeout_ms,
+                     psc_rpc_op_t *reply, char *err, size_t errlen)
+{
+    psc_rpc_channel_t *ch = psc_rpc_channel_create(addr);
+    psc_rpc_op_t op;
+    int rc = psc_rpc_call(ch, method, req, len, timeout_ms, 0, &op);
+    if (rc)
+        rc = psc_seterr(err, errlen, op.code == PSC_RPC_UNAVAILABLE ? PSC_EUNAVAILABLE : PSC_ERPC, "%s on %s: %s: %s",
+                        method, addr, psc_rpc_code_name(op.code), op.msg);
+    if (rc == 0 && reply)
+        *reply = op;
+    else
+        psc_rpc_op_clear(&op);
+    psc_rpc_channel_destroy(ch);
+    return rc;
+}
+
+/* Drops whatever job the PS hold (the chief runs none now), so the next Create succeeds. */
+static int release_ps(control_t *c, char *err, size_t errlen)
+{
+    Psc__ReleaseRequest req = PSC__RELEASE_REQUEST__INIT;
+    uint8_t buf[8];
+    size_t len = psc__release_request__pack(&req, buf);
+    for (int i = 0; i < c->cluster->n[PSC_JOB_PS]; i++) {
+        psc_rpc_op_t op;
+        int rc = call_addr(c->cluster->addr[PSC_JOB_PS][i], PSC_M_RELEASE, buf, len, c->timeout_ms, &op, err, errlen);
+        if (rc) return rc;
+        Psc__ReleaseReply *r = psc__release_reply__unpack(NULL, op.reply_len, op.reply);
+        if (r && r->released[0]) PSC_INFO("ps %d released job %s", i, r->released);
+        if (r) psc__release_reply__free_unpacked(r, NULL);
+        psc_rpc_op_clear(&op);
+    }
+    return 0;
+}
+
+/* The chief tells every other training replica to cancel (best effort). */
+static void cancel_others(control_t *c)
+{
+    Psc__CancelRequest req = PSC__CANCEL_REQUEST__INIT;
+    uint8_t buf[8];
+    size_t len = psc__cancel_request__pack(&req, buf);
+    for (int r = 0; r < psc_cluster_num_replicas(c->cluster); r++) {
+        const char *addr = replica_addr(c->cluster, r);
+        char err[512];
+        if (r == c->self_rank || !addr) continue;
+        if (call_addr(addr, PSC_M_WORKER_CANCEL, buf, len, c->timeout_ms, NULL, err, sizeof err))
+            PSC_WARN("cancel: %s", err);
+    }
+}
+
+static int no_standalone(control_t *c, psc_rpc_call_t *call)
+{
+    if (c->runner) return 0;
+    psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION,
+                 "this worker runs the job given by --job_spec (in-cluster mode); start it without --job_spec to "
+                 "take jobs from psctl");
+    return 1;
+}
+
+static void h_submit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    control_t *c = arg;
+    char err[512];
+    Psc__SubmitRequest *r = psc__submit_request__unpack(NULL, len, req);
+    if (!r) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "SubmitRequest does not parse (%zu bytes)", len);
+        return;
+    }
+    if (no_standalone(c, call)) goto out;
+    if (!c->is_chief) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s",
+                     c->chief_addr);
+        goto out;
+    }
+    runner_status_t st;
+    runner_status(c->runner, &st);
+    if (st.state == RUNNER_RUNNING) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "job %s is running (psctl stop cancels it)", st.job_id);
+        goto out;
+    }
+    psc_job_spec_t spec;
+    if (psc_job_spec_parse(r->spec_json, &spec, err, sizeof err)) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "%s", err);
+        goto out;
+    }
+    char job_id[17];
+    snprintf(job_id, sizeof job_id, "%s", spec.job_id);
+    psc_job_spec_deinit(&spec);
+    PSC_INFO("job %s submitted by %s", job_id, psc_rpc_call_peer(call));
+    if (release_ps(c, err, sizeof err)) {
+        psc_rpc_fail(call, PSC_RPC_UNAVAILABLE, "cannot prepare the parameter servers: %s", err);
+        goto out;
+    }
+    /* the others first: they wait for the model the chief is about to create */
+    Psc__StartRequest sr = PSC__START_REQUEST__INIT;
+    sr.spec_json = r->spec_json;
+    size_t slen = psc__start_request__get_packed_size(&sr);
+    uint8_t *sbuf = psc_xmalloc(slen + 1);
+    psc__start_request__pack(&sr, sbuf);
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < psc_cluster_num_replicas(c->cluster); k++) {
+        const char *addr = replica_addr(c->cluster, k);
+        if (k == c->self_rank || !addr) continue;
+        rc = call_addr(addr, PSC_M_WORKER_START, sbuf, slen, c->timeout_ms, NULL, err, sizeof err);
+    }
+    free(sbuf);
+    if (rc == 0) rc = runner_start(c->runner, r->spec_json, NULL, err, sizeof err);
+    if (rc) {
+        cancel_others(c);
+        psc_rpc_fail(call, rc == PSC_EUNAVAILABLE ? PSC_RPC_UNAVAILABLE : PSC_RPC_FAILED_PRECONDITION,
+                     "job %s not started: %s", job_id, err);
+        goto out;
+    }
+    Psc__SubmitReply rep = PSC__SUBMIT_REPLY__INIT;
+    rep.job_id = job_id;
+    uint8_t buf[32];
+    psc_rpc_reply(call, buf, psc__submit_reply__pack(&rep, buf));
+out:
+    psc__submit_request__free_unpacked(r, NULL);
+}
+
+static void h_start(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    control_t *c = arg;
+    char err[512];
+    Psc__StartRequest *r = psc__start_request__unpack(NULL, len, req);
+    if (!r) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "StartRequest does not parse (%zu bytes)", len);
+        return;
+    }
+    if (!no_standalone(c, call)) {
+        int rc = runner_start(c->runner, r->spec_json, NULL, err, sizeof err);
+        if (rc) {
+            psc_rpc_fail(call, rc == PSC_EEXISTS ? PSC_RPC_FAILED_PRECONDITION : PSC_RPC_INVALID_ARGUMENT, "%s", err);
+        } else {
+            Psc__StartReply rep = PSC__START_REPLY__INIT;
+            uint8_t buf[8];
+            psc_rpc_reply(call, buf, psc__start_reply__pack(&rep, buf));
+        }
+    }
+    psc__start_request__free_unpacked(r, NULL);
+}
+
+static void h_cancel(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    control_t *c = arg;
+    Psc__CancelRequest *r = psc__cancel_request__unpack(NULL, len, req);
+    if (!r) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "CancelRequest does not parse (%zu bytes)", len);
+        return;
+    }
+    psc__cancel_request__free_unpacked(r, NULL);
+    if (no_standalone(c, call)) return;
+    runner_status_t st;
+    runner_status(c->runner, &st);
+    int was = runner_cancel(c->runner);
+    if (was) PSC_INFO("job %s: cancel requested by %s", st.job_id, psc_rpc_call_peer(call));
+    if (c->is_chief) cancel_others(c);
+    Psc__CancelReply rep = PSC__CANCEL_REPLY__INIT;
+    rep.job_id = was ? st.job_id : (char *)"";
+    uint8_t buf[32];
+    psc_rpc_reply(call, buf, psc__cancel_reply__pack(&rep, buf));
+}
+
+static void h_job_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    control_t *c = arg;
+    Psc__JobStatusRequest *r = psc__job_status_request__unpack(NULL, len, req);
+    if (!r) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "JobStatusRequest does not parse (%zu bytes)", len);
+        return;
+    }
+    psc__job_status_request__free_unpacked(r, NULL);
+    if (no_standalone(c, call)) return;
+    runner_status_t st;
+    runner_status(c->runner, &st);
+    static const char *const phases[] = {"starting", "training", "finishing"};
+    Psc__JobStatusReply rep = PSC__JOB_STATUS_REPLY__INIT;
+    rep.state = (char *)runner_state_name(st.state);
+    rep.job_id = st.job_id;
+    rep.epoch = st.progress.epoch;
+    rep.epochs = st.progress.epochs;
+    rep.step = st.progress.step;
+    rep.max_steps = st.progress.max_steps;
+    rep.global_step = st.state == RUNNER_SUCCEEDED && st.result.global_step ? st.result.global_step
+                                                                             : st.progress.global_step;
+    rep.loss = st.progress.loss;
+    rep.accuracy = st.progress.accuracy;
+    rep.examples_per_sec = st.progress.examples_per_sec;
+    rep.elapsed_secs = st.elapsed_secs;
+    rep.evaluated = st.result.evaluated;
+    rep.test_accuracy = st.result.test_accuracy;
+    rep.test_loss = st.result.test_loss;
+    rep.error = st.error;
+    rep.phase = (char *)phases[st.progress.phase >= 0 && st.progress.phase <= 2 ? st.progress.phase : 0];
+    size_t sz = psc__job_status_reply__get_packed_size(&rep);
+    psc__job_status_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
+    psc_rpc_reply_send(call);
+}
+
 void control_register(control_t *c, psc_rpc_server_t *server)
 {
     psc_rpc_server_add_method(server, PSC_M_WORKER_CHECKPOINT, h_checkpoint, c);
+    psc_rpc_server_add_method(server, PSC_M_WORKER_SUBMIT, h_submit, c);
+    psc_rpc_server_add_method(server, PSC_M_WORKER_START, h_start, c);
+    psc_rpc_server_add_method(server, PSC_M_WORKER_CANCEL, h_cancel, c);
+    psc_rpc_server_add_method(server, PSC_M_WORKER_JOB_STATUS, h_job_status, c);
 }
 
 int control_pending(control_t *c)
@@ -125,6 +356,14 @@ void control_answer(control_t *c, int rc, uint64_t id, int64_t step, const char 
         free(all);
         all = next;
     }
+}
+
+void control_open(control_t *c)
+{
+    if (!c) return;
+    pthread_mutex_lock(&c->lock);
+    c->closed[0] = '\0';
+    pthread_mutex_unlock(&c->lock);
 }
 
 void control_close(control_t *c, const char *msg)

@@ -9,6 +9,7 @@
 #include "job_spec.h"
 #include "log.h"
 #include "psc.h"
+#include "runner.h"
 #include "rpc.h"
 #include "tf_config.h"
 #include "towers.h"
@@ -36,7 +37,7 @@ enum {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: worker --job_spec FILE [options]\n"
+            "usage: worker [--job_spec FILE] [options]\n"
             "Training replica of psc (task types chief and worker): trains its shard of the data,\n"
             "pulling weights from and pushing gradients to the ps tasks. The chief (the chief task,\n"
             "or worker 0 without one) initializes the model, evaluates it at the end and prints\n"
@@ -45,7 +46,8 @@ static void usage(FILE *f)
             "  --job TYPE               chief | worker (default from TF_CONFIG)\n"
             "  --task_index N           index of this task\n"
             "  --port P                 port of this task's health service (default: its address's port)\n"
-            "  --job_spec FILE          the job (JSON, see README \"Job spec\"); required\n"
+            "  --job_spec FILE          the job (JSON, see README \"Job spec\"): in-cluster mode, train it and exit;\n"
+            "                           without it, standalone-client mode: wait for jobs from psctl\n"
             "  --wait_model_secs S      non-chief: how long to wait for the chief's model (default 120)\n"
             "  --wait_workers_secs S    chief: how long to wait for the other replicas at the end (default 600)\n"
             "  --rpc_timeout_ms MS      deadline of each RPC (default 30000)\n"
@@ -224,13 +226,9 @@ int main(int argc, char **argv)
         psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
     }
-    if (!job_spec_path) {
-        fprintf(stderr, "worker: --job_spec FILE is required (see --help)\n");
-        psc_tf_config_deinit(&cfg);
-        return PSC_EXIT_USAGE;
-    }
     psc_job_spec_t spec;
-    if (psc_job_spec_load(job_spec_path, &spec, err, sizeof err)) {
+    memset(&spec, 0, sizeof spec);
+    if (job_spec_path && psc_job_spec_load(job_spec_path, &spec, err, sizeof err)) {
         fprintf(stderr, "worker: %s\n", err);
         psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
@@ -239,7 +237,8 @@ int main(int argc, char **argv)
     snprintf(component, sizeof component, "%s:%d", psc_job_type_name(cfg.task.type), cfg.task.index);
     psc_log_set_component(component);
     if (psc_bind_address(psc_cluster_addr(&cfg.cluster, cfg.task), cfg.port, bind, sizeof bind)) {
-        fprintf(stderr, "worker: cannot derive a listen address from \"%s\"\n", psc_cluster_addr(&cfg.cluster, cfg.task));
+        fprintf(stderr, "worker: cannot derive a listen address from \"%s\"\n",
+                psc_cluster_addr(&cfg.cluster, cfg.task));
         return PSC_EXIT_CONFIG;
     }
 
@@ -251,9 +250,10 @@ int main(int argc, char **argv)
     }
     psc_rpc_server_add_service(server, "psc.Worker");
     const psc_cluster_t *cl = &cfg.cluster;
-    control_t *control = control_create(psc_task_is_chief(cl, cfg.task),
-                                        cl->n[PSC_JOB_CHIEF] > 0 ? cl->addr[PSC_JOB_CHIEF][0]
-                                                                : (cl->n[PSC_JOB_WORKER] > 0 ? cl->addr[PSC_JOB_WORKER][0] : NULL));
+    const char *chief_addr = cl->n[PSC_JOB_CHIEF] > 0 ? cl->addr[PSC_JOB_CHIEF][0]
+                             : cl->n[PSC_JOB_WORKER] > 0 ? cl->addr[PSC_JOB_WORKER][0]
+                                                         : NULL;
+    control_t *control = control_create(psc_task_is_chief(cl, cfg.task), chief_addr);
     control_register(control, server);
     if (psc_rpc_server_start(server, err, sizeof err) < 0) {
         fprintf(stderr, "worker: %s\n", err);
@@ -261,15 +261,31 @@ int main(int argc, char **argv)
         control_destroy(control);
         return PSC_EXIT_UNAVAILABLE;
     }
-    PSC_INFO("health service on %s; job %s", bind, spec.job_id);
-
     static volatile int stop = 0;
-    to->spec = &spec;
     to->cluster = &cfg.cluster;
     to->task = cfg.task;
-    to->stop = &stop;
     to->control = control;
     trainer_opts_defaults(to);
+    if (!job_spec_path) { /* standalone-client mode: jobs come from psctl */
+        runner_t *runner = runner_create(to);
+        control_set_standalone(control, runner, &cfg.cluster, psc_task_replica_rank(&cfg.cluster, cfg.task),
+                               to->rpc_timeout_ms);
+        PSC_INFO("serving on %s; no job: ready and waiting for one (psctl train)", bind);
+        int sig;
+        while ((sig = psc_signals_wait()) == SIGUSR1) {}
+        PSC_INFO("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        control_close(control, "the worker is stopping");
+        psc_rpc_server_shutdown(server, 1000);
+        runner_destroy(runner); /* cancels a running job and waits for it */
+        psc_rpc_server_destroy(server);
+        control_destroy(control);
+        psc_tf_config_deinit(&cfg);
+        return 0;
+    }
+    PSC_INFO("health service on %s; job %s", bind, spec.job_id);
+
+    to->spec = &spec;
+    to->stop = &stop;
     pthread_t th;
     PSC_ASSERT(pthread_create(&th, NULL, run_thread, &run) == 0);
     int sig, exit_code = 0;

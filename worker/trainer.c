@@ -36,6 +36,27 @@ void trainer_opts_defaults(trainer_opts_t *o)
 
 static int stopped(const trainer_opts_t *o) { return o->stop && *o->stop; }
 
+/* Publishes progress (phase < 0: keep; loss < 0: only the counters). */
+static void report(const trainer_opts_t *o, int phase, int epoch, int64_t step, int64_t max_steps, int64_t global_step,
+                   double loss, double accuracy, double examples_per_sec)
+{
+    trainer_progress_t *p = o->progress;
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    if (phase >= 0) p->phase = phase;
+    p->epoch = epoch;
+    p->epochs = o->spec->epochs;
+    p->step = step;
+    p->max_steps = max_steps;
+    p->global_step = global_step;
+    if (loss >= 0) {
+        p->loss = loss;
+        p->accuracy = accuracy;
+        p->examples_per_sec = examples_per_sec;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
 /* Address of training replica `rank` (the chief, then the workers). */
 static const char *replica_addr(const psc_cluster_t *c, int rank)
 {
@@ -349,7 +370,10 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
 
     int64_t global_step = 0;
     if ((rc = ps_client_pull(pc, params, &global_step, err, errlen))) goto out;
-    if (is_chief) ckpt_sched_init(&cs, pc, spec, global_step);
+    if (is_chief) {
+        ckpt_sched_init(&cs, pc, spec, global_step);
+        control_open(o->control);
+    }
 
     /* a restarted replica resumes after the steps it reported before */
     if (pc && ps_client_step_ps(pc) >= 0) {
@@ -366,6 +390,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         }
     }
 
+    report(o, 1, 1, res->steps, max_steps, global_step, -1, 0, 0);
     double t0 = psc_now(), t_log = t0;
     double loss_acc = 0;
     int64_t loss_n = 0, correct_acc = 0, examples_acc = 0, examples_total = 0, stale_acc = 0;
@@ -423,6 +448,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         if (rc && retryable(rc)) rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
         if (rc) goto out;
         res->steps++;
+        report(o, -1, b.epoch + 1, res->steps, max_steps, global_step, -1, 0, 0);
         if (is_chief && ckpt_due(&cs, spec, global_step)) {
             char cerr[512];
             take_checkpoint(&cs, pc, spec, global_step, "periodic", cerr, sizeof cerr);
@@ -437,6 +463,8 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
                      b.epoch + 1, spec->epochs, (long long)res->steps, (long long)max_steps, (long long)global_step,
                      res->last_loss, (double)correct_acc / (double)examples_acc,
                      (double)examples_acc / (now - t_log), stale_note);
+            report(o, -1, b.epoch + 1, res->steps, max_steps, global_step, res->last_loss,
+                   (double)correct_acc / (double)examples_acc, (double)examples_acc / (now - t_log));
             stale_acc = 0;
             t_log = now;
             loss_acc = 0;
@@ -455,6 +483,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
                  (long long)res->stale_steps, (long long)res->steps);
 
     uint32_t done = 0;
+    report(o, 2, spec->epochs, res->steps, max_steps, global_step, -1, 0, 0);
     if ((rc = ps_client_worker_done(pc, &done, err, errlen))) goto out;
     if (is_chief) {
         wait_workers(o, pc, replicas, rank);

@@ -11,8 +11,19 @@
 #include "job_spec.h"
 #include "tf_config.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* What a running job has done so far; the trainer writes it under lock, psctl
+ * reads it through JobStatus. */
+typedef struct trainer_progress {
+    pthread_mutex_t lock;
+    int phase;               /* 0 starting, 1 training, 2 finishing (waiting, evaluating) */
+    int epoch, epochs;       /* epoch 1-based */
+    int64_t step, max_steps, global_step;
+    double loss, accuracy, examples_per_sec;
+} trainer_progress_t;
 
 typedef struct trainer_opts {
     const psc_job_spec_t *spec;
@@ -29,6 +40,7 @@ typedef struct trainer_opts {
     int shutdown_ps;          /* chief: tell every PS to exit at the end (in-cluster mode) */
     volatile int *stop;       /* set to non-zero to stop early (SIGTERM) */
     struct control *control;  /* requests from outside (psctl checkpoint); may be NULL */
+    trainer_progress_t *progress; /* may be NULL */
 } trainer_opts_t;
 
 typedef struct trainer_result {

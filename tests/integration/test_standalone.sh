@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# test_standalone — standalone-client mode on real processes: daemons started
+# without a job wait; psctl drives them:
+# 1. an idle cluster (2 ps + 2 workers) and `psctl train` to completion: the
+#    evaluation is printed, exit 0, the daemons stay up; `psctl status` lists
+#    members, the job and the variables per PS;
+# 2. `psctl export --format safetensors`: re-read by an independent parser
+#    (psc_safetensors_check) whose tensors equal a pull of the same model;
+# 3. SIGINT to psctl mid-job cancels the job (exit 130), the cluster stays up,
+#    and a second job on the same cluster then trains to the end;
+# 4. `psctl train --detach` returns at once; `psctl attach` follows the job to
+#    its end; a client pointed at a dead address fails within its deadline
+#    naming the address.
+source "$(dirname "$0")/lib.sh"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+
+spec() { # spec FILE EPOCHS SEED
+    cat >"$1" <<JSON
+{"model": {"input_shape": [28, 28, 1],
+           "layers": [{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"},
+                      {"type": "dense", "units": 10}]},
+ "optimizer": {"name": "adam", "learning_rate": 0.002},
+ "data": {"train_examples": 6000, "test_examples": 1000},
+ "placement": {"min_shard_bytes": 40000},
+ "batch_size_per_replica": 32, "epochs": $2, "seed": $3}
+JSON
+}
+spec "$TMP/a.json" 1 1
+spec "$TMP/b.json" 1 2
+spec "$TMP/long.json" 30 3
+
+cluster 2 2
+PSP=()
+for i in 0 1; do start_ps "$i"; PSP+=("$LAST_PID"); done
+for i in 0 1; do wait_healthy "${PS_ADDR[i]}"; done
+WP=()
+for i in 0 1; do
+    TF_CONFIG=$(tf_config worker "$i") "$BIN/worker" --log_every_secs 0.5 --debug_step_delay_ms 5 \
+        >"$TMP/worker$i.out" 2>"$TMP/worker$i.log" &
+    WP+=($!); PIDS+=($!)
+done
+for i in 0 1; do wait_healthy "${WORKER_ADDR[i]}"; done
+grep -q 'no job: ready and waiting' "$TMP/worker1.log" || fail "an idle worker did not say it waits"
+PSCTL=("$BIN/psctl" --cluster "$CLUSTER")
+
+# ---- 1. train to completion, status ----
+"${PSCTL[@]}" train "$TMP/a.json" >"$TMP/train1.out" 2>"$TMP/train1.err" || fail "psctl train exited $?: $(cat "$TMP/train1.err")"
+acc=$(sed -n 's/^test accuracy: //p' "$TMP/train1.out")
+echo "job 1: test accuracy $acc; $(grep 'succeeded' "$TMP/train1.err")"
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.70) }' || fail "accuracy $acc"
+grep -q 'epoch 1/1 step' "$TMP/train1.err" || fail "no progress lines"
+for p in "${PSP[@]}" "${WP[@]}"; do kill -0 "$p" || fail "a daemon exited after the job"; done
+"${PSCTL[@]}" status >"$TMP/status.out" || fail "psctl status failed"
+sed 's/^/  /' "$TMP/status.out"
+[ "$(grep -c 'SERVING' "$TMP/status.out")" = 4 ] || fail "status should show 4 serving members"
+grep -q '^job: .* succeeded' "$TMP/status.out" || fail "status does not show the finished job"
+grep -q 'dense/kernel/part_1' "$TMP/status.out" || fail "status does not list the variables per PS"
+
+# ---- 2. export ----
+"${PSCTL[@]}" export --format safetensors -o "$TMP/model.safetensors" || fail "export failed"
+"$BIN/psc_dump" "$TMP/a.json" "$CLUSTER" "$TMP/pull.bin" >/dev/null || fail "pull failed"
+"$BIN/psc_safetensors_check" "$TMP/model.safetensors" "$TMP/a.json" "$TMP/pull.bin" || fail "the safetensors file does not match a pull"
+
+# ---- 3. Ctrl-C cancels; a second job then runs ----
+"${PSCTL[@]}" train "$TMP/long.json" >"$TMP/train2.out" 2>"$TMP/train2.err" &
+cli=$!
+for _ in $(seq 300); do grep -q 'step [1-9][0-9]*/' "$TMP/train2.err" 2>/dev/null && break; sleep 0.1; done
+kill -INT "$cli"
+wait_exit "$cli" 60
+[ "$EXIT_CODE" = 130 ] || fail "psctl after Ctrl-C exited $EXIT_CODE, expected 130: $(tail -3 "$TMP/train2.err")"
+grep -q 'cancelled' "$TMP/train2.err" || fail "no cancellation reported"
+for p in "${PSP[@]}" "${WP[@]}"; do kill -0 "$p" || fail "a daemon exited after the cancel"; done
+"${PSCTL[@]}" train "$TMP/b.json" >"$TMP/train3.out" 2>"$TMP/train3.err" || fail "the second job failed: $(tail -3 "$TMP/train3.err")"
+grep -q '^test accuracy' "$TMP/train3.out" || fail "the second job printed no evaluation"
+echo "cancel then second job: $(grep cancelled "$TMP/train2.err" | head -1); second job $(cat "$TMP/train3.out" | head -1)"
+
+# ---- 4. detach / attach; dead address ----
+"${PSCTL[@]}" train --detach "$TMP/a.json" 2>"$TMP/detach.err" || fail "detach failed"
+grep -q 'detached' "$TMP/detach.err" || fail "detach did not return at once"
+"${PSCTL[@]}" attach >"$TMP/attach.out" 2>"$TMP/attach.err" || fail "attach failed: $(tail -3 "$TMP/attach.err")"
+grep -q '^test accuracy' "$TMP/attach.out" || fail "attach did not follow the job to its evaluation"
+dead=$("$BIN/psc_free_port" 1)
+start=$(date +%s)
+set +e; msg=$("$BIN/psctl" --chief "127.0.0.1:$dead" --timeout_secs 2 attach 2>&1); code=$?; set -e
+took=$(( $(date +%s) - start ))
+echo "dead address: exit $code after ${took}s: $(echo "$msg" | tail -1)"
+[ $code = 69 ] && echo "$msg" | grep -q "127.0.0.1:$dead" || fail "dead address: exit $code: $msg"
+[ $took -le 10 ] || fail "dead address took ${took}s (deadline 2 s)"
+
+kill "${PSP[@]}" "${WP[@]}"
+for p in "${PSP[@]}" "${WP[@]}"; do wait_exit "$p" 30; [ "$EXIT_CODE" = 0 ] || fail "a daemon exited $EXIT_CODE on SIGTERM"; done
+pass "standalone-client mode: train, status, export, cancel + second job, detach/attach, dead address"

@@ -1,0 +1,175 @@
+/* runner.c — see runner.h. */
+#include "runner.h"
+
+#include "log.h"
+#include "psc.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct runner {
+    trainer_opts_t base;
+    pthread_mutex_t lock;  /* guards the fields below */
+    runner_state_t state;
+    int have_thread;       /* a job thread exists (running or not yet joined) */
+    pthread_t thread;
+    psc_job_spec_t spec;   /* the current job's spec (valid while have_spec) */
+    int have_spec;
+    volatile int stop;
+    double started, ended;
+    trainer_progress_t progress;
+    trainer_result_t result;
+    char error[512];
+};
+
+const char *runner_state_name(runner_state_t s)
+{
+    static const char *const names[] = {"idle", "running", "succeeded", "failed", "cancelled"};
+    return (unsigned)s < PSC_ARRAY_LEN(names) ? names[s] : "unknown";
+}
+
+runner_t *runner_create(const trainer_opts_t *base)
+{
+    runner_t *r = psc_xcalloc(1, sizeof *r);
+    r->base = *base;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->progress.lock, NULL);
+    return r;
+}
+
+static void *job_main(void *arg)
+{
+    runner_t *r = arg;
+    trainer_opts_t o = r->base;
+    o.spec = &r->spec;
+    o.stop = &r->stop;
+    o.progress = &r->progress;
+    o.shutdown_ps = 0; /* standalone: the cluster outlives the job */
+    trainer_result_t res;
+    char err[512] = "";
+    PSC_INFO("job %s started", r->spec.job_id);
+    int rc = trainer_run(&o, &res, err, sizeof err);
+    pthread_mutex_lock(&r->lock);
+    r->result = res;
+    r->ended = psc_now();
+    if (rc == 0) {
+        r->state = RUNNER_SUCCEEDED;
+    } else if (rc == PSC_ECANCELLED || r->stop) {
+        r->state = RUNNER_CANCELLED;
+        snprintf(r->error, sizeof r->error, "%s", err);
+    } else {
+        r->state = RUNNER_FAILED;
+        snprintf(r->error, sizeof r->error, "%s", err);
+    }
+    runner_state_t st = r->state;
+    pthread_mutex_unlock(&r->lock);
+    if (st == RUNNER_SUCCEEDED)
+        PSC_INFO("job %s succeeded%s", r->spec.job_id, res.evaluated ? "" : " (this replica)");
+    else if (st == RUNNER_CANCELLED)
+        PSC_INFO("job %s cancelled", r->spec.job_id);
+    else
+        PSC_ERROR("job %s failed: %s", r->spec.job_id, err);
+    PSC_INFO("waiting for a job (psctl train)");
+    return NULL;
+}
+
+/* Joins a finished job thread (lock held). */
+static void reap_locked(runner_t *r)
+{
+    if (r->have_thread && r->state != RUNNER_RUNNING) {
+        pthread_join(r->thread, NULL);
+        r->have_thread = 0;
+    }
+}
+
+int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, size_t errlen)
+{
+    psc_job_spec_t spec;
+    int rc = psc_job_spec_parse(spec_json, &spec, err, errlen);
+    if (rc) return rc;
+    pthread_mutex_lock(&r->lock);
+    if (r->state == RUNNER_RUNNING) {
+        rc = psc_seterr(err, errlen, PSC_EEXISTS, "job %s is running (psctl stop cancels it)", r->spec.job_id);
+        pthread_mutex_unlock(&r->lock);
+        psc_job_spec_deinit(&spec);
+        return rc;
+    }
+    reap_locked(r);
+    if (r->have_spec) psc_job_spec_deinit(&r->spec);
+    r->spec = spec;
+    r->have_spec = 1;
+    r->state = RUNNER_RUNNING;
+    r->stop = 0;
+    r->started = psc_now();
+    r->ended = 0;
+    r->error[0] = '\0';
+    memset(&r->result, 0, sizeof r->result);
+    pthread_mutex_lock(&r->progress.lock);
+    r->progress.phase = 0;
+    r->progress.epoch = 0;
+    r->progress.epochs = spec.epochs;
+    r->progress.step = r->progress.max_steps = r->progress.global_step = 0;
+    r->progress.loss = r->progress.accuracy = r->progress.examples_per_sec = 0;
+    pthread_mutex_unlock(&r->progress.lock);
+    if (job_id) snprintf(job_id, 17, "%s", spec.job_id);
+    PSC_ASSERT(pthread_create(&r->thread, NULL, job_main, r) == 0);
+    r->have_thread = 1;
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+int runner_cancel(runner_t *r)
+{
+    pthread_mutex_lock(&r->lock);
+    int running = r->state == RUNNER_RUNNING;
+    if (running) r->stop = 1;
+    pthread_mutex_unlock(&r->lock);
+    if (running) PSC_INFO("cancelling job %s at its next step", r->spec.job_id);
+    return running;
+}
+
+void runner_status(runner_t *r, runner_status_t *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&r->lock);
+    out->state = r->state;
+    if (r->have_spec) snprintf(out->job_id, sizeof out->job_id, "%s", r->spec.job_id);
+    out->elapsed_secs = r->started > 0 ? (r->ended > 0 ? r->ended : psc_now()) - r->started : 0;
+    out->result = r->result;
+    snprintf(out->error, sizeof out->error, "%s", r->error);
+    pthread_mutex_lock(&r->progress.lock);
+    out->progress.phase = r->progress.phase;
+    out->progress.epoch = r->progress.epoch;
+    out->progress.epochs = r->progress.epochs;
+    out->progress.step = r->progress.step;
+    out->progress.max_steps = r->progress.max_steps;
+    out->progress.global_step = r->progress.global_step;
+    out->progress.loss = r->progress.loss;
+    out->progress.accuracy = r->progress.accuracy;
+    out->progress.examples_per_sec = r->progress.examples_per_sec;
+    pthread_mutex_unlock(&r->progress.lock);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void runner_wait(runner_t *r)
+{
+    pthread_mutex_lock(&r->lock);
+    int have = r->have_thread;
+    pthread_t th = r->thread;
+    r->have_thread = 0;
+    pthread_mutex_unlock(&r->lock);
+    if (have) pthread_join(th, NULL);
+}
+
+void runner_destroy(runner_t *r)
+{
+    if (!r) return;
+    runner_cancel(r);
+    runner_wait(r);
+    if (r->have_spec) psc_job_spec_deinit(&r->spec);
+    pthread_mutex_destroy(&r->progress.lock);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}

@@ -1,0 +1,47 @@
+/* runner.h — a worker daemon's current job in standalone-client mode: the
+ * daemon starts with no job spec and waits; a job arrives as job spec JSON
+ * (the chief from psctl through Submit, the other workers from the chief
+ * through Start), runs on its own thread (trainer_run), and can be cancelled;
+ * then the daemon waits for the next one.
+ *
+ * Thread-safe: RPC handlers start, cancel and query; the job thread runs.
+ */
+#ifndef PSC_RUNNER_H
+#define PSC_RUNNER_H
+
+#include "trainer.h"
+
+#include <stddef.h>
+
+typedef struct runner runner_t;
+
+typedef enum { RUNNER_IDLE, RUNNER_RUNNING, RUNNER_SUCCEEDED, RUNNER_FAILED, RUNNER_CANCELLED } runner_state_t;
+
+typedef struct runner_status {
+    runner_state_t state;
+    char job_id[17];
+    trainer_progress_t progress; /* its lock is not used in the copy */
+    double elapsed_secs;
+    trainer_result_t result;     /* succeeded: the outcome (chief: the evaluation) */
+    char error[512];             /* failed: why */
+} runner_status_t;
+
+/* base: the daemon's trainer options (cluster, task, flags); spec and the
+ * control fields are filled per job. Copied. */
+runner_t *runner_create(const trainer_opts_t *base);
+/* Cancels a running job, waits for its thread. NULL ok. */
+void runner_destroy(runner_t *r);
+/* Starts a job from spec JSON. PSC_EEXISTS when a job is running (err names
+ * it), PSC_EINVAL/PSC_ECONFIG when the spec is bad (err names the key). *job_id
+ * (17 bytes, may be NULL) gets the new job's id. */
+int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, size_t errlen);
+/* Asks the running job to stop at its next step (no-op when none); returns
+ * 1 if one was running. */
+int runner_cancel(runner_t *r);
+/* A snapshot of the current (or last) job. */
+void runner_status(runner_t *r, runner_status_t *out);
+/* Waits until no job runs. */
+void runner_wait(runner_t *r);
+const char *runner_state_name(runner_state_t s);
+
+#endif
