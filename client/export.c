@@ -144,7 +144,6 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
                       char *err, size_t errlen)
 {
     const psc_export_piece_t *p0 = &pieces[k[0].idx];
-    int bl = (int)k[0].base_len;
     memset(t, 0, sizeof *t);
     memcpy(t->name, k[0].name, k[0].base_len);
     t->name[k[0].base_len] = '\0';
@@ -162,8 +161,9 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
             if (k[1].part < 0)
                 return psc_seterr(err, errlen, PSC_EMISMATCH, "%s is held twice: by ps %d and ps %d", t->name,
                                   p0->ps, p1->ps);
-            return psc_seterr(err, errlen, PSC_EMISMATCH, "%s is both a whole variable (ps %d) and partitioned (%s on ps %d)",
-                              t->name, p0->ps, p1->name, p1->ps);
+            return psc_seterr(err, errlen, PSC_EMISMATCH,
+                              "%s is both a whole variable (ps %d) and partitioned (%s on ps %d)", t->name, p0->ps,
+                              p1->name, p1->ps);
         }
         if (strcmp(t->name, "global_step") == 0) {
             if (p0->bytes != 8)
@@ -178,8 +178,9 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
         if (numel < 0 || (uint64_t)numel > UINT64_MAX / 4 || (uint64_t)numel * 4 != p0->bytes) {
             char s[96];
             fmt_shape(s, sizeof s, p0->shape, p0->rank);
-            return psc_seterr(err, errlen, PSC_EMISMATCH, "%s (ps %d): %" PRIu64 " bytes do not fit shape %s of float32",
-                              t->name, p0->ps, p0->bytes, s);
+            return psc_seterr(err, errlen, PSC_EMISMATCH,
+                              "%s (ps %d): %" PRIu64 " bytes do not fit shape %s of float32", t->name, p0->ps,
+                              p0->bytes, s);
         }
         t->dtype = PSC_ST_F32;
         t->rank = p0->rank;
@@ -190,21 +191,22 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
 
     /* parts 0..n-1, each once, in order */
     if (strcmp(t->name, "global_step") == 0)
-        return psc_seterr(err, errlen, PSC_EMISMATCH, "%s (ps %d): global_step cannot be partitioned", p0->name, p0->ps);
+        return psc_seterr(err, errlen, PSC_EMISMATCH, "%s (ps %d): global_step cannot be partitioned", p0->name,
+                          p0->ps);
     for (int i = 0; i < n; i++) {
         const psc_export_piece_t *pi = &pieces[k[i].idx];
         if (k[i].part < i) /* the same part again (sorted: it equals i - 1) */
             return psc_seterr(err, errlen, PSC_EMISMATCH, "%s is held twice: by ps %d and ps %d", pi->name,
                               pieces[k[i - 1].idx].ps, pi->ps);
         if (k[i].part > i)
-            return psc_seterr(err, errlen, PSC_EMISMATCH, "%.*s/part_%d is missing (%.*s has part_%d on ps %d)", bl,
-                              t->name, i, bl, t->name, k[i].part, pi->ps);
+            return psc_seterr(err, errlen, PSC_EMISMATCH, "%s/part_%d is missing (%s has part_%d on ps %d)",
+                              t->name, i, t->name, k[i].part, pi->ps);
     }
     t->dtype = PSC_ST_F32;
     t->rank = p0->rank;
     if (t->rank < 1)
-        return psc_seterr(err, errlen, PSC_EMISMATCH, "%s (ps %d): a partition has rank 0, nothing to join along axis 0",
-                          p0->name, p0->ps);
+        return psc_seterr(err, errlen, PSC_EMISMATCH,
+                          "%s (ps %d): a partition has rank 0, nothing to join along axis 0", p0->name, p0->ps);
     memcpy(t->shape, p0->shape, sizeof t->shape);
     t->shape[0] = 0;
     for (int i = 0; i < n; i++) {
@@ -213,8 +215,9 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
         fmt_shape(s0, sizeof s0, p0->shape, p0->rank);
         fmt_shape(si, sizeof si, pi->shape, pi->rank);
         if (pi->rank != p0->rank)
-            return psc_seterr(err, errlen, PSC_EMISMATCH, "%s: parts disagree on rank: %s (ps %d) is %s, %s (ps %d) is %s",
-                              t->name, p0->name, p0->ps, s0, pi->name, pi->ps, si);
+            return psc_seterr(err, errlen, PSC_EMISMATCH,
+                              "%s: parts disagree on rank: %s (ps %d) is %s, %s (ps %d) is %s", t->name, p0->name,
+                              p0->ps, s0, pi->name, pi->ps, si);
         for (int d = 1; d < p0->rank; d++)
             if (pi->shape[d] != p0->shape[d])
                 return psc_seterr(err, errlen, PSC_EMISMATCH,
@@ -222,8 +225,9 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
                                   p0->name, p0->ps, s0, pi->name, pi->ps, si);
         int64_t numel = shape_numel(pi->shape, pi->rank);
         if (numel < 0 || (uint64_t)numel > UINT64_MAX / 4 || (uint64_t)numel * 4 != pi->bytes)
-            return psc_seterr(err, errlen, PSC_EMISMATCH, "%s (ps %d): %" PRIu64 " bytes do not fit shape %s of float32",
-                              pi->name, pi->ps, pi->bytes, si);
+            return psc_seterr(err, errlen, PSC_EMISMATCH,
+                              "%s (ps %d): %" PRIu64 " bytes do not fit shape %s of float32", pi->name, pi->ps,
+                              pi->bytes, si);
         if (__builtin_add_overflow(t->shape[0], pi->shape[0], &t->shape[0]) ||
             __builtin_add_overflow(t->bytes, pi->bytes, &t->bytes))
             return psc_seterr(err, errlen, PSC_EMISMATCH, "%s: joined size overflows", t->name);
@@ -449,8 +453,9 @@ static int status_all(export_ctx_t *x, char *err, size_t errlen)
         for (size_t v = 0; rc == 0 && v < r->n_vars; v++) {
             const Psc__VarStatus *vs = r->vars[v];
             if (strlen(vs->name) >= PSC_EXPORT_NAME_MAX || vs->n_shape > PSC_MAX_RANK) {
-                rc = psc_seterr(err, errlen, PSC_ECORRUPT, "ps %d (%s): variable \"%.60s...\" has a name or rank too large",
-                                i, ps_addr(x, i), vs->name);
+                rc = psc_seterr(err, errlen, PSC_ECORRUPT,
+                                "ps %d (%s): variable \"%.60s...\" has a name or rank too large", i, ps_addr(x, i),
+                                vs->name);
                 break;
             }
             if ((size_t)x->npieces == cap) {
@@ -513,9 +518,9 @@ static int pull_run(const export_ctx_t *x, pull_chunk_t *chunks, psc_rpc_op_t *o
             if (ops[i].code == PSC_RPC_UNAVAILABLE) break;
         }
         const psc_export_piece_t *p = &x->pieces[chunks[bad].piece];
-        rc = psc_seterr(err, errlen, code_error(ops[bad].code), "ps %d (%s): Pull of %s at byte %" PRIu64 " failed: %s: %s",
-                        p->ps, ps_addr(x, p->ps), p->name, chunks[bad].offset, psc_rpc_code_name(ops[bad].code),
-                        ops[bad].msg);
+        rc = psc_seterr(err, errlen, code_error(ops[bad].code),
+                        "ps %d (%s): Pull of %s at byte %" PRIu64 " failed: %s: %s", p->ps, ps_addr(x, p->ps), p->name,
+                        chunks[bad].offset, psc_rpc_code_name(ops[bad].code), ops[bad].msg);
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const psc_export_piece_t *p = &x->pieces[chunks[i].piece];

@@ -8,6 +8,7 @@
  *   psctl stop                        cancel the running job (the cluster stays up)
  *   psctl checkpoint [--reason TEXT]  a checkpoint now, once committed on every PS
  *   psctl export --format safetensors -o FILE   the current variables
+ *   psctl eval                        test-set accuracy of the current weights
  *
  * The cluster: --cluster FILE|JSON (a cluster object or a TF_CONFIG document),
  * else TF_CONFIG's cluster; --chief HOST:PORT alone is enough for train,
@@ -60,6 +61,7 @@ static void usage(FILE *f)
             "  stop                       cancel the running job; the daemons stay up\n"
             "  checkpoint [--reason TEXT] take a checkpoint now; waits until every PS committed it\n"
             "  export --format safetensors -o FILE   write the current variables\n"
+            "  eval                       test-set accuracy of the current weights (the chief evaluates)\n"
             "options:\n"
             "  --cluster FILE|JSON   the cluster (a cluster object or a TF_CONFIG document); default TF_CONFIG\n"
             "  --chief HOST:PORT     the chief's address (default: from the cluster)\n"
@@ -292,6 +294,24 @@ static int cmd_checkpoint(const cli_t *c)
     return 0;
 }
 
+static int cmd_eval(const cli_t *c)
+{
+    Psc__EvalRequest req = PSC__EVAL_REQUEST__INIT;
+    uint8_t buf[8];
+    psc_rpc_op_t op;
+    int rc = call(c, c->chief, PSC_M_WORKER_EVAL, buf, psc__eval_request__pack(&req, buf),
+                  PSC_MAX(c->timeout_ms, 300000), &op);
+    if (rc) return rc;
+    Psc__EvalReply *r = psc__eval_reply__unpack(NULL, op.reply_len, op.reply);
+    psc_rpc_op_clear(&op);
+    if (!r) return 1;
+    fprintf(stderr, "psctl: evaluated the current weights on %lld test examples at global_step %lld\n",
+            (long long)r->examples, (long long)r->global_step);
+    printf("test accuracy: %.4f\ntest loss: %.4f\n", r->test_accuracy, r->test_loss);
+    psc__eval_reply__free_unpacked(r, NULL);
+    return 0;
+}
+
 static int cmd_status(const cli_t *c)
 {
     if (!c->have_cluster) {
@@ -414,7 +434,7 @@ int main(int argc, char **argv)
         }
     }
     if (optind >= argc) {
-        fprintf(stderr, "psctl: expected a command: train, attach, status, stop, checkpoint, export (see --help)\n");
+        fprintf(stderr, "psctl: expected a command: train, attach, status, stop, checkpoint, export, eval (see --help)\n");
         return PSC_EXIT_USAGE;
     }
     const char *cmd = argv[optind++];
@@ -424,7 +444,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "psctl: %s %s\n", cmd, want_arg ? "needs JOB.json" : "takes no argument (see --help)");
         return PSC_EXIT_USAGE;
     }
-    static const char *const known[] = {"train", "attach", "status", "stop", "checkpoint", "export"};
+    static const char *const known[] = {"train", "attach", "status", "stop", "checkpoint", "export", "eval"};
     int ok = 0;
     for (size_t i = 0; i < PSC_ARRAY_LEN(known); i++) ok |= !strcmp(cmd, known[i]);
     if (!ok) {
@@ -463,6 +483,8 @@ int main(int argc, char **argv)
         rc = cmd_stop(&c);
     else if (!strcmp(cmd, "checkpoint"))
         rc = cmd_checkpoint(&c);
+    else if (!strcmp(cmd, "eval"))
+        rc = cmd_eval(&c);
     else
         rc = cmd_export(&c);
     if (c.have_cluster) psc_tf_config_deinit(&cfg);

@@ -136,6 +136,16 @@ static int call_addr(const char *addr, const char *method, const void *req, size
     return rc;
 }
 
+/* Address of fan-out target k (0 <= k < targets): the training replicas, then
+ * the evaluator; NULL for this worker itself or an empty slot. */
+static int targets(const control_t *c) { return psc_cluster_num_replicas(c->cluster) + c->cluster->n[PSC_JOB_EVALUATOR]; }
+static const char *target_addr(const control_t *c, int k)
+{
+    int R = psc_cluster_num_replicas(c->cluster);
+    if (k < R) return k == c->self_rank ? NULL : replica_addr(c->cluster, k);
+    return c->cluster->addr[PSC_JOB_EVALUATOR][k - R];
+}
+
 /* Drops whatever job the PS hold (the chief runs none now), so the next Create succeeds. */
 static int release_ps(control_t *c, char *err, size_t errlen)
 {
@@ -160,10 +170,10 @@ static void cancel_others(control_t *c)
     Psc__CancelRequest req = PSC__CANCEL_REQUEST__INIT;
     uint8_t buf[8];
     size_t len = psc__cancel_request__pack(&req, buf);
-    for (int r = 0; r < psc_cluster_num_replicas(c->cluster); r++) {
-        const char *addr = replica_addr(c->cluster, r);
+    for (int k = 0; k < targets(c); k++) {
+        const char *addr = target_addr(c, k);
         char err[512];
-        if (r == c->self_rank || !addr) continue;
+        if (!addr) continue;
         if (call_addr(addr, PSC_M_WORKER_CANCEL, buf, len, c->timeout_ms, NULL, err, sizeof err))
             PSC_WARN("cancel: %s", err);
     }
@@ -212,6 +222,9 @@ static void h_submit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         psc_rpc_fail(call, PSC_RPC_UNAVAILABLE, "cannot prepare the parameter servers: %s", err);
         goto out;
     }
+    /* what still runs elsewhere belongs to the last job (the evaluator's last
+     * look at it, a slow replica): cancel it; Start waits for it to end */
+    cancel_others(c);
     /* the others first: they wait for the model the chief is about to create */
     Psc__StartRequest sr = PSC__START_REQUEST__INIT;
     sr.spec_json = r->spec_json;
@@ -219,9 +232,9 @@ static void h_submit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     uint8_t *sbuf = psc_xmalloc(slen + 1);
     psc__start_request__pack(&sr, sbuf);
     int rc = 0;
-    for (int k = 0; rc == 0 && k < psc_cluster_num_replicas(c->cluster); k++) {
-        const char *addr = replica_addr(c->cluster, k);
-        if (k == c->self_rank || !addr) continue;
+    for (int k = 0; rc == 0 && k < targets(c); k++) {
+        const char *addr = target_addr(c, k);
+        if (!addr) continue;
         rc = call_addr(addr, PSC_M_WORKER_START, sbuf, slen, c->timeout_ms, NULL, err, sizeof err);
     }
     free(sbuf);
@@ -319,8 +332,41 @@ static void h_job_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
     psc_rpc_reply_send(call);
 }
 
+static void h_eval(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    control_t *c = arg;
+    char err[512];
+    Psc__EvalRequest *r = psc__eval_request__unpack(NULL, len, req);
+    if (!r) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "EvalRequest does not parse (%zu bytes)", len);
+        return;
+    }
+    psc__eval_request__free_unpacked(r, NULL);
+    if (no_standalone(c, call)) return;
+    if (!c->is_chief) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s",
+                     c->chief_addr);
+        return;
+    }
+    trainer_result_t res;
+    int64_t step = 0;
+    int rc = runner_evaluate(c->runner, &res, &step, err, sizeof err);
+    if (rc) {
+        psc_rpc_fail(call, rc == PSC_ENOTFOUND ? PSC_RPC_FAILED_PRECONDITION : PSC_RPC_UNAVAILABLE, "%s", err);
+        return;
+    }
+    Psc__EvalReply rep = PSC__EVAL_REPLY__INIT;
+    rep.test_accuracy = res.test_accuracy;
+    rep.test_loss = res.test_loss;
+    rep.examples = res.test_examples;
+    rep.global_step = step;
+    uint8_t buf[64];
+    psc_rpc_reply(call, buf, psc__eval_reply__pack(&rep, buf));
+}
+
 void control_register(control_t *c, psc_rpc_server_t *server)
 {
+    psc_rpc_server_add_method(server, PSC_M_WORKER_EVAL, h_eval, c);
     psc_rpc_server_add_method(server, PSC_M_WORKER_CHECKPOINT, h_checkpoint, c);
     psc_rpc_server_add_method(server, PSC_M_WORKER_SUBMIT, h_submit, c);
     psc_rpc_server_add_method(server, PSC_M_WORKER_START, h_start, c);

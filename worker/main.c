@@ -1,11 +1,15 @@
-/* worker — a training replica (TF_CONFIG task types chief and worker).
+/* worker — a training replica (TF_CONFIG task types chief and worker) or the
+ * evaluator (type evaluator).
  *
- * main() parses options, loads the job spec, serves the health check on this
- * task's address, runs the trainer on a thread and waits for it to finish or for
- * SIGINT/SIGTERM, which stops the trainer at the next step.
+ * main() parses options, serves psc.Worker and the health check on this task's
+ * address, and either (in-cluster mode, --job_spec) runs the trainer or the
+ * evaluator on a thread until it finishes or SIGINT/SIGTERM stops it at the
+ * next step, or (standalone-client mode, no --job_spec) waits for jobs from
+ * psctl (runner.h) until SIGINT/SIGTERM.
  */
 #include "control.h"
 #include "daemon.h"
+#include "evaluator.h"
 #include "job_spec.h"
 #include "log.h"
 #include "psc.h"
@@ -32,6 +36,7 @@ enum {
     OPT_DEBUG_DELAY,
     OPT_SHUTDOWN_PS,
     OPT_RETRY_SECS,
+    OPT_LOGDIR,
 };
 
 static void usage(FILE *f)
@@ -41,7 +46,7 @@ static void usage(FILE *f)
             "Training replica of psc (task types chief and worker): trains its shard of the data,\n"
             "pulling weights from and pushing gradients to the ps tasks. The chief (the chief task,\n"
             "or worker 0 without one) initializes the model, evaluates it at the end and prints\n"
-            "\"test accuracy: A\" on stdout.\n\n"
+            "\"test accuracy: A\" on stdout. Task type evaluator: evaluates every new checkpoint.\n\n"
             "  --cluster FILE|JSON      cluster spec or a TF_CONFIG document (overrides TF_CONFIG)\n"
             "  --job TYPE               chief | worker (default from TF_CONFIG)\n"
             "  --task_index N           index of this task\n"
@@ -59,6 +64,7 @@ static void usage(FILE *f)
             "  --devices LIST           towers: cpu, cpu,cpu, gpu, gpu:0,gpu:1 (default: every visible GPU,\n"
             "                           else one CPU tower); the batch is split across them\n"
             "  --shutdown_ps_at_end 0|1 chief: tell every ps_server to exit when training ends (default 1)\n"
+            "  --logdir DIR             chief and evaluator: write TensorBoard event files here (evaluator: DIR/eval)\n"
             "  --log_level LEVEL        debug | info | warn | error (default info)\n"
             "  --help, --version\n"
             "Exit codes: 0 done, 1 training failed, 64 usage, 69 cannot bind, 78 bad configuration,\n"
@@ -75,7 +81,10 @@ typedef struct run_ctx {
 static void *run_thread(void *arg)
 {
     run_ctx_t *r = arg;
-    r->rc = trainer_run(&r->opts, &r->res, r->err, sizeof r->err);
+    if (r->opts.task.type == PSC_JOB_EVALUATOR)
+        r->rc = evaluator_run(&r->opts, &r->res, r->err, sizeof r->err);
+    else
+        r->rc = trainer_run(&r->opts, &r->res, r->err, sizeof r->err);
     psc_signals_wake();
     return NULL;
 }
@@ -104,6 +113,7 @@ int main(int argc, char **argv)
         {"wait_workers_secs", required_argument, NULL, OPT_WAIT_WORKERS},
         {"rpc_timeout_ms", required_argument, NULL, OPT_RPC_TIMEOUT},
         {"retry_secs", required_argument, NULL, OPT_RETRY_SECS},
+        {"logdir", required_argument, NULL, OPT_LOGDIR},
         {"log_every_secs", required_argument, NULL, OPT_LOG_EVERY},
         {"prefetch", required_argument, NULL, OPT_PREFETCH},
         {"devices", required_argument, NULL, OPT_DEVICES},
@@ -147,6 +157,7 @@ int main(int argc, char **argv)
         case OPT_WAIT_WORKERS:
             if (parse_secs("--wait_workers_secs", optarg, &to->wait_workers_secs)) return PSC_EXIT_USAGE;
             break;
+        case OPT_LOGDIR: to->logdir = optarg; break;
         case OPT_RETRY_SECS:
             if (parse_secs("--retry_secs", optarg, &to->retry_secs)) return PSC_EXIT_USAGE;
             break;
@@ -219,9 +230,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "worker: %s\n", err);
         return PSC_EXIT_CONFIG;
     }
-    if (cfg.task.type != PSC_JOB_CHIEF && cfg.task.type != PSC_JOB_WORKER) {
-        fprintf(stderr, "worker: task type %s is not supported by this version (chief and worker are; ps tasks run "
-                        "ps_server)\n",
+    if (cfg.task.type == PSC_JOB_PS) {
+        fprintf(stderr, "worker: task type %s: ps tasks run ps_server (worker runs chief, worker and evaluator)\n",
                 psc_job_type_name(cfg.task.type));
         psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
@@ -296,7 +306,7 @@ int main(int argc, char **argv)
     }
     pthread_join(th, NULL);
     if (run.rc == 0) {
-        if (run.res.evaluated) {
+        if (run.res.evaluated && cfg.task.type != PSC_JOB_EVALUATOR) {
             printf("test accuracy: %.4f\n", run.res.test_accuracy);
             printf("test loss: %.4f\n", run.res.test_loss);
             fflush(stdout);

@@ -60,12 +60,13 @@ typedef struct round {
 
 static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t *origin, char *err, size_t errlen);
 
-static size_t pack_pull_request(const char *name, uint64_t off, uint64_t len, uint8_t *buf)
+static size_t pack_pull_request(const char *name, uint64_t off, uint64_t len, uint64_t ckpt, uint8_t *buf)
 {
     Psc__PullRequest r = PSC__PULL_REQUEST__INIT;
     r.name = (char *)name;
     r.offset = off;
     r.length = len;
+    r.checkpoint = ckpt;
     PSC_ASSERT(psc__pull_request__get_packed_size(&r) <= HDR_CAP);
     return psc__pull_request__pack(&r, buf);
 }
@@ -223,7 +224,8 @@ static int take_step_reply(const psc_rpc_op_t *op, int64_t *global_step, int *st
     return 0;
 }
 
-int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *err, size_t errlen)
+/* Pull of the live variables (ckpt 0) or of committed checkpoint ckpt. */
+static int pull_all(ps_client_t *pc, uint64_t ckpt, float *params, int64_t *global_step, char *err, size_t errlen)
 {
     size_t n = pc->nchunks;
     for (size_t k = 0; k < n; k++) {
@@ -232,7 +234,7 @@ int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *e
         memset(op, 0, sizeof *op);
         op->ch = pc->ch[pc->placed[pk->piece].ps];
         op->method = PSC_M_PULL;
-        pk->hdr_len = pack_pull_request(pc->placed[pk->piece].name, pk->offset, pk->len, pk->hdr);
+        pk->hdr_len = pack_pull_request(pc->placed[pk->piece].name, pk->offset, pk->len, ckpt, pk->hdr);
         op->hdr = pk->hdr;
         op->hdr_len = pk->hdr_len;
         op->reply_body = (uint8_t *)params + pk->slab_byte;
@@ -240,17 +242,28 @@ int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *e
     }
     uint8_t stepbuf[32];
     round_t none = {0};
-    if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, &none);
+    if (pc->step_ps >= 0 && !ckpt) fill_step_op(pc, &pc->ops[n++], stepbuf, &none);
     int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
-    if (rc) rc = op_error(pc->ops, n, "pull", err, errlen);
+    if (rc) rc = op_error(pc->ops, n, ckpt ? "pull from checkpoint" : "pull", err, errlen);
     for (size_t k = 0; rc == 0 && k < pc->nchunks; k++) {
         piece_chunk_t *pk = &pc->chunks[k];
         rc = take_chunk_reply(&pc->ops[k], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte,
                               NULL, err, errlen);
     }
-    if (rc == 0 && pc->step_ps >= 0) rc = take_step_reply(&pc->ops[pc->nchunks], global_step, NULL, err, errlen);
+    if (rc == 0 && pc->step_ps >= 0 && !ckpt)
+        rc = take_step_reply(&pc->ops[pc->nchunks], global_step, NULL, err, errlen);
     clear_ops(pc->ops, n);
     return rc;
+}
+
+int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *err, size_t errlen)
+{
+    return pull_all(pc, 0, params, global_step, err, errlen);
+}
+
+int ps_client_pull_checkpoint(ps_client_t *pc, uint64_t ckpt, float *params, char *err, size_t errlen)
+{
+    return pull_all(pc, ckpt, params, NULL, err, errlen);
 }
 
 /* Push (method PSC_M_PUSH) or push-pull (PSC_M_PUSH_PULL, params receives the new values). */

@@ -103,6 +103,8 @@ int ps_client_wait_ready(ps_client_t *pc, const char *job_id, double wait_secs, 
 
 /* Pulls every variable into the slab; *global_step gets its value (if non-NULL). */
 int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *err, size_t errlen);
+/* Pulls every variable as committed checkpoint ckpt holds it (CRC-checked on the PS). */
+int ps_client_pull_checkpoint(ps_client_t *pc, uint64_t ckpt, float *params, char *err, size_t errlen);
 
 /* Pushes the gradient slab and receives the updated values in params (fused
  * push-pull), and adds step_inc to global_step in the same round (new value in

@@ -1,6 +1,7 @@
 /* runner.c — see runner.h. */
 #include "runner.h"
 
+#include "evaluator.h"
 #include "log.h"
 #include "psc.h"
 
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct runner {
     trainer_opts_t base;
@@ -17,6 +19,7 @@ struct runner {
     pthread_t thread;
     psc_job_spec_t spec;   /* the current job's spec (valid while have_spec) */
     int have_spec;
+    char *spec_json;       /* its text (psctl eval parses a private copy) */
     volatile int stop;
     double started, ended;
     trainer_progress_t progress;
@@ -50,7 +53,8 @@ static void *job_main(void *arg)
     trainer_result_t res;
     char err[512] = "";
     PSC_INFO("job %s started", r->spec.job_id);
-    int rc = trainer_run(&o, &res, err, sizeof err);
+    int rc = o.task.type == PSC_JOB_EVALUATOR ? evaluator_run(&o, &res, err, sizeof err)
+                                              : trainer_run(&o, &res, err, sizeof err);
     pthread_mutex_lock(&r->lock);
     r->result = res;
     r->ended = psc_now();
@@ -90,6 +94,13 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
     int rc = psc_job_spec_parse(spec_json, &spec, err, errlen);
     if (rc) return rc;
     pthread_mutex_lock(&r->lock);
+    /* a job being cancelled ends at its next step: give it that long */
+    for (int i = 0; i < 1200 && r->state == RUNNER_RUNNING && r->stop; i++) {
+        pthread_mutex_unlock(&r->lock);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&r->lock);
+    }
     if (r->state == RUNNER_RUNNING) {
         rc = psc_seterr(err, errlen, PSC_EEXISTS, "job %s is running (psctl stop cancels it)", r->spec.job_id);
         pthread_mutex_unlock(&r->lock);
@@ -100,6 +111,8 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
     if (r->have_spec) psc_job_spec_deinit(&r->spec);
     r->spec = spec;
     r->have_spec = 1;
+    free(r->spec_json);
+    r->spec_json = psc_xstrdup(spec_json);
     r->state = RUNNER_RUNNING;
     r->stop = 0;
     r->started = psc_now();
@@ -153,6 +166,32 @@ void runner_status(runner_t *r, runner_status_t *out)
     pthread_mutex_unlock(&r->lock);
 }
 
+int runner_evaluate(runner_t *r, trainer_result_t *res, int64_t *global_step, char *err, size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    pthread_mutex_lock(&r->lock);
+    if (!r->have_spec) {
+        pthread_mutex_unlock(&r->lock);
+        return psc_seterr(err, errlen, PSC_ENOTFOUND, "no job has run on this cluster yet (psctl train first)");
+    }
+    /* a private copy of the spec: a new job may replace r->spec meanwhile */
+    char *json = psc_xstrdup(r->spec_json);
+    pthread_mutex_unlock(&r->lock);
+    psc_job_spec_t spec;
+    int rc = psc_job_spec_parse(json, &spec, err, errlen);
+    free(json);
+    if (rc) return rc;
+    trainer_opts_t o = r->base;
+    o.spec = &spec;
+    eval_ctx_t *e;
+    if ((rc = eval_ctx_create(&o, &e, err, errlen)) == 0) {
+        rc = eval_ctx_run(e, 0, res, global_step, err, errlen);
+        eval_ctx_destroy(e);
+    }
+    psc_job_spec_deinit(&spec);
+    return rc;
+}
+
 void runner_wait(runner_t *r)
 {
     pthread_mutex_lock(&r->lock);
@@ -169,6 +208,7 @@ void runner_destroy(runner_t *r)
     runner_cancel(r);
     runner_wait(r);
     if (r->have_spec) psc_job_spec_deinit(&r->spec);
+    free(r->spec_json);
     pthread_mutex_destroy(&r->progress.lock);
     pthread_mutex_destroy(&r->lock);
     free(r);

@@ -31,15 +31,19 @@ typedef struct runner_status {
 runner_t *runner_create(const trainer_opts_t *base);
 /* Cancels a running job, waits for its thread. NULL ok. */
 void runner_destroy(runner_t *r);
-/* Starts a job from spec JSON. PSC_EEXISTS when a job is running (err names
- * it), PSC_EINVAL/PSC_ECONFIG when the spec is bad (err names the key). *job_id
- * (17 bytes, may be NULL) gets the new job's id. */
+/* Starts a job from spec JSON; a job being cancelled is waited for (up to
+ * 60 s). PSC_EEXISTS when a job is running (err names it), PSC_EINVAL or
+ * PSC_ECONFIG when the spec is bad (err names the key). *job_id (17 bytes,
+ * may be NULL) gets the new job's id. */
 int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, size_t errlen);
 /* Asks the running job to stop at its next step (no-op when none); returns
  * 1 if one was running. */
 int runner_cancel(runner_t *r);
 /* A snapshot of the current (or last) job. */
 void runner_status(runner_t *r, runner_status_t *out);
+/* Evaluates the current weights of the running or last job on its test set
+ * (evaluator.h), on the calling thread. PSC_ENOTFOUND when there was no job. */
+int runner_evaluate(runner_t *r, trainer_result_t *res, int64_t *global_step, char *err, size_t errlen);
 /* Waits until no job runs. */
 void runner_wait(runner_t *r);
 const char *runner_state_name(runner_state_t s);

@@ -17,6 +17,7 @@
 #include "psc.h"
 #include "rng.h"
 #include "rpc.h"
+#include "tfevents.h"
 #include "towers.h"
 
 #include <stdio.h>
@@ -296,6 +297,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     towers_t *towers = NULL;
     ps_client_t *pc = NULL;
     float *params = NULL, *grads = NULL, *grads_sum = NULL;
+    psc_tfevents_t *tb = NULL;
     int64_t *offsets = NULL;
     int nvars = 0, nplaced = 0, rc;
 
@@ -391,7 +393,12 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     }
 
     report(o, 1, 1, res->steps, max_steps, global_step, -1, 0, 0);
+    if (is_chief && o->logdir) {
+        if ((rc = psc_tfevents_open(o->logdir, ".chief", &tb, err, errlen))) goto out;
+        PSC_INFO("TensorBoard events: %s", psc_tfevents_path(tb));
+    }
     double t0 = psc_now(), t_log = t0;
+    int64_t gs_log = global_step;
     double loss_acc = 0;
     int64_t loss_n = 0, correct_acc = 0, examples_acc = 0, examples_total = 0, stale_acc = 0;
     psc_batch_t b;
@@ -465,6 +472,13 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
                      (double)examples_acc / (now - t_log), stale_note);
             report(o, -1, b.epoch + 1, res->steps, max_steps, global_step, res->last_loss,
                    (double)correct_acc / (double)examples_acc, (double)examples_acc / (now - t_log));
+            if (tb) {
+                psc_tfevents_scalar(tb, global_step, "loss", res->last_loss);
+                psc_tfevents_scalar(tb, global_step, "accuracy", (double)correct_acc / (double)examples_acc);
+                psc_tfevents_scalar(tb, global_step, "steps_per_sec", (double)(global_step - gs_log) / (now - t_log));
+                psc_tfevents_flush(tb);
+            }
+            gs_log = global_step;
             stale_acc = 0;
             t_log = now;
             loss_acc = 0;
@@ -504,6 +518,10 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         }
         PSC_INFO("evaluation on %lld test examples at global_step %lld: loss %.4f accuracy %.4f",
                  (long long)res->test_examples, (long long)global_step, res->test_loss, res->test_accuracy);
+        if (tb) {
+            psc_tfevents_scalar(tb, global_step, "test/accuracy", res->test_accuracy);
+            psc_tfevents_scalar(tb, global_step, "test/loss", res->test_loss);
+        }
         for (int i = 0; i < num_ps; i++) {
             ps_status_t st;
             char serr[256];
@@ -518,6 +536,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
 tower_failed:
     psc_seterr(err, errlen, rc, "tower step %lld failed (%s)", (long long)res->steps, psc_strerror(rc));
 out:
+    psc_tfevents_close(tb);
     ps_client_destroy(pc);
     loader_destroy(loader);
     towers_destroy(towers);

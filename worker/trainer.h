@@ -41,6 +41,7 @@ typedef struct trainer_opts {
     volatile int *stop;       /* set to non-zero to stop early (SIGTERM) */
     struct control *control;  /* requests from outside (psctl checkpoint); may be NULL */
     trainer_progress_t *progress; /* may be NULL */
+    const char *logdir;       /* chief and evaluator: TensorBoard event files here (NULL: none) */
 } trainer_opts_t;
 
 typedef struct trainer_result {

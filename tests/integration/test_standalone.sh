@@ -10,11 +10,16 @@
 #    and a second job on the same cluster then trains to the end;
 # 4. `psctl train --detach` returns at once; `psctl attach` follows the job to
 #    its end; a client pointed at a dead address fails within its deadline
-#    naming the address.
+#    naming the address;
+# 5. the evaluator task evaluated job 1's checkpoints; the chief's and the
+#    evaluator's TensorBoard files (--logdir) read back with an independent
+#    reader (psc_tfevents_read): framing, CRCs, tags, and the final test
+#    accuracy equal to the printed one; `psctl eval` of job 1's weights equals
+#    job 1's own evaluation.
 source "$(dirname "$0")/lib.sh"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
 
-spec() { # spec FILE EPOCHS SEED
+spec() { # spec FILE EPOCHS SEED [EXTRA]
     cat >"$1" <<JSON
 {"model": {"input_shape": [28, 28, 1],
            "layers": [{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"},
@@ -22,24 +27,29 @@ spec() { # spec FILE EPOCHS SEED
  "optimizer": {"name": "adam", "learning_rate": 0.002},
  "data": {"train_examples": 6000, "test_examples": 1000},
  "placement": {"min_shard_bytes": 40000},
- "batch_size_per_replica": 32, "epochs": $2, "seed": $3}
+ "batch_size_per_replica": 32, "epochs": $2, "seed": $3 ${4:-}}
 JSON
 }
-spec "$TMP/a.json" 1 1
+spec "$TMP/a.json" 1 1 ', "checkpoint": {"every_steps": 30}'
 spec "$TMP/b.json" 1 2
 spec "$TMP/long.json" 30 3
 
 cluster 2 2
+EVAL_ADDR="127.0.0.1:$("$BIN/psc_free_port" 1)"
+CLUSTER="${CLUSTER%\}}, \"evaluator\": [\"$EVAL_ADDR\"]}"
 PSP=()
-for i in 0 1; do start_ps "$i"; PSP+=("$LAST_PID"); done
+for i in 0 1; do start_ps "$i" --checkpoint_dir "$TMP/ckpt$i"; PSP+=("$LAST_PID"); done
 for i in 0 1; do wait_healthy "${PS_ADDR[i]}"; done
 WP=()
 for i in 0 1; do
-    TF_CONFIG=$(tf_config worker "$i") "$BIN/worker" --log_every_secs 0.5 --debug_step_delay_ms 5 \
+    TF_CONFIG=$(tf_config worker "$i") "$BIN/worker" --log_every_secs 0.5 --debug_step_delay_ms 5 --logdir "$TMP/tb" \
         >"$TMP/worker$i.out" 2>"$TMP/worker$i.log" &
     WP+=($!); PIDS+=($!)
 done
+TF_CONFIG=$(tf_config evaluator 0) "$BIN/worker" --logdir "$TMP/tb" >"$TMP/evaluator.out" 2>"$TMP/evaluator.log" &
+WP+=($!); PIDS+=($!)
 for i in 0 1; do wait_healthy "${WORKER_ADDR[i]}"; done
+wait_healthy "$EVAL_ADDR"
 grep -q 'no job: ready and waiting' "$TMP/worker1.log" || fail "an idle worker did not say it waits"
 PSCTL=("$BIN/psctl" --cluster "$CLUSTER")
 
@@ -52,9 +62,25 @@ grep -q 'epoch 1/1 step' "$TMP/train1.err" || fail "no progress lines"
 for p in "${PSP[@]}" "${WP[@]}"; do kill -0 "$p" || fail "a daemon exited after the job"; done
 "${PSCTL[@]}" status >"$TMP/status.out" || fail "psctl status failed"
 sed 's/^/  /' "$TMP/status.out"
-[ "$(grep -c 'SERVING' "$TMP/status.out")" = 4 ] || fail "status should show 4 serving members"
+[ "$(grep -c 'SERVING' "$TMP/status.out")" = 5 ] || fail "status should show 5 serving members"
 grep -q '^job: .* succeeded' "$TMP/status.out" || fail "status does not show the finished job"
 grep -q 'dense/kernel/part_1' "$TMP/status.out" || fail "status does not list the variables per PS"
+
+# ---- 5a. eval of job 1's weights, the evaluator, TensorBoard files ----
+"${PSCTL[@]}" eval >"$TMP/eval.out" 2>"$TMP/eval.err" || fail "psctl eval failed: $(cat "$TMP/eval.err")"
+[ "$(head -1 "$TMP/eval.out")" = "test accuracy: $acc" ] || fail "psctl eval says $(head -1 "$TMP/eval.out"), job 1 said $acc"
+for _ in $(seq 100); do grep -q 'every replica finished' "$TMP/evaluator.log" && break; sleep 0.1; done
+grep -q 'evaluator: checkpoint [0-9]* (step [0-9]*): test accuracy' "$TMP/evaluator.log" || fail "the evaluator evaluated no checkpoint"
+echo "evaluator: $(grep -c 'evaluator: checkpoint' "$TMP/evaluator.log") checkpoints evaluated, last: $(grep 'evaluator: checkpoint' "$TMP/evaluator.log" | tail -1 | sed 's/.*evaluator: //')"
+chief_tb=$(ls "$TMP"/tb/events.out.tfevents.*.chief | head -1)
+eval_tb=$(ls "$TMP"/tb/eval/events.out.tfevents.*.evaluator | head -1)
+"$BIN/psc_tfevents_read" "$chief_tb" >"$TMP/chief_tb.txt" || fail "the chief's event file does not read back"
+"$BIN/psc_tfevents_read" "$eval_tb" >"$TMP/eval_tb.txt" || fail "the evaluator's event file does not read back"
+for tag in loss accuracy steps_per_sec test/accuracy; do grep -q " $tag " "$TMP/chief_tb.txt" || fail "no $tag in $chief_tb"; done
+grep -q ' eval/accuracy ' "$TMP/eval_tb.txt" || fail "no eval/accuracy in $eval_tb"
+tb_acc=$(awk '$2 == "test/accuracy" { printf "%.4f", $3 }' "$TMP/chief_tb.txt")
+[ "$tb_acc" = "$acc" ] || fail "test/accuracy in TensorBoard $tb_acc, printed $acc"
+echo "tensorboard: chief $(wc -l <"$TMP/chief_tb.txt") scalars (test/accuracy $tb_acc), evaluator $(wc -l <"$TMP/eval_tb.txt")"
 
 # ---- 2. export ----
 "${PSCTL[@]}" export --format safetensors -o "$TMP/model.safetensors" || fail "export failed"
@@ -75,7 +101,7 @@ grep -q '^test accuracy' "$TMP/train3.out" || fail "the second job printed no ev
 echo "cancel then second job: $(grep cancelled "$TMP/train2.err" | head -1); second job $(cat "$TMP/train3.out" | head -1)"
 
 # ---- 4. detach / attach; dead address ----
-"${PSCTL[@]}" train --detach "$TMP/a.json" 2>"$TMP/detach.err" || fail "detach failed"
+"${PSCTL[@]}" train --detach "$TMP/a.json" 2>"$TMP/detach.err" || fail "detach failed: $(cat "$TMP/detach.err")"
 grep -q 'detached' "$TMP/detach.err" || fail "detach did not return at once"
 "${PSCTL[@]}" attach >"$TMP/attach.out" 2>"$TMP/attach.err" || fail "attach failed: $(tail -3 "$TMP/attach.err")"
 grep -q '^test accuracy' "$TMP/attach.out" || fail "attach did not follow the job to its evaluation"

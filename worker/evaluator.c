@@ -1,0 +1,171 @@
+/* evaluator.c — see evaluator.h. */
+#include "evaluator.h"
+
+#include "dataset.h"
+#include "log.h"
+#include "placement.h"
+#include "ps_client.h"
+#include "psc.h"
+#include "tfevents.h"
+#include "tower.h"
+#include "towers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct eval_ctx {
+    const psc_job_spec_t *spec;
+    psc_var_desc_t *vars;
+    psc_placed_var_t *placed;
+    int nvars, nplaced;
+    float *params;
+    psc_dataset_t test;
+    towers_t *towers;
+    ps_client_t *pc;
+    int batch;
+};
+
+void eval_ctx_destroy(eval_ctx_t *e)
+{
+    if (!e) return;
+    ps_client_destroy(e->pc);
+    towers_destroy(e->towers);
+    psc_dataset_deinit(&e->test);
+    free(e->params);
+    free(e->vars);
+    free(e->placed);
+    free(e);
+}
+
+int eval_ctx_create(const trainer_opts_t *o, eval_ctx_t **out, char *err, size_t errlen)
+{
+    const psc_job_spec_t *spec = o->spec;
+    eval_ctx_t *e = psc_xcalloc(1, sizeof *e);
+    e->spec = spec;
+    int rc;
+    if ((rc = psc_model_variables(spec, &e->vars, &e->nvars, err, errlen)) ||
+        (rc = psc_place(e->vars, e->nvars, o->cluster->n[PSC_JOB_PS], spec->placement, spec->min_shard_bytes,
+                        &e->placed, &e->nplaced, err, errlen)))
+        goto fail;
+    int64_t *offsets = psc_xcalloc((size_t)e->nvars, sizeof *offsets);
+    int64_t nparams = tower_layout(e->vars, e->nvars, offsets);
+    free(offsets);
+    e->params = psc_xaligned((size_t)nparams * sizeof(float));
+    if ((rc = psc_dataset_load(spec->test_path, spec->test_examples, &e->test, err, errlen))) goto fail;
+    e->batch = PSC_MAX(spec->batch_size, 256);
+    if ((rc = towers_create(o->devices, spec, e->vars, e->nvars, e->batch, &e->towers, err, errlen))) goto fail;
+    e->pc = ps_client_create(o->cluster, e->vars, e->nvars, e->placed, e->nplaced, 0, o->rpc_timeout_ms);
+    *out = e;
+    return 0;
+fail:
+    eval_ctx_destroy(e);
+    return rc;
+}
+
+int eval_ctx_run(eval_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err, size_t errlen)
+{
+    int rc = ckpt ? ps_client_pull_checkpoint(e->pc, ckpt, e->params, err, errlen)
+                  : ps_client_pull(e->pc, e->params, step, err, errlen);
+    if (rc) return rc;
+    if ((rc = towers_set_params(e->towers, e->params)))
+        return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
+    double loss_sum = 0;
+    int64_t correct_total = 0;
+    const psc_dataset_t *t = &e->test;
+    for (int64_t i = 0; i < t->n; i += e->batch) {
+        int n = (int)PSC_MIN((int64_t)e->batch, t->n - i);
+        int correct = 0;
+        if ((rc = towers_evaluate(e->towers, t->x + i * t->features, t->y + i, n, &loss_sum, &correct)))
+            return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
+        correct_total += correct;
+    }
+    res->evaluated = 1;
+    res->test_examples = t->n;
+    res->test_accuracy = t->n ? (double)correct_total / (double)t->n : 0;
+    res->test_loss = t->n ? loss_sum / (double)t->n : 0;
+    return 0;
+}
+
+static int stopped(const trainer_opts_t *o) { return o->stop && *o->stop; }
+
+int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    eval_ctx_t *e;
+    int rc = eval_ctx_create(o, &e, err, errlen);
+    if (rc) return rc;
+    psc_tfevents_t *tb = NULL;
+    if (o->logdir) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/eval", o->logdir);
+        if ((rc = psc_tfevents_open(dir, ".evaluator", &tb, err, errlen))) goto out;
+        PSC_INFO("TensorBoard events: %s", psc_tfevents_path(tb));
+    }
+    if ((rc = ps_client_wait_ready(e->pc, o->spec->job_id, o->wait_model_secs, o->stop, err, errlen))) goto out;
+    PSC_INFO("evaluator: evaluating each new checkpoint of job %s on %lld test examples", o->spec->job_id,
+             (long long)e->test.n);
+    uint64_t last = 0;
+    int replicas = psc_cluster_num_replicas(o->cluster);
+    int step_ps = ps_client_step_ps(e->pc) >= 0 ? ps_client_step_ps(e->pc) : 0;
+    double unreachable_since = 0, all_done_since = 0;
+    int evaluated = 0;
+    for (;;) {
+        if (stopped(o)) {
+            rc = psc_seterr(err, errlen, PSC_ECANCELLED, "evaluator stopped");
+            break;
+        }
+        ps_ckpt_list_t list;
+        char lerr[512];
+        if (ps_client_ckpt_list(e->pc, o->spec->job_id, 0, &list, lerr, sizeof lerr) != 0) {
+            if (unreachable_since == 0) unreachable_since = psc_now();
+            if (all_done_since > 0 || psc_now() - unreachable_since > o->retry_secs) {
+                PSC_INFO("evaluator: parameter servers gone (%s): done after %d evaluations", lerr, evaluated);
+                break;
+            }
+        } else {
+            unreachable_since = 0;
+            if (!list.enabled) {
+                rc = psc_seterr(err, errlen, PSC_ENOTREADY,
+                                "evaluator: the ps_servers keep no checkpoints (start them with --checkpoint_dir)");
+                break;
+            }
+            for (int k = 0; k < list.n; k++) {
+                if (list.ids[k] <= last) continue;
+                trainer_result_t r = {0};
+                char eerr[512];
+                if (eval_ctx_run(e, list.ids[k], &r, NULL, eerr, sizeof eerr) != 0) {
+                    PSC_WARN("evaluator: checkpoint %llu: %s", (unsigned long long)list.ids[k], eerr);
+                    last = list.ids[k]; /* deleted (keep) or damaged: the next one */
+                    continue;
+                }
+                last = list.ids[k];
+                evaluated++;
+                *res = r;
+                res->global_step = list.steps[k];
+                PSC_INFO("evaluator: checkpoint %llu (step %lld): test accuracy %.4f loss %.4f",
+                         (unsigned long long)list.ids[k], (long long)list.steps[k], r.test_accuracy, r.test_loss);
+                if (tb) {
+                    psc_tfevents_scalar(tb, list.steps[k], "eval/accuracy", r.test_accuracy);
+                    psc_tfevents_scalar(tb, list.steps[k], "eval/loss", r.test_loss);
+                    psc_tfevents_flush(tb);
+                }
+            }
+            ps_status_t st;
+            if (ps_client_status(e->pc, step_ps, &st, lerr, sizeof lerr) == 0 && (int)st.workers_done >= replicas) {
+                if (all_done_since == 0) all_done_since = psc_now();
+                if (psc_now() - all_done_since > 3) { /* the chief's final checkpoint had its chance */
+                    PSC_INFO("evaluator: every replica finished; done after %d evaluations", evaluated);
+                    break;
+                }
+            }
+        }
+        struct timespec ts = {0, 500 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+out:
+    psc_tfevents_close(tb);
+    eval_ctx_destroy(e);
+    return rc;
+}

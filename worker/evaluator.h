@@ -1,0 +1,31 @@
+/* evaluator.h — evaluating a job's model on its test set from outside the
+ * training loop: the evaluator task (TF_CONFIG type "evaluator"), which
+ * evaluates every new committed checkpoint, and `psctl eval` on the chief,
+ * which evaluates the current weights.
+ */
+#ifndef PSC_EVALUATOR_H
+#define PSC_EVALUATOR_H
+
+#include "trainer.h"
+
+#include <stdint.h>
+
+typedef struct eval_ctx eval_ctx_t;
+
+/* Loads o->spec's test set, builds towers (o->devices) and a PS client. */
+int eval_ctx_create(const trainer_opts_t *o, eval_ctx_t **out, char *err, size_t errlen);
+/* Evaluates the live variables (ckpt 0; *step = global_step) or committed
+ * checkpoint ckpt (its values as saved; *step unchanged). Fills res->test_*. */
+int eval_ctx_run(eval_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err, size_t errlen);
+void eval_ctx_destroy(eval_ctx_t *e); /* NULL ok */
+
+/* The evaluator task: waits for the model, then every 0.5 s lists the job's
+ * checkpoints and evaluates each new committed one in id order, logging
+ * "evaluator: checkpoint ID (step S): test accuracy A loss L" and, with
+ * o->logdir, writing eval/accuracy and eval/loss to <logdir>/eval. Ends when
+ * every training replica reported done and the newest checkpoint was
+ * evaluated, when the PS stay unreachable for o->retry_secs after that, or on
+ * *o->stop. res: the last evaluation. */
+int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen);
+
+#endif
