@@ -1,11 +1,15 @@
 /* daemon.c — see daemon.h. */
 #include "daemon.h"
 
+#include "log.h"
+#include "metrics.h"
 #include "psc.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static void fill(sigset_t *set)
@@ -43,5 +47,18 @@ int psc_parse_int(const char *s, long lo, long hi, long *out)
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end != '\0' || v < lo || v > hi) return PSC_EINVAL;
     *out = v;
+    return 0;
+}
+
+int psc_metrics_serve_for(psc_metrics_t *m, const char *bind, int port, char *err, size_t errlen)
+{
+    const char *end = bind[0] == '[' ? strchr(bind, ']') : strrchr(bind, ':');
+    const char *start = bind[0] == '[' ? bind + 1 : bind;
+    char host[256];
+    size_t n = end ? (size_t)(end - start) : strlen(start);
+    snprintf(host, sizeof host, "%.*s", (int)PSC_MIN(n, sizeof host - 1), start);
+    if (psc_metrics_serve(m, host, port, err, errlen) < 0) return PSC_EIO;
+    int v6 = strchr(host, ':') != NULL;
+    PSC_INFO("metrics on %s%s%s:%d/metrics", v6 ? "[" : "", host, v6 ? "]" : "", port);
     return 0;
 }

@@ -10,6 +10,7 @@
 #define PSC_DAEMON_H
 
 #include <signal.h>
+#include <stddef.h>
 
 void psc_signals_block(void);
 /* Waits for SIGINT, SIGTERM or SIGUSR1; returns the signal number. */
@@ -31,5 +32,11 @@ enum {
 
 /* Parses an integer flag value within [lo, hi]; 0 or PSC_EINVAL. */
 int psc_parse_int(const char *s, long lo, long hi, long *out);
+
+typedef struct psc_metrics psc_metrics_t;
+/* --metrics_port: serves m's /metrics on the host of `bind` (a
+ * psc_bind_address() result, "1.2.3.4:5" or "[::1]:5") and logs where. 0, or
+ * PSC_EIO with a one-line message naming the address in err. */
+int psc_metrics_serve_for(psc_metrics_t *m, const char *bind, int port, char *err, size_t errlen);
 
 #endif

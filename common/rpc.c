@@ -159,6 +159,8 @@ typedef struct method_entry {
     psc_rpc_handler_fn fn;
     void *arg;
     void *handle; /* grpc_server_register_method */
+    psc_rpc_observer_fn observe; /* psc_rpc_server_observe; NULL: none */
+    void *observe_arg;
 } method_entry_t;
 
 enum call_state { CALL_NEW = 1, CALL_FINISH };
@@ -179,6 +181,7 @@ struct psc_rpc_call {
     int cancelled;
     char *peer;
     int completed; /* reply/fail called */
+    double t0;     /* psc_now() when the call reached its server thread */
 };
 
 struct psc_rpc_server {
@@ -219,6 +222,10 @@ static void finish(psc_rpc_call_t *c, grpc_status_code code, const char *msg)
 {
     PSC_ASSERT(!c->completed);
     c->completed = 1;
+    if (c->method >= 0 && c->server->methods[c->method].observe) {
+        const method_entry_t *m = &c->server->methods[c->method];
+        m->observe(m->observe_arg, (int)code, psc_now() - c->t0);
+    }
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
     size_t n = 0;
@@ -360,6 +367,18 @@ void psc_rpc_server_add_method(psc_rpc_server_t *s, const char *path, psc_rpc_ha
     PSC_ASSERT(m->handle != NULL);
 }
 
+int psc_rpc_server_observe(psc_rpc_server_t *s, const char *path, psc_rpc_observer_fn fn, void *arg)
+{
+    PSC_ASSERT(!s->started);
+    for (int i = 0; i < s->nmethods; i++)
+        if (strcmp(s->methods[i].path, path) == 0) {
+            s->methods[i].observe = fn;
+            s->methods[i].observe_arg = arg;
+            return 0;
+        }
+    return PSC_ENOTFOUND;
+}
+
 void psc_rpc_server_add_service(psc_rpc_server_t *s, const char *service)
 {
     PSC_ASSERT(!s->started && s->nservices < PSC_RPC_MAX_SERVICES);
@@ -396,6 +415,7 @@ static void post_request(psc_rpc_server_t *s, int cq_index, int method)
 static void on_new_call(psc_rpc_call_t *c)
 {
     psc_rpc_server_t *s = c->server;
+    c->t0 = psc_now();
     post_request(s, c->cq_index, c->method); /* re-post first (GRPC_CORE.md pitfall 6) */
     if (c->method < 0) {
         char *path = grpc_slice_to_c_string(c->details.method);

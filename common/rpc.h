@@ -63,6 +63,16 @@ void psc_rpc_server_add_service(psc_rpc_server_t *s, const char *service);
 /* Binds and starts. Returns the bound port (> 0) or a negative PSC_E* code with
  * err set ("cannot bind 127.0.0.1:2222: address in use?"). */
 int psc_rpc_server_start(psc_rpc_server_t *s, char *err, size_t errlen);
+/* Observes the calls of the registered method `path`: fn(arg, code, secs) runs
+ * once per call, on the thread that completes it (a server thread, or whoever
+ * answers a parked call), as the reply or status is handed to gRPC; code is the
+ * PSC_RPC_* status sent, secs the time since the call reached its server thread
+ * (a parked call's wait included). fn must not block (a few atomics). Calls
+ * cancelled by a shutdown before they are answered are not observed. Before
+ * start; `arg` stays the caller's and must outlive the server. Returns 0, or
+ * PSC_ENOTFOUND when no method `path` is registered. */
+typedef void (*psc_rpc_observer_fn)(void *arg, int code, double secs);
+int psc_rpc_server_observe(psc_rpc_server_t *s, const char *path, psc_rpc_observer_fn fn, void *arg);
 /* Health status reported by Health/Check (1 = SERVING, the default after start). */
 void psc_rpc_server_set_serving(psc_rpc_server_t *s, int serving);
 /* Stops: health goes NOT_SERVING, no new calls, in-flight calls are given

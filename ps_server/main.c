@@ -7,6 +7,7 @@
 #include "daemon.h"
 #include "job_spec.h"
 #include "log.h"
+#include "metrics.h"
 #include "psc.h"
 #include "rpc.h"
 #include "service.h"
@@ -19,7 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { OPT_THREADS = PSC_OPT__FIRST_PROGRAM, OPT_JOB_SPEC, OPT_GRACE_MS, OPT_CKPT_DIR, OPT_DEBUG_SAVE_DELAY };
+enum { OPT_THREADS = PSC_OPT__FIRST_PROGRAM, OPT_JOB_SPEC, OPT_GRACE_MS, OPT_CKPT_DIR, OPT_DEBUG_SAVE_DELAY,
+       OPT_METRICS_PORT };
 
 static void usage(FILE *f)
 {
@@ -37,10 +39,13 @@ static void usage(FILE *f)
             "  --checkpoint_dir DIR this shard's checkpoints (a RocksDB, created if missing; default: none,\n"
             "                       checkpoint requests are refused)\n"
             "  --debug_save_delay_ms MS  testing: sleep MS inside every checkpoint save, before writing it\n"
+            "  --metrics_port P     serve Prometheus metrics at http://HOST:P/metrics, HOST being the host the\n"
+            "                       RPC server binds (default 0: off)\n"
             "  --log_level LEVEL    debug | info | warn | error (default info)\n"
             "  --help               this text\n"
             "  --version            print the version\n"
-            "Exit codes: 0 stopped cleanly, 64 usage, 69 cannot bind, 74 cannot open --checkpoint_dir, 78 bad configuration.\n");
+            "Exit codes: 0 stopped cleanly, 64 usage, 69 cannot bind (--port or --metrics_port),\n"
+            "74 cannot open --checkpoint_dir, 78 bad configuration.\n");
 }
 
 static void on_shutdown_rpc(void *arg)
@@ -61,13 +66,14 @@ int main(int argc, char **argv)
         {"grace_ms", required_argument, NULL, OPT_GRACE_MS},
         {"checkpoint_dir", required_argument, NULL, OPT_CKPT_DIR},
         {"debug_save_delay_ms", required_argument, NULL, OPT_DEBUG_SAVE_DELAY},
+        {"metrics_port", required_argument, NULL, OPT_METRICS_PORT},
         {"log_level", required_argument, NULL, PSC_OPT_LOG_LEVEL},
         {"help", no_argument, NULL, PSC_OPT_HELP},
         {"version", no_argument, NULL, PSC_OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
     psc_task_flags_t flags = {NULL, NULL, -1, -1};
-    long threads = sysconf(_SC_NPROCESSORS_ONLN), grace_ms = 2000, save_delay_ms = 0, v;
+    long threads = sysconf(_SC_NPROCESSORS_ONLN), grace_ms = 2000, save_delay_ms = 0, metrics_port = 0, v;
     if (threads < 1) threads = 1;
     if (threads > 8) threads = 8;
     const char *job_spec_path = NULL, *ckpt_dir = NULL;
@@ -102,6 +108,12 @@ int main(int argc, char **argv)
         case OPT_DEBUG_SAVE_DELAY:
             if (psc_parse_int(optarg, 0, 600000, &save_delay_ms)) {
                 fprintf(stderr, "ps_server: --debug_save_delay_ms: expected 0..600000, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            break;
+        case OPT_METRICS_PORT:
+            if (psc_parse_int(optarg, 0, 65535, &metrics_port)) {
+                fprintf(stderr, "ps_server: --metrics_port: expected 0..65535 (0 = off), got \"%s\"\n", optarg);
                 return PSC_EXIT_USAGE;
             }
             break;
@@ -174,17 +186,26 @@ int main(int argc, char **argv)
     store_t *store = store_create();
     ps_service_t *svc = ps_service_create(store, cfg.task.index, on_shutdown_rpc, NULL);
     ps_service_set_checkpoints(svc, ckpt, (int)save_delay_ms);
+    psc_metrics_t *metrics = metrics_port ? psc_metrics_create() : NULL;
+    ps_service_set_metrics(svc, metrics);
     psc_rpc_server_t *server = psc_rpc_server_create(bind, (int)threads, err, sizeof err);
     if (!server) {
         fprintf(stderr, "ps_server: %s\n", err);
         return PSC_EXIT_SOFTWARE;
     }
     ps_service_register(svc, server);
-    int port = psc_rpc_server_start(server, err, sizeof err);
-    if (port < 0) {
+    /* the metrics port first: a daemon that cannot serve its metrics never opens its RPC port */
+    int port = 0;
+    if (metrics && psc_metrics_serve_for(metrics, bind, (int)metrics_port, err, sizeof err)) {
+        fprintf(stderr, "ps_server: --metrics_port: %s (another process on the port? use another one)\n", err);
+        port = PSC_EIO;
+    }
+    if (port == 0 && (port = psc_rpc_server_start(server, err, sizeof err)) < 0)
         fprintf(stderr, "ps_server: %s\n", err);
+    if (port < 0) {
         psc_rpc_server_destroy(server);
         ps_service_destroy(svc);
+        psc_metrics_destroy(metrics);
         store_destroy(store);
         ckpt_close(ckpt);
         psc_tf_config_deinit(&cfg);
@@ -199,7 +220,8 @@ int main(int argc, char **argv)
     ps_service_drain(svc); /* parked sync replies first: the shutdown waits for every call */
     psc_rpc_server_shutdown(server, (int)grace_ms);
     psc_rpc_server_destroy(server);
-    ps_service_destroy(svc);
+    ps_service_destroy(svc); /* removes its collector: no scrape reads the store after this */
+    psc_metrics_destroy(metrics);
     store_destroy(store);
     ckpt_close(ckpt);
     psc_tf_config_deinit(&cfg);

@@ -11,6 +11,7 @@
 #include "chunk.h"
 #include "ckpt.h"
 #include "log.h"
+#include "ps_metrics.h"
 #include "psc.h"
 #include "psc.pb-c.h"
 #include "rng.h"
@@ -50,6 +51,7 @@ struct ps_service {
     ckpt_db_t *ckpt;
     int debug_save_delay_ms;
     uint64_t incarnation;
+    ps_metrics_t *metrics; /* ps_service_set_metrics; NULL: none */
 };
 
 static int status_of(int rc)
@@ -309,6 +311,7 @@ static void complete_parked(ps_service_t *svc, parked_t *p)
     } else {
         int rc = store_chunk_read(svc->store, p->name, p->offset, p->len, p->buf + p->bound, &step, &version, err,
                                   sizeof err);
+        if (rc == 0) ps_metrics_add_pull_bytes(svc->metrics, p->len); /* before the reply, as everywhere */
         if (rc)
             psc_rpc_fail(p->call, status_of(rc), "%s", err);
         else
@@ -461,6 +464,38 @@ static void fail_parked(ps_service_t *svc, int draining, int code, const char *m
 
 void ps_service_drain(ps_service_t *svc) { fail_parked(svc, 1, PSC_RPC_UNAVAILABLE, "is shutting down"); }
 
+static int no_checkpoints(ps_service_t *svc, psc_rpc_call_t *call);
+
+/* A Pull from committed checkpoint r->checkpoint: the tensor's bytes
+ * [offset, offset+length), CRC-checked (ckpt_read), as a Chunk reply. */
+static void pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__PullRequest *r)
+{
+    char err[512];
+    if (no_checkpoints(svc, call)) return;
+    ckpt_info_t info;
+    int rc = ckpt_get_info(svc->ckpt, r->checkpoint, &info, err, sizeof err);
+    if (rc == 0 && !info.committed)
+        rc = psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu was never committed",
+                        (unsigned long long)r->checkpoint);
+    void *data = NULL;
+    size_t len = 0;
+    if (rc == 0) rc = ckpt_read(svc->ckpt, r->checkpoint, r->name, &data, &len, err, sizeof err);
+    if (rc == 0 && (r->offset > len || r->length > len - r->offset))
+        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "%s: pull of %llu bytes at %llu is outside its %zu bytes", r->name,
+                        (unsigned long long)r->length, (unsigned long long)r->offset, len);
+    if (rc) {
+        psc_rpc_fail(call, status_of(rc), "%s", err);
+        free(data);
+        return;
+    }
+    size_t bound = reply_header_bound(r->name);
+    uint8_t *buf = psc_rpc_reply_alloc(call, bound + r->length);
+    memcpy(buf + bound, (const uint8_t *)data + r->offset, r->length);
+    free(data);
+    ps_metrics_add_pull_bytes(svc->metrics, r->length);
+    send_chunk_reply_sync(call, buf, bound, r->name, r->offset, len, 0, r->length, info.step, 0);
+}
+
 static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -470,6 +505,11 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     if (r->length > PSC_CHUNK_BYTES || strlen(r->name) > 200) {
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "pull of %llu bytes exceeds the %zu-byte chunk",
                      (unsigned long long)r->length, PSC_CHUNK_BYTES);
+        psc__pull_request__free_unpacked(r, NULL);
+        return;
+    }
+    if (r->checkpoint) {
+        pull_checkpoint(svc, call, r);
         psc__pull_request__free_unpacked(r, NULL);
         return;
     }
@@ -497,6 +537,7 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         p->min_step = r->min_step;
         park(svc, p);
     } else {
+        ps_metrics_add_pull_bytes(svc->metrics, r->length);
         send_chunk_reply_sync(call, buf, bound, r->name, r->offset, total, version, r->length, step, 0);
     }
     psc__pull_request__free_unpacked(r, NULL);
@@ -509,6 +550,7 @@ static void h_push(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     chunk_req_t cr;
     if (chunk_decode(req, len, &cr)) return fail_undecodable(svc, call, "Chunk", len);
     Psc__Chunk *c = cr.c;
+    ps_metrics_add_push_bytes(svc->metrics, c->data.len);
     int64_t version = 0;
     if (store_get_sync(svc->store, NULL)) {
         /* sync: a contribution to the chunk's step; the reply says if it was stale */
@@ -540,6 +582,7 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
     chunk_req_t cr;
     if (chunk_decode(req, len, &cr)) return fail_undecodable(svc, call, "Chunk", len);
     Psc__Chunk *c = cr.c;
+    ps_metrics_add_push_bytes(svc->metrics, c->data.len);
     if (c->data.len > PSC_CHUNK_BYTES || strlen(c->name) > 200) {
         store_count_rejected(svc->store);
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "chunk of %zu bytes exceeds %zu", c->data.len,
@@ -558,6 +601,7 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
         if (rc != 0) {
             psc_rpc_fail(call, status_of(rc), "%s", err);
         } else if (res.stale || res.applied) {
+            ps_metrics_add_pull_bytes(svc->metrics, c->data.len);
             send_chunk_reply_sync(call, buf, bound, c->name, c->offset, c->total, res.version, c->data.len, res.step,
                                   res.stale);
             if (res.applied || res.lag_applied) wake_parked(svc, PARK_CHUNK, c->name, c->offset);
@@ -579,6 +623,7 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
     }
     int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, buf + bound, &version,
                         err, sizeof err);
+    if (rc == 0) ps_metrics_add_pull_bytes(svc->metrics, c->data.len);
     if (rc != 0)
         psc_rpc_fail(call, status_of(rc), "%s", err);
     else
@@ -1008,6 +1053,7 @@ void ps_service_destroy(ps_service_t *svc)
         pthread_join(svc->reaper, NULL);
     }
     ps_service_drain(svc);
+    ps_metrics_destroy(svc->metrics); /* after the drain, whose failed calls are observed */
     pthread_mutex_destroy(&svc->lock);
     pthread_mutex_destroy(&svc->park_lock);
     pthread_mutex_destroy(&svc->reaper_lock);
@@ -1033,10 +1079,17 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_RESTORE, h_restore, svc);
     psc_rpc_server_add_method(server, PSC_M_LIST_CKPT, h_list_checkpoints, svc);
     psc_rpc_server_add_method(server, PSC_M_RELEASE, h_release, svc);
+    ps_metrics_observe_server(svc->metrics, server);
 }
 
 void ps_service_set_checkpoints(ps_service_t *svc, ckpt_db_t *db, int debug_save_delay_ms)
 {
     svc->ckpt = db;
     svc->debug_save_delay_ms = debug_save_delay_ms;
+}
+
+void ps_service_set_metrics(ps_service_t *svc, psc_metrics_t *m)
+{
+    PSC_ASSERT(!svc->metrics);
+    if (m) svc->metrics = ps_metrics_create(m, svc->store);
 }

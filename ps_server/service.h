@@ -10,6 +10,7 @@
 #define PSC_PS_SERVICE_H
 
 #include "ckpt.h"
+#include "metrics.h"
 #include "rpc.h"
 #include "store.h"
 
@@ -28,6 +29,10 @@ void ps_service_drain(ps_service_t *svc);
  * FAILED_PRECONDITION. debug_save_delay_ms: tests only, a sleep between
  * copying the shard and writing it (a window to kill the PS mid-save). */
 void ps_service_set_checkpoints(ps_service_t *svc, ckpt_db_t *db, int debug_save_delay_ms);
+/* Counts the service's calls, tensor bytes and store figures in m (the
+ * series are listed in ps_metrics.h); m is the caller's and must outlive svc.
+ * Before ps_service_register, at most once; NULL m (the default): no metrics. */
+void ps_service_set_metrics(ps_service_t *svc, psc_metrics_t *m);
 /* Registers every method on the server (before psc_rpc_server_start). */
 void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server);
 

@@ -12,11 +12,13 @@
 #include "evaluator.h"
 #include "job_spec.h"
 #include "log.h"
+#include "metrics.h"
 #include "psc.h"
 #include "runner.h"
 #include "rpc.h"
 #include "tf_config.h"
 #include "towers.h"
+#include "worker_metrics.h"
 #include "trainer.h"
 
 #include <getopt.h>
@@ -37,6 +39,7 @@ enum {
     OPT_SHUTDOWN_PS,
     OPT_RETRY_SECS,
     OPT_LOGDIR,
+    OPT_METRICS_PORT,
 };
 
 static void usage(FILE *f)
@@ -65,6 +68,8 @@ static void usage(FILE *f)
             "                           else one CPU tower); the batch is split across them\n"
             "  --shutdown_ps_at_end 0|1 chief: tell every ps_server to exit when training ends (default 1)\n"
             "  --logdir DIR             chief and evaluator: write TensorBoard event files here (evaluator: DIR/eval)\n"
+            "  --metrics_port P         serve Prometheus metrics at http://HOST:P/metrics (HOST: the host this task\n"
+            "                           binds; default 0: off)\n"
             "  --log_level LEVEL        debug | info | warn | error (default info)\n"
             "  --help, --version\n"
             "Exit codes: 0 done, 1 training failed, 64 usage, 69 cannot bind, 78 bad configuration,\n"
@@ -114,6 +119,7 @@ int main(int argc, char **argv)
         {"rpc_timeout_ms", required_argument, NULL, OPT_RPC_TIMEOUT},
         {"retry_secs", required_argument, NULL, OPT_RETRY_SECS},
         {"logdir", required_argument, NULL, OPT_LOGDIR},
+        {"metrics_port", required_argument, NULL, OPT_METRICS_PORT},
         {"log_every_secs", required_argument, NULL, OPT_LOG_EVERY},
         {"prefetch", required_argument, NULL, OPT_PREFETCH},
         {"devices", required_argument, NULL, OPT_DEVICES},
@@ -129,7 +135,7 @@ int main(int argc, char **argv)
     trainer_opts_t *to = &run.opts;
     to->shutdown_ps = 1;
     const char *job_spec_path = NULL;
-    long v;
+    long v, metrics_port = 0;
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -158,6 +164,12 @@ int main(int argc, char **argv)
             if (parse_secs("--wait_workers_secs", optarg, &to->wait_workers_secs)) return PSC_EXIT_USAGE;
             break;
         case OPT_LOGDIR: to->logdir = optarg; break;
+        case OPT_METRICS_PORT:
+            if (psc_parse_int(optarg, 0, 65535, &metrics_port)) {
+                fprintf(stderr, "worker: --metrics_port: expected 0..65535 (0 = off), got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            break;
         case OPT_RETRY_SECS:
             if (parse_secs("--retry_secs", optarg, &to->retry_secs)) return PSC_EXIT_USAGE;
             break;
@@ -253,6 +265,13 @@ int main(int argc, char **argv)
     }
 
     psc_signals_block();
+    psc_metrics_t *metrics = metrics_port ? psc_metrics_create() : NULL;
+    if (metrics && psc_metrics_serve_for(metrics, bind, (int)metrics_port, err, sizeof err)) {
+        fprintf(stderr, "worker: --metrics_port: %s\n", err);
+        psc_metrics_destroy(metrics);
+        return PSC_EXIT_UNAVAILABLE;
+    }
+    to->metrics = worker_metrics_create(metrics, psc_job_type_name(cfg.task.type));
     psc_rpc_server_t *server = psc_rpc_server_create(bind, 1, err, sizeof err);
     if (!server) {
         fprintf(stderr, "worker: %s\n", err);
@@ -289,6 +308,8 @@ int main(int argc, char **argv)
         runner_destroy(runner); /* cancels a running job and waits for it */
         psc_rpc_server_destroy(server);
         control_destroy(control);
+        worker_metrics_destroy(to->metrics);
+        psc_metrics_destroy(metrics);
         psc_tf_config_deinit(&cfg);
         return 0;
     }
@@ -321,6 +342,8 @@ int main(int argc, char **argv)
     psc_rpc_server_shutdown(server, 1000);
     psc_rpc_server_destroy(server);
     control_destroy(control);
+    worker_metrics_destroy(to->metrics);
+    psc_metrics_destroy(metrics);
     psc_job_spec_deinit(&spec);
     psc_tf_config_deinit(&cfg);
     return exit_code;

@@ -19,6 +19,7 @@
 #include "rpc.h"
 #include "tfevents.h"
 #include "towers.h"
+#include "worker_metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -410,7 +411,8 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
             goto out;
         }
         /* forward + backward on per_step batches (1 except sync with R > N) */
-        int batches = 0;
+        double t_step = psc_now();
+        int batches = 0, step_examples = 0;
         if ((rc = towers_set_params(towers, params))) goto tower_failed;
         while (batches < per_step && (more = loader_next(loader, &b) == 0)) {
             float loss;
@@ -426,6 +428,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
                     for (int64_t k = 0; k < nparams; k++) grads_sum[k] += grads[k];
             }
             batches++;
+            step_examples += b.n;
             loss_acc += loss * b.n;
             loss_n += b.n;
             correct_acc += correct;
@@ -438,12 +441,15 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
             nanosleep(&ts, NULL);
         }
         ps_client_set_progress(pc, res->steps + 1);
+        double t_pp = psc_now();
+        int step_stale = 0;
         if (spec->sync) {
             /* the reply comes once step `global_step` is applied (or says we were stale) */
             int stale = 0;
             rc = ps_client_push_pull_sync(pc, per_step > 1 ? grads_sum : grads, params, global_step,
                                           (uint32_t)batches, &global_step, &stale, err, errlen);
             if (rc == 0 && stale) {
+                step_stale = 1;
                 stale_acc++;
                 res->stale_steps++;
             }
@@ -452,9 +458,15 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         }
         /* a PS that went away: wait for it (the chief restores it), pull, go on;
          * this step's gradients are lost with the PS's state */
-        if (rc && retryable(rc)) rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
+        double pp_secs = psc_now() - t_pp;
+        if (rc && retryable(rc)) {
+            worker_metrics_retry(o->metrics);
+            rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
+            pp_secs = -1;
+        }
         if (rc) goto out;
         res->steps++;
+        worker_metrics_step(o->metrics, step_examples, psc_now() - t_step, pp_secs, step_stale);
         report(o, -1, b.epoch + 1, res->steps, max_steps, global_step, -1, 0, 0);
         if (is_chief && ckpt_due(&cs, spec, global_step)) {
             char cerr[512];

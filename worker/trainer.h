@@ -42,6 +42,7 @@ typedef struct trainer_opts {
     struct control *control;  /* requests from outside (psctl checkpoint); may be NULL */
     trainer_progress_t *progress; /* may be NULL */
     const char *logdir;       /* chief and evaluator: TensorBoard event files here (NULL: none) */
+    struct worker_metrics *metrics; /* Prometheus series (worker_metrics.h); NULL: off */
 } trainer_opts_t;
 
 typedef struct trainer_result {
