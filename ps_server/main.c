@@ -214,6 +214,7 @@ int main(int argc, char **argv)
     PSC_INFO("serving on %s (port %d) with %ld threads; %d ps, %d training replicas; checkpoints %s%s", bind, port,
              threads, cfg.cluster.n[PSC_JOB_PS], psc_cluster_num_replicas(&cfg.cluster), ckpt ? "in " : "off",
              ckpt ? ckpt_dir : "");
+    PSC_INFO("ready; no job yet: waiting for the chief to create one");
 
     int sig = psc_signals_wait();
     PSC_INFO("stopping (%s)", sig == SIGUSR1 ? "Shutdown RPC" : (sig == SIGINT ? "SIGINT" : "SIGTERM"));
