@@ -291,90 +291,56 @@ int psc_export_plan(psc_export_piece_t *pieces, int npieces, psc_export_tensor_t
 
 /* ---- the header ---- */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf_t;
-
-static void sb_put(sbuf_t *b, const char *s, size_t n)
+static void sb_json_str(psc_sbuf_t *b, const char *s)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->len + n + 1 > cap) cap *= 2;
-        b->p = psc_xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_str(sbuf_t *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...)
-{
-    char tmp[64];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    PSC_ASSERT(n >= 0 && (size_t)n < sizeof tmp); /* numbers only */
-    sb_put(b, tmp, (size_t)n);
-}
-
-/* A JSON string literal, escaped as serde_json does: \" \\ \b \f \n \r \t, other
- * control characters as \u00XX; everything else (UTF-8 included) as is. */
-static void sb_json_str(sbuf_t *b, const char *s)
-{
-    sb_put(b, "\"", 1);
+    psc_sbuf_put(b, "\"", 1);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         switch (*c) {
-        case '"': sb_put(b, "\\\"", 2); break;
-        case '\\': sb_put(b, "\\\\", 2); break;
-        case '\b': sb_put(b, "\\b", 2); break;
-        case '\f': sb_put(b, "\\f", 2); break;
-        case '\n': sb_put(b, "\\n", 2); break;
-        case '\r': sb_put(b, "\\r", 2); break;
-        case '\t': sb_put(b, "\\t", 2); break;
+        case '"': psc_sbuf_put(b, "\\\"", 2); break;
+        case '\\': psc_sbuf_put(b, "\\\\", 2); break;
+        case '\b': psc_sbuf_put(b, "\\b", 2); break;
+        case '\f': psc_sbuf_put(b, "\\f", 2); break;
+        case '\n': psc_sbuf_put(b, "\\n", 2); break;
+        case '\r': psc_sbuf_put(b, "\\r", 2); break;
+        case '\t': psc_sbuf_put(b, "\\t", 2); break;
         default:
             if (*c < 0x20)
-                sb_printf(b, "\\u%04x", *c);
+                psc_sbuf_printf(b, "\\u%04x", *c);
             else
-                sb_put(b, (const char *)c, 1);
+                psc_sbuf_put(b, (const char *)c, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    psc_sbuf_put(b, "\"", 1);
 }
 
 char *psc_safetensors_header(const psc_export_tensor_t *tensors, int ntensors, const char *const *keys,
                              const char *const *vals, int nmeta, size_t *len)
 {
-    sbuf_t b = {0};
-    sb_str(&b, "{");
+    psc_sbuf_t b = {0};
+    psc_sbuf_puts(&b, "{");
     if (nmeta > 0) {
-        sb_str(&b, "\"__metadata__\":{");
+        psc_sbuf_puts(&b, "\"__metadata__\":{");
         for (int i = 0; i < nmeta; i++) {
-            if (i) sb_str(&b, ",");
+            if (i) psc_sbuf_puts(&b, ",");
             sb_json_str(&b, keys[i]);
-            sb_str(&b, ":");
+            psc_sbuf_puts(&b, ":");
             sb_json_str(&b, vals[i]);
         }
-        sb_str(&b, "}");
+        psc_sbuf_puts(&b, "}");
     }
     for (int i = 0; i < ntensors; i++) {
         const psc_export_tensor_t *t = &tensors[i];
-        if (i || nmeta > 0) sb_str(&b, ",");
+        if (i || nmeta > 0) psc_sbuf_puts(&b, ",");
         sb_json_str(&b, t->name);
-        sb_str(&b, ":{\"dtype\":");
+        psc_sbuf_puts(&b, ":{\"dtype\":");
         sb_json_str(&b, psc_st_dtype_name(t->dtype));
-        sb_str(&b, ",\"shape\":[");
-        for (int d = 0; d < t->rank; d++) sb_printf(&b, "%s%" PRId64, d ? "," : "", t->shape[d]);
-        sb_printf(&b, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", t->begin, t->end);
+        psc_sbuf_puts(&b, ",\"shape\":[");
+        for (int d = 0; d < t->rank; d++) psc_sbuf_printf(&b, "%s%" PRId64, d ? "," : "", t->shape[d]);
+        psc_sbuf_printf(&b, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", t->begin, t->end);
     }
-    sb_str(&b, "}");
+    psc_sbuf_puts(&b, "}");
     /* the buffer starts at 8 + N: pad N to a multiple of 8, as the reference writer does */
-    while (b.len % 8) sb_put(&b, " ", 1);
+    while (b.len % 8) psc_sbuf_put(&b, " ", 1);
     *len = b.len;
     return b.p;
 }

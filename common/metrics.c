@@ -130,48 +130,6 @@ struct psc_metrics_emit {
 
 /* ---- growable string ---- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} sbuf_t;
-
-static void sb_put(sbuf_t *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        b->p = psc_xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(sbuf_t *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static __attribute__((format(printf, 2, 3))) void sb_printf(sbuf_t *b, const char *fmt, ...)
-{
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    PSC_ASSERT(n >= 0 && (size_t)n < sizeof tmp); /* only numbers are printed this way */
-    sb_put(b, tmp, (size_t)n);
-}
-
-/* Takes the buffer's string (never NULL); the buffer is empty after. */
-static char *sb_take(sbuf_t *b, size_t *len)
-{
-    if (!b->p) sb_put(b, "", 0);
-    char *p = b->p;
-    if (len) *len = b->len;
-    b->p = NULL;
-    b->len = b->cap = 0;
-    return p;
-}
-
 /* ---- atomics on doubles ---- */
 
 static double bits_d(uint64_t b)
@@ -223,20 +181,20 @@ int psc_metrics_label_name_valid(const char *name)
 }
 
 /* Appends s with backslash, newline and (in label values) double quote escaped. */
-static void sb_escaped(sbuf_t *b, const char *s, int quote)
+static void sb_escaped(psc_sbuf_t *b, const char *s, int quote)
 {
     for (const char *p = s; *p; p++) {
-        if (*p == '\\') sb_put(b, "\\\\", 2);
-        else if (*p == '\n') sb_put(b, "\\n", 2);
-        else if (quote && *p == '"') sb_put(b, "\\\"", 2);
-        else sb_put(b, p, 1);
+        if (*p == '\\') psc_sbuf_put(b, "\\\\", 2);
+        else if (*p == '\n') psc_sbuf_put(b, "\\n", 2);
+        else if (quote && *p == '"') psc_sbuf_put(b, "\\\"", 2);
+        else psc_sbuf_put(b, p, 1);
     }
 }
 
 /* Formats labels (name, value, ..., NULL) as `a="x",b="y"` into b. 0, or -1
  * when a name is invalid or repeated, a value is missing, or (for histograms)
  * a label is called "le". */
-static int labels_format(sbuf_t *b, const char *const *labels, int histogram)
+static int labels_format(psc_sbuf_t *b, const char *const *labels, int histogram)
 {
     if (!labels) return 0;
     for (size_t i = 0; labels[i]; i += 2) {
@@ -244,11 +202,11 @@ static int labels_format(sbuf_t *b, const char *const *labels, int histogram)
         if (histogram && strcmp(labels[i], "le") == 0) return -1;
         for (size_t j = 0; j < i; j += 2)
             if (strcmp(labels[j], labels[i]) == 0) return -1;
-        if (i) sb_put(b, ",", 1);
-        sb_puts(b, labels[i]);
-        sb_put(b, "=\"", 2);
+        if (i) psc_sbuf_put(b, ",", 1);
+        psc_sbuf_puts(b, labels[i]);
+        psc_sbuf_put(b, "=\"", 2);
         sb_escaped(b, labels[i + 1], 1);
-        sb_put(b, "\"", 1);
+        psc_sbuf_put(b, "\"", 1);
     }
     return 0;
 }
@@ -269,11 +227,11 @@ static void fmt_double(char *out, size_t n, double v)
     }
 }
 
-static void sb_double(sbuf_t *b, double v)
+static void sb_double(psc_sbuf_t *b, double v)
 {
     char tmp[40];
     fmt_double(tmp, sizeof tmp, v);
-    sb_puts(b, tmp);
+    psc_sbuf_puts(b, tmp);
 }
 
 /* ---- registry ---- */
@@ -331,10 +289,10 @@ static series_t *series_get(psc_metrics_t *m, mtype_t type, const char *name, co
 {
     PSC_ASSERT(m && help);
     if (!psc_metrics_name_valid(name)) registration_bug("invalid metric name", name);
-    sbuf_t lb = {0};
+    psc_sbuf_t lb = {0};
     if (labels_format(&lb, labels, type == MT_HISTOGRAM) != 0)
         registration_bug("invalid, repeated or missing label (or \"le\" on a histogram)", name);
-    char *lstr = sb_take(&lb, NULL);
+    char *lstr = psc_sbuf_take(&lb, NULL);
     if (type == MT_HISTOGRAM) {
         PSC_ASSERT(nb == 0 || bounds);
         for (size_t i = 0; i < nb; i++)
@@ -497,7 +455,7 @@ static int emit(psc_metrics_emit_t *e, mtype_t type, const char *name, const cha
         if (strcmp(x->name, name) == 0) ef = x;
     const family_t *reg = ef ? ef->reg : family_find(e->m, name);
     if ((ef && ef->type != type) || (reg && reg->type != type)) return PSC_EINVAL;
-    sbuf_t lb = {0};
+    psc_sbuf_t lb = {0};
     if (labels_format(&lb, labels, 0) != 0) {
         free(lb.p);
         return PSC_EINVAL;
@@ -513,7 +471,7 @@ static int emit(psc_metrics_emit_t *e, mtype_t type, const char *name, const cha
         e->ftail = &ef->next;
     }
     esample_t *s = psc_xcalloc(1, sizeof *s);
-    s->labels = sb_take(&lb, NULL);
+    s->labels = psc_sbuf_take(&lb, NULL);
     s->v = value;
     *ef->stail = s;
     ef->stail = &s->next;
@@ -534,45 +492,45 @@ int psc_metrics_emit_counter(psc_metrics_emit_t *e, const char *name, const char
 
 /* ---- rendering ---- */
 
-static void render_header(sbuf_t *b, const char *name, const char *help, mtype_t type)
+static void render_header(psc_sbuf_t *b, const char *name, const char *help, mtype_t type)
 {
     if (*help) {
-        sb_puts(b, "# HELP ");
-        sb_puts(b, name);
-        sb_put(b, " ", 1);
+        psc_sbuf_puts(b, "# HELP ");
+        psc_sbuf_puts(b, name);
+        psc_sbuf_put(b, " ", 1);
         sb_escaped(b, help, 0);
-        sb_put(b, "\n", 1);
+        psc_sbuf_put(b, "\n", 1);
     }
-    sb_puts(b, "# TYPE ");
-    sb_puts(b, name);
-    sb_put(b, " ", 1);
-    sb_puts(b, mtype_name[type]);
-    sb_put(b, "\n", 1);
+    psc_sbuf_puts(b, "# TYPE ");
+    psc_sbuf_puts(b, name);
+    psc_sbuf_put(b, " ", 1);
+    psc_sbuf_puts(b, mtype_name[type]);
+    psc_sbuf_put(b, "\n", 1);
 }
 
 /* name[suffix]{labels[,extra]} */
-static void render_series_name(sbuf_t *b, const char *name, const char *suffix, const char *labels,
+static void render_series_name(psc_sbuf_t *b, const char *name, const char *suffix, const char *labels,
                                const char *extra)
 {
-    sb_puts(b, name);
-    sb_puts(b, suffix);
+    psc_sbuf_puts(b, name);
+    psc_sbuf_puts(b, suffix);
     if (*labels || extra) {
-        sb_put(b, "{", 1);
-        sb_puts(b, labels);
-        if (*labels && extra) sb_put(b, ",", 1);
-        if (extra) sb_puts(b, extra);
-        sb_put(b, "}", 1);
+        psc_sbuf_put(b, "{", 1);
+        psc_sbuf_puts(b, labels);
+        if (*labels && extra) psc_sbuf_put(b, ",", 1);
+        if (extra) psc_sbuf_puts(b, extra);
+        psc_sbuf_put(b, "}", 1);
     }
-    sb_put(b, " ", 1);
+    psc_sbuf_put(b, " ", 1);
 }
 
-static void render_series(sbuf_t *b, const family_t *f, series_t *s)
+static void render_series(psc_sbuf_t *b, const family_t *f, series_t *s)
 {
     if (f->type == MT_COUNTER) {
         render_series_name(b, f->name, "", s->labels, NULL);
         uint64_t n = atomic_load_explicit(&s->u.c.n, memory_order_relaxed);
         double frac = atomic_get_d(&s->u.c.fbits);
-        if (frac == 0) sb_printf(b, "%llu", (unsigned long long)n); /* exact past 2^53 */
+        if (frac == 0) psc_sbuf_printf(b, "%llu", (unsigned long long)n); /* exact past 2^53 */
         else sb_double(b, (double)n + frac);
     } else if (f->type == MT_GAUGE) {
         render_series_name(b, f->name, "", s->labels, NULL);
@@ -588,30 +546,30 @@ static void render_series(sbuf_t *b, const family_t *f, series_t *s)
             else snprintf(v, sizeof v, "+Inf");
             snprintf(le, sizeof le, "le=\"%s\"", v);
             render_series_name(b, f->name, "_bucket", s->labels, le);
-            sb_printf(b, "%llu\n", (unsigned long long)cum);
+            psc_sbuf_printf(b, "%llu\n", (unsigned long long)cum);
         }
         render_series_name(b, f->name, "_sum", s->labels, NULL);
         sb_double(b, atomic_get_d(&h->sumbits));
-        sb_put(b, "\n", 1);
+        psc_sbuf_put(b, "\n", 1);
         render_series_name(b, f->name, "_count", s->labels, NULL);
-        sb_printf(b, "%llu", (unsigned long long)cum);
+        psc_sbuf_printf(b, "%llu", (unsigned long long)cum);
     }
-    sb_put(b, "\n", 1);
+    psc_sbuf_put(b, "\n", 1);
 }
 
-static void render_esamples(sbuf_t *b, const efamily_t *ef)
+static void render_esamples(psc_sbuf_t *b, const efamily_t *ef)
 {
     for (const esample_t *s = ef->samples; s; s = s->next) {
         render_series_name(b, ef->name, "", s->labels, NULL);
         sb_double(b, s->v);
-        sb_put(b, "\n", 1);
+        psc_sbuf_put(b, "\n", 1);
     }
 }
 
 char *psc_metrics_render(psc_metrics_t *m, size_t *len)
 {
     PSC_ASSERT(m);
-    sbuf_t b = {0};
+    psc_sbuf_t b = {0};
     psc_metrics_emit_t e = {.m = m, .families = NULL, .ftail = &e.families};
 
     pthread_mutex_lock(&m->lock);
@@ -639,7 +597,7 @@ char *psc_metrics_render(psc_metrics_t *m, size_t *len)
         free(ef->help);
         free(ef);
     }
-    return sb_take(&b, len);
+    return psc_sbuf_take(&b, len);
 }
 
 /* ---- the HTTP server ---- */
@@ -733,9 +691,9 @@ static void respond(psc_metrics_t *m, int fd, int status, int head)
                         status, reason, ctype, blen);
     PSC_ASSERT(hlen > 0 && (size_t)hlen < sizeof hdr);
     /* One buffer, one send: a second small write would wait on Nagle. */
-    sbuf_t out = {0};
-    sb_put(&out, hdr, (size_t)hlen);
-    if (!head) sb_put(&out, body, blen);
+    psc_sbuf_t out = {0};
+    psc_sbuf_put(&out, hdr, (size_t)hlen);
+    if (!head) psc_sbuf_put(&out, body, blen);
     free(body);
     if (send_all(m, fd, out.p, out.len, psc_now() + METRICS_IO_TIMEOUT) != 0)
         PSC_DEBUG("metrics: client went away during the response");

@@ -102,3 +102,48 @@ void psc_tune_malloc(void)
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, tune_malloc_once);
 }
+
+void psc_sbuf_put(psc_sbuf_t *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        b->p = psc_xrealloc(b->p, cap);
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+void psc_sbuf_puts(psc_sbuf_t *b, const char *s) { psc_sbuf_put(b, s, strlen(s)); }
+
+void psc_sbuf_printf(psc_sbuf_t *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    PSC_ASSERT(n >= 0);
+    if ((size_t)n < sizeof tmp) {
+        psc_sbuf_put(b, tmp, (size_t)n);
+        return;
+    }
+    char *big = psc_xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    psc_sbuf_put(b, big, (size_t)n);
+    free(big);
+}
+
+char *psc_sbuf_take(psc_sbuf_t *b, size_t *len)
+{
+    if (!b->p) psc_sbuf_put(b, "", 0);
+    char *p = b->p;
+    if (len) *len = b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return p;
+}

@@ -65,6 +65,17 @@ void *psc_xaligned(size_t n);
  * the transport calls it when it creates a server or channel. */
 void psc_tune_malloc(void);
 
+/* A growable NUL-terminated string (zero-initialize; free p, or take it). */
+typedef struct psc_sbuf {
+    char *p;
+    size_t len, cap;
+} psc_sbuf_t;
+void psc_sbuf_put(psc_sbuf_t *b, const char *s, size_t n);
+void psc_sbuf_puts(psc_sbuf_t *b, const char *s);
+void psc_sbuf_printf(psc_sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The string (never NULL, "" when empty) and its length; b is empty after. */
+char *psc_sbuf_take(psc_sbuf_t *b, size_t *len);
+
 /* snprintf into a caller's error buffer (err may be NULL). Returns `code`. */
 int psc_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

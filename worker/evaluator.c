@@ -27,6 +27,24 @@ struct eval_ctx {
     int batch;
 };
 
+int evaluate_dataset(towers_t *towers, const psc_dataset_t *set, int batch, trainer_result_t *res)
+{
+    double loss_sum = 0;
+    int64_t correct_total = 0;
+    for (int64_t i = 0; i < set->n; i += batch) {
+        int n = (int)PSC_MIN((int64_t)batch, set->n - i);
+        int correct = 0;
+        int rc = towers_evaluate(towers, set->x + i * set->features, set->y + i, n, &loss_sum, &correct);
+        if (rc) return rc;
+        correct_total += correct;
+    }
+    res->evaluated = 1;
+    res->test_examples = set->n;
+    res->test_accuracy = set->n ? (double)correct_total / (double)set->n : 0;
+    res->test_loss = set->n ? loss_sum / (double)set->n : 0;
+    return 0;
+}
+
 void eval_ctx_destroy(eval_ctx_t *e)
 {
     if (!e) return;
@@ -71,20 +89,8 @@ int eval_ctx_run(eval_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *s
     if (rc) return rc;
     if ((rc = towers_set_params(e->towers, e->params)))
         return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
-    double loss_sum = 0;
-    int64_t correct_total = 0;
-    const psc_dataset_t *t = &e->test;
-    for (int64_t i = 0; i < t->n; i += e->batch) {
-        int n = (int)PSC_MIN((int64_t)e->batch, t->n - i);
-        int correct = 0;
-        if ((rc = towers_evaluate(e->towers, t->x + i * t->features, t->y + i, n, &loss_sum, &correct)))
-            return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
-        correct_total += correct;
-    }
-    res->evaluated = 1;
-    res->test_examples = t->n;
-    res->test_accuracy = t->n ? (double)correct_total / (double)t->n : 0;
-    res->test_loss = t->n ? loss_sum / (double)t->n : 0;
+    if ((rc = evaluate_dataset(e->towers, &e->test, e->batch, res)))
+        return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
     return 0;
 }
 

@@ -6,9 +6,15 @@
 #ifndef PSC_EVALUATOR_H
 #define PSC_EVALUATOR_H
 
+#include "dataset.h"
+#include "towers.h"
 #include "trainer.h"
 
 #include <stdint.h>
+
+/* Evaluates the towers' current parameters on a whole data set in batches of
+ * `batch`: res->test_accuracy, test_loss (mean), test_examples, evaluated. */
+int evaluate_dataset(towers_t *towers, const psc_dataset_t *set, int batch, trainer_result_t *res);
 
 typedef struct eval_ctx eval_ctx_t;
 

@@ -11,6 +11,7 @@
 
 #include "control.h"
 #include "dataset.h"
+#include "evaluator.h"
 #include "log.h"
 #include "placement.h"
 #include "ps_client.h"
@@ -255,24 +256,6 @@ static int recover(const trainer_opts_t *o, const model_ctx_t *m, ps_client_t *p
             last_log = psc_now();
         }
     }
-}
-
-static int evaluate(towers_t *towers, const psc_dataset_t *test, int batch, trainer_result_t *res)
-{
-    double loss_sum = 0;
-    int correct_total = 0;
-    for (int64_t i = 0; i < test->n; i += batch) {
-        int n = (int)PSC_MIN((int64_t)batch, test->n - i);
-        int correct = 0;
-        int rc = towers_evaluate(towers, test->x + i * test->features, test->y + i, n, &loss_sum, &correct);
-        if (rc) return rc;
-        correct_total += correct;
-    }
-    res->evaluated = 1;
-    res->test_examples = test->n;
-    res->test_accuracy = test->n ? (double)correct_total / (double)test->n : 0;
-    res->test_loss = test->n ? loss_sum / (double)test->n : 0;
-    return 0;
 }
 
 int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
@@ -524,7 +507,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
             control_answer(o->control, crc, cs.last_id, cs.last_step, cerr);
         }
         control_close(o->control, "training finished");
-        if ((rc = towers_set_params(towers, params)) || (rc = evaluate(towers, &test, eval_batch, res))) {
+        if ((rc = towers_set_params(towers, params)) || (rc = evaluate_dataset(towers, &test, eval_batch, res))) {
             psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
             goto out;
         }
