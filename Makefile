@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build demo demo-cnn demo-sync test bench clean
+.PHONY: all setup build demo demo-cnn demo-sync test fuzz bench clean
 all: build
 
 setup:
@@ -31,9 +31,18 @@ test: setup
 	cmake -S . -B $(BUILD) -DPSC_WERROR=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS)
+	$(MAKE) fuzz
+
+# libFuzzer targets (tests/fuzz) under ASan+UBSan, FUZZ_SECS seconds each, in build-fuzz (clang).
+FUZZ_SECS ?= 30
+fuzz: setup
+	CC=clang cmake -S . -B build-fuzz -DPSC_FUZZ=ON -DPSC_SANITIZE=address,undefined -DPSC_CUDA=OFF \
+		-DPSC_FUZZ_SECS=$(FUZZ_SECS) $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzzers
+	cd build-fuzz && ctest -L fuzz --output-on-failure --no-tests=error -j $(JOBS)
 
 bench: build
 	./tests/bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-fuzz
