@@ -9,10 +9,15 @@
  * parked call is completed from another thread. One generic request per cq
  * answers unknown methods with UNIMPLEMENTED.
  *
- * Shutdown order (GRPC_CORE.md §1.8): stop re-posting, shutdown_and_notify,
- * wait for the grace period, cancel_all_calls, pluck the shutdown tag while the
- * threads keep polling, wait for every context to be freed, then shut the cqs
- * down, join, destroy the cqs and the server.
+ * Shutdown order (GRPC_CORE.md §1.8): first a drain, with the server still up:
+ * Health/Check answers NOT_SERVING and any other new call UNAVAILABLE, until the
+ * calls in flight (handed to a handler, not yet answered) are answered or the
+ * grace period ends, so a load balancer or Kubernetes probe sees the server go
+ * NOT_SERVING instead of a refused connection. Then stop re-posting,
+ * shutdown_and_notify, wait for what is left of the grace period,
+ * cancel_all_calls, pluck the shutdown tag while the threads keep polling, wait
+ * for every context to be freed, then shut the cqs down, join, destroy the cqs
+ * and the server.
  *
  * Client design: psc_rpc_run makes one cq per run and keeps up to max_in_flight
  * calls of one batch of six ops each. Request bodies go out as a slice over the
@@ -181,6 +186,7 @@ struct psc_rpc_call {
     int cancelled;
     char *peer;
     int completed; /* reply/fail called */
+    int active;    /* counted in server->active_calls: handed to a handler, not yet answered */
     double t0;     /* psc_now() when the call reached its server thread */
 };
 
@@ -197,7 +203,9 @@ struct psc_rpc_server {
     int nservices;
     atomic_int serving;
     atomic_int stopping;
+    atomic_int draining;      /* shutdown began: new calls but Health/Check get UNAVAILABLE */
     atomic_long live_calls;
+    atomic_long active_calls; /* calls received and not yet answered (the drain waits for them) */
     int started, stopped;
     pthread_mutex_t lock;
 };
@@ -222,6 +230,10 @@ static void finish(psc_rpc_call_t *c, grpc_status_code code, const char *msg)
 {
     PSC_ASSERT(!c->completed);
     c->completed = 1;
+    if (c->active) {
+        c->active = 0;
+        atomic_fetch_sub(&c->server->active_calls, 1);
+    }
     if (c->method >= 0 && c->server->methods[c->method].observe) {
         const method_entry_t *m = &c->server->methods[c->method];
         m->observe(m->observe_arg, (int)code, psc_now() - c->t0);
@@ -341,7 +353,9 @@ psc_rpc_server_t *psc_rpc_server_create(const char *addr, int threads, char *err
     s->nthreads = threads;
     atomic_init(&s->serving, 0);
     atomic_init(&s->stopping, 0);
+    atomic_init(&s->draining, 0);
     atomic_init(&s->live_calls, 0);
+    atomic_init(&s->active_calls, 0);
     pthread_mutex_init(&s->lock, NULL);
     grpc_arg storage[8];
     s->server = grpc_server_create(make_args(storage, 1), NULL);
@@ -417,6 +431,12 @@ static void on_new_call(psc_rpc_call_t *c)
     psc_rpc_server_t *s = c->server;
     c->t0 = psc_now();
     post_request(s, c->cq_index, c->method); /* re-post first (GRPC_CORE.md pitfall 6) */
+    c->active = 1;
+    atomic_fetch_add(&s->active_calls, 1);
+    if (atomic_load(&s->draining) && (c->method < 0 || s->methods[c->method].fn != health_check)) {
+        finish(c, GRPC_STATUS_UNAVAILABLE, "server is shutting down");
+        return;
+    }
     if (c->method < 0) {
         char *path = grpc_slice_to_c_string(c->details.method);
         finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
@@ -503,10 +523,19 @@ void psc_rpc_server_shutdown(psc_rpc_server_t *s, int grace_ms)
     }
     s->stopped = 1;
     pthread_mutex_unlock(&s->lock);
+    /* Drain (see the top of this file): health NOT_SERVING, new calls refused,
+     * the calls in flight get up to grace_ms to be answered. */
     atomic_store(&s->serving, 0);
+    atomic_store(&s->draining, 1);
+    double t0 = psc_now();
+    while (atomic_load(&s->active_calls) > 0 && (psc_now() - t0) * 1000.0 < grace_ms) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    int left_ms = grace_ms - (int)((psc_now() - t0) * 1000.0);
     atomic_store(&s->stopping, 1);
     grpc_server_shutdown_and_notify(s->server, s->shut_cq, s);
-    grpc_event ev = grpc_completion_queue_pluck(s->shut_cq, s, deadline_in(grace_ms > 0 ? grace_ms : 1), NULL);
+    grpc_event ev = grpc_completion_queue_pluck(s->shut_cq, s, deadline_in(left_ms > 0 ? left_ms : 1), NULL);
     if (ev.type != GRPC_OP_COMPLETE) {
         grpc_server_cancel_all_calls(s->server);
         ev = grpc_completion_queue_pluck(s->shut_cq, s, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);

@@ -75,8 +75,13 @@ typedef void (*psc_rpc_observer_fn)(void *arg, int code, double secs);
 int psc_rpc_server_observe(psc_rpc_server_t *s, const char *path, psc_rpc_observer_fn fn, void *arg);
 /* Health status reported by Health/Check (1 = SERVING, the default after start). */
 void psc_rpc_server_set_serving(psc_rpc_server_t *s, int serving);
-/* Stops: health goes NOT_SERVING, no new calls, in-flight calls are given
- * `grace_ms` to finish, then cancelled; threads joined. Idempotent. */
+/* Stops. First a drain, the server still listening: Health/Check answers
+ * NOT_SERVING, every other new call fails UNAVAILABLE ("server is shutting
+ * down"), and the calls in flight (received, not yet answered, parked ones
+ * included) are waited for until they are answered or `grace_ms` has passed; an
+ * idle server skips it at once. Then no new connections, what is left of
+ * `grace_ms` for the replies to go out, the rest cancelled; threads joined.
+ * Idempotent. Not from a server thread. */
 void psc_rpc_server_shutdown(psc_rpc_server_t *s, int grace_ms);
 void psc_rpc_server_destroy(psc_rpc_server_t *s); /* shuts down first; NULL ok */
 

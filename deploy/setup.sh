@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages listed in deploy/packages.txt that are missing,
-# and unpacks promtool (from Debian's prometheus package) to /opt/psc/promtool.
+# unpacks promtool (from Debian's prometheus package) to /opt/psc/promtool, and
+# installs the Kubernetes manifest validator's npm packages (see the end).
 # Idempotent: does nothing (and needs no network) when all are there.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,4 +33,24 @@ if [ ! -x /opt/psc/promtool ]; then
     dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
     $SUDO mkdir -p /opt/psc
     $SUDO install -m 0755 "$tmp/x/usr/bin/promtool" /opt/psc/promtool
+fi
+
+# The Kubernetes manifests (deploy/k8s/) are validated offline by the tests
+# (tests/k8s/k8s.js) against the schemas of the npm package kubernetes-models,
+# read with the npm package yaml: both go to /opt/psc/k8s-validate. Node.js and
+# npm come from Debian where the machine has none (not in packages.txt: a
+# machine with another Node.js build, which brings its own npm, keeps it).
+# PSC_SETUP_K8S=0 skips this (the container image does not need it).
+K8S_NPM="kubernetes-models@4.5.1 yaml@2.9.1"
+if [ "${PSC_SETUP_K8S:-1}" != 0 ] && [ "$(cat /opt/psc/k8s-validate/.installed 2>/dev/null)" != "$K8S_NPM" ]; then
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        echo "setup: installing nodejs npm" >&2
+        [ -n "$updated" ] || $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+    fi
+    echo "setup: installing $K8S_NPM to /opt/psc/k8s-validate" >&2
+    $SUDO mkdir -p /opt/psc/k8s-validate
+    # shellcheck disable=SC2086 # one word per package
+    $SUDO npm install --prefix /opt/psc/k8s-validate --no-save --no-audit --no-fund --loglevel=error $K8S_NPM
+    echo "$K8S_NPM" | $SUDO tee /opt/psc/k8s-validate/.installed >/dev/null
 fi
