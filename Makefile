@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build demo demo-cnn demo-sync test fuzz bench clean
+.PHONY: all setup build demo demo-cnn demo-sync test sanitize tsan fuzz bench clean
 all: build
 
 setup:
@@ -31,13 +31,28 @@ test: setup
 	cmake -S . -B $(BUILD) -DPSC_WERROR=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS)
-	$(MAKE) fuzz
+	$(MAKE) sanitize tsan
 
-# libFuzzer targets (tests/fuzz) under ASan+UBSan, FUZZ_SECS seconds each, in build-fuzz (clang).
 FUZZ_SECS ?= 30
+SAN_CMAKE = CC=clang cmake -S . -B build-fuzz -DPSC_FUZZ=ON -DPSC_SANITIZE=address,undefined -DPSC_CUDA=OFF \
+	-DPSC_FUZZ_SECS=$(FUZZ_SECS) $(CMAKE_FLAGS)
+
+# The whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer (clang, build-fuzz),
+# the libFuzzer targets included (FUZZ_SECS seconds each).
+sanitize: setup
+	$(SAN_CMAKE)
+	cmake --build build-fuzz -j $(JOBS)
+	cd build-fuzz && ctest --output-on-failure --no-tests=error -j $(JOBS)
+
+# The concurrency tests (store, sync accumulator, metrics registry, event writer) under ThreadSanitizer.
+tsan: setup
+	cmake -S . -B build-tsan -DPSC_SANITIZE=thread -DPSC_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build build-tsan -j $(JOBS) --target test_store test_sync test_metrics test_tfevents
+	cd build-tsan && ctest --output-on-failure --no-tests=error -j $(JOBS) -R '^unit[.]test_(store|sync|metrics|tfevents)$$'
+
+# Only the libFuzzer targets (tests/fuzz), FUZZ_SECS seconds each, in build-fuzz.
 fuzz: setup
-	CC=clang cmake -S . -B build-fuzz -DPSC_FUZZ=ON -DPSC_SANITIZE=address,undefined -DPSC_CUDA=OFF \
-		-DPSC_FUZZ_SECS=$(FUZZ_SECS) $(CMAKE_FLAGS)
+	$(SAN_CMAKE)
 	cmake --build build-fuzz -j $(JOBS) --target fuzzers
 	cd build-fuzz && ctest -L fuzz --output-on-failure --no-tests=error -j $(JOBS)
 
@@ -45,4 +60,4 @@ bench: build
 	./tests/bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-fuzz
+	rm -rf $(BUILD) build-fuzz build-tsan
