@@ -95,6 +95,10 @@ static void tune_malloc_once(void)
 {
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    /* One arena: with one per thread, chunk buffers freed by one gRPC thread
+     * and allocated by another pile up in several arenas (PS memory 1.4x the
+     * model, and a 2x slower fused push-pull from 64 MiB on: tests/bench/NOTES.md). */
+    mallopt(M_ARENA_MAX, 1);
 }
 
 void psc_tune_malloc(void)

@@ -18,6 +18,18 @@
  * Vector and scalar steps round identically (element-wise IEEE operations, no
  * reassociation; ISO C mode means -ffp-contract=off, so no fused multiply-add):
  * results do not depend on n or alignment, and SGD's w - lr*g is bit-exact.
+ *
+ * On x86-64 the loops are compiled twice, for the build's baseline (SSE2: 4
+ * floats a vector) and for AVX2 (8: target attribute, no -march, so the
+ * binaries still run everywhere), and optim_apply calls the AVX2 copy on a CPU
+ * that has it. A plain branch on __builtin_cpu_supports, not target_clones:
+ * that ifunc crashes ThreadSanitizer's start-up and, with clang 14, is not
+ * reachable from other files. Both copies perform the same element-wise
+ * operations (-ffp-contract=off, and AVX2 alone brings no FMA; sqrt and
+ * division are correctly rounded at any width), so their results are
+ * bit-identical. At 4 floats a vector Adam is bound by its sqrt + divide even
+ * from memory, and all of them by instruction count once their arrays are in
+ * cache (tests/bench/bench_apply, tests/bench/NOTES.md).
  */
 #include "optim.h"
 
@@ -53,6 +65,13 @@ const char *optim_slot_name(const psc_optim_config_t *c, int slot)
  * SSE, AVX and AVX-512 floats). */
 #define OPTIM_VEC 16
 #define OPTIM_KERNEL static inline __attribute__((always_inline)) void
+
+/* x86-64: optim_apply also has an AVX2 copy of the loops (see above). */
+#if defined(__x86_64__)
+#define OPTIM_AVX2 1
+#else
+#define OPTIM_AVX2 0
+#endif
 
 static size_t vec_floor(size_t n) { return n & ~(size_t)(OPTIM_VEC - 1); }
 
@@ -147,12 +166,10 @@ void optim_init_slots(const psc_optim_config_t *c, float *slot0, float *slot1, s
     }
 }
 
-void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const float *g, size_t n,
-                 int64_t t)
+/* The update of optim_apply, inlined into one function per ISA level. */
+static inline __attribute__((always_inline)) void apply(const psc_optim_config_t *c, float *w, float *slot0,
+                                                        float *slot1, const float *g, size_t n, int64_t t)
 {
-    int ns = optim_slot_count(c);
-    PSC_ASSERT(ns < 1 || slot0 != NULL);
-    PSC_ASSERT(ns < 2 || slot1 != NULL);
     size_t v = vec_floor(n), r = n - v; /* vectorized head [0, v), scalar tail [v, n) */
     float *s0 = slot0, *s1 = slot1;
     float lr = c->learning_rate;
@@ -192,4 +209,34 @@ void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slo
         break;
     }
     }
+}
+
+static void apply_base(const psc_optim_config_t *c, float *w, float *s0, float *s1, const float *g, size_t n,
+                       int64_t t)
+{
+    apply(c, w, s0, s1, g, n, t);
+}
+
+#if OPTIM_AVX2
+__attribute__((target("avx2"))) static void apply_avx2(const psc_optim_config_t *c, float *w, float *s0, float *s1,
+                                                       const float *g, size_t n, int64_t t)
+{
+    apply(c, w, s0, s1, g, n, t);
+}
+#endif
+
+void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const float *g, size_t n,
+                 int64_t t)
+{
+    int ns = optim_slot_count(c);
+    PSC_ASSERT(ns < 1 || slot0 != NULL);
+    PSC_ASSERT(ns < 2 || slot1 != NULL);
+#if OPTIM_AVX2
+    /* reads the CPU model libgcc fills in before main: one load and a test */
+    if (__builtin_cpu_supports("avx2")) {
+        apply_avx2(c, w, slot0, slot1, g, n, t);
+        return;
+    }
+#endif
+    apply_base(c, w, slot0, slot1, g, n, t);
 }

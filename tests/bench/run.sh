@@ -1,7 +1,17 @@
 #!/bin/sh
-# run.sh BUILD_DIR — runs every benchmark and prints its table (see README "Performance").
+# run.sh BUILD_DIR — runs every benchmark and prints its table (see README "Performance"
+# and tests/bench/NOTES.md). BENCH_SECS=S: seconds per point (bench_wire 1, bench_tower 2,
+# bench_apply 1, bench_scaling 1); BENCH_STEP_SECS: seconds per training run of
+# bench_step.sh (10). About 4 minutes on the 2-core development VM.
 set -eu
 build=${1:-build}
 export PSC_BIN=$(cd "$build" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+# Other processes on the machine skew every number: say how busy it was.
+echo "run.sh: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 "$PSC_BIN/bench_wire" "${BENCH_SECS:-1}"
 "$PSC_BIN/bench_tower" "${BENCH_SECS:-2}"
+"$PSC_BIN/bench_apply" "${BENCH_SECS:-1}"
+"$PSC_BIN/bench_scaling" "${BENCH_SECS:-1}"
+"$here/bench_step.sh" "$PSC_BIN"
+echo "run.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
