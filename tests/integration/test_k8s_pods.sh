@@ -105,7 +105,11 @@ grep -q "entrypoint: worker-0 is worker 0; TF_CONFIG=" "$TMP/worker-0.log" || fa
 acc=$(sed -n 's/^test accuracy: \([0-9.]*\)$/\1/p' "$TMP/worker-0.out")
 [ -n "$acc" ] || fail "the chief printed no test accuracy"
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.5) }' || fail "test accuracy $acc < 0.5"
-grep -q "checkpoint [0-9]* (end of training) committed on every ps" "$TMP/worker-0.log" || fail "no final checkpoint"
+# the last checkpoint holds the final step (the end-of-training one, or a periodic one that
+# fell on the last step: then the chief takes no second one at the same step)
+last_ckpt=$(sed -n 's/.*checkpoint [0-9]* (.*) committed on every ps: step \([0-9]*\),.*/\1/p' "$TMP/worker-0.log" | tail -1)
+final_gs=$(sed -n 's/.*evaluation on .* at global_step \([0-9]*\):.*/\1/p' "$TMP/worker-0.log" | tail -1)
+[ -n "$last_ckpt" ] && [ "$last_ckpt" = "$final_gs" ] || fail "no final checkpoint (last at step ${last_ckpt:-none}, final global_step ${final_gs:-?})"
 ls "$P/worker-0/vol/tb"/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard events in the chief's --logdir volume"
 # the probes of every pod, as declared, while the PS keep the model and the workers serve on
 for pod in ps-0 ps-1 worker-0 worker-1; do probe "$P" "$pod"; done
