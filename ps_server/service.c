@@ -1,4 +1,5 @@
-/* service.c — psc.ParameterServer handlers (see service.h).
+/* service.c — psc.ParameterServer handlers (see service.h): the data path,
+ * sync parking and the life cycle; checkpoints and Release are in service_ckpt.c.
  *
  * Every handler follows one shape: unpack (protobuf-c), validate, call the store,
  * pack the reply, free the unpacked message in the same function. Tensor replies
@@ -6,14 +7,11 @@
  * at a fixed offset, and the header, packed once the version is known, is placed
  * right in front of it, so the bytes are copied once on the server.
  */
-#include "service.h"
+#include "service_internal.h"
 
 #include "chunk.h"
-#include "ckpt.h"
 #include "log.h"
-#include "ps_metrics.h"
 #include "psc.h"
-#include "psc.pb-c.h"
 #include "rng.h"
 #include "wire.h"
 
@@ -25,36 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PS_MAX_WORKERS 4096
-
-struct ps_service {
-    store_t *store;
-    int task_index;
-    void (*on_shutdown)(void *);
-    void *shutdown_arg;
-    pthread_mutex_t lock;
-    unsigned char done[PS_MAX_WORKERS]; /* WorkerDone seen per replica rank */
-    uint32_t workers_done;
-    int64_t replica_steps[PS_MAX_WORKERS]; /* Step.replica_step per rank (max seen) */
-    uint32_t max_rank;                     /* 1 + the largest rank that reported steps */
-    /* sync replicas: replies waiting for a step to be applied (see "parking") */
-    pthread_mutex_t park_lock;
-    struct parked *parked; /* singly linked, newest first */
-    int draining;          /* shutting down: nothing parks any more */
-    pthread_t reaper;
-    int reaper_running;
-    pthread_mutex_t reaper_lock;
-    pthread_cond_t reaper_cond;
-    int reaper_stop;
-    uint32_t last_present;
-    /* checkpoints (--checkpoint_dir); NULL db: none */
-    ckpt_db_t *ckpt;
-    int debug_save_delay_ms;
-    uint64_t incarnation;
-    ps_metrics_t *metrics; /* ps_service_set_metrics; NULL: none */
-};
-
-static int status_of(int rc)
+int svc_status_of(int rc)
 {
     switch (rc) {
     case PSC_ENOTFOUND: return PSC_RPC_NOT_FOUND;
@@ -71,7 +40,7 @@ static int status_of(int rc)
     }
 }
 
-static void fail_undecodable(ps_service_t *svc, psc_rpc_call_t *call, const char *what, size_t len)
+void svc_fail_undecodable(ps_service_t *svc, psc_rpc_call_t *call, const char *what, size_t len)
 {
     store_count_rejected(svc->store);
     psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "%s does not parse (%zu bytes)", what, len);
@@ -105,7 +74,7 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     ps_service_t *svc = arg;
     char err[512];
     Psc__CreateRequest *r = psc__create_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "CreateRequest", len);
+    if (!r) return svc_fail_undecodable(svc, call, "CreateRequest", len);
     psc_optim_config_t opt;
     int rc = optim_from_proto(r->optimizer, &opt, err, sizeof err);
     store_var_spec_t *specs = psc_xcalloc(r->n_vars ? r->n_vars : 1, sizeof *specs);
@@ -141,7 +110,7 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         store_count_rejected(svc->store);
     }
     if (rc != 0) {
-        psc_rpc_fail(call, status_of(rc), "%s", err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     } else {
         Psc__CreateReply rep = PSC__CREATE_REPLY__INIT;
         rep.created = created;
@@ -210,11 +179,11 @@ static void h_assign(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     ps_service_t *svc = arg;
     char err[512];
     chunk_req_t cr;
-    if (chunk_decode(req, len, &cr)) return fail_undecodable(svc, call, "Chunk", len);
+    if (chunk_decode(req, len, &cr)) return svc_fail_undecodable(svc, call, "Chunk", len);
     Psc__Chunk *c = cr.c;
     int rc = store_assign(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, err, sizeof err);
     if (rc != 0)
-        psc_rpc_fail(call, status_of(rc), "%s", err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     else
         reply_push(call, 0, 0);
     chunk_free(&cr);
@@ -225,10 +194,10 @@ static void h_ready(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *
     ps_service_t *svc = arg;
     char err[512];
     Psc__ReadyRequest *r = psc__ready_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "ReadyRequest", len);
+    if (!r) return svc_fail_undecodable(svc, call, "ReadyRequest", len);
     int rc = store_set_ready(svc->store, r->job_id, err, sizeof err);
     if (rc != 0) {
-        psc_rpc_fail(call, status_of(rc), "%s", err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     } else {
         Psc__ReadyReply rep = PSC__READY_REPLY__INIT;
         uint8_t buf[8];
@@ -240,7 +209,7 @@ static void h_ready(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *
 
 /* Reply buffer layout for tensor replies: [pad][header][payload]; payload at
  * offset `bound`, header packed at bound - hlen once the version is known. */
-static void send_chunk_reply_sync(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name,
+void svc_send_chunk_reply_sync(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name,
                                   uint64_t offset, uint64_t total, int64_t version, size_t len, int64_t step,
                                   int stale)
 {
@@ -262,10 +231,10 @@ static void send_chunk_reply_sync(psc_rpc_call_t *call, uint8_t *buf, size_t bou
 static void send_chunk_reply(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
                              uint64_t total, int64_t version, size_t len)
 {
-    send_chunk_reply_sync(call, buf, bound, name, offset, total, version, len, 0, 0);
+    svc_send_chunk_reply_sync(call, buf, bound, name, offset, total, version, len, 0, 0);
 }
 
-static size_t reply_header_bound(const char *name)
+size_t svc_reply_header_bound(const char *name)
 {
     /* name, offset, total, version, step, stale, data tag+len: generous fixed bound. */
     return strlen(name) + 96;
@@ -313,9 +282,9 @@ static void complete_parked(ps_service_t *svc, parked_t *p)
                                   sizeof err);
         if (rc == 0) ps_metrics_add_pull_bytes(svc->metrics, p->len); /* before the reply, as everywhere */
         if (rc)
-            psc_rpc_fail(p->call, status_of(rc), "%s", err);
+            psc_rpc_fail(p->call, svc_status_of(rc), "%s", err);
         else
-            send_chunk_reply_sync(p->call, p->buf, p->bound, p->name, p->offset, p->total, version, p->len, step, 0);
+            svc_send_chunk_reply_sync(p->call, p->buf, p->bound, p->name, p->offset, p->total, version, p->len, step, 0);
     }
     free(p);
 }
@@ -447,7 +416,7 @@ static void *reaper_main(void *arg)
 }
 
 /* Fails every parked reply with `code` and msg; draining: park none from now on. */
-static void fail_parked(ps_service_t *svc, int draining, int code, const char *msg)
+void svc_fail_parked(ps_service_t *svc, int draining, int code, const char *msg)
 {
     pthread_mutex_lock(&svc->park_lock);
     if (draining) svc->draining = 1;
@@ -462,46 +431,14 @@ static void fail_parked(ps_service_t *svc, int draining, int code, const char *m
     }
 }
 
-void ps_service_drain(ps_service_t *svc) { fail_parked(svc, 1, PSC_RPC_UNAVAILABLE, "is shutting down"); }
-
-static int no_checkpoints(ps_service_t *svc, psc_rpc_call_t *call);
-
-/* A Pull from committed checkpoint r->checkpoint: the tensor's bytes
- * [offset, offset+length), CRC-checked (ckpt_read), as a Chunk reply. */
-static void pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__PullRequest *r)
-{
-    char err[512];
-    if (no_checkpoints(svc, call)) return;
-    ckpt_info_t info;
-    int rc = ckpt_get_info(svc->ckpt, r->checkpoint, &info, err, sizeof err);
-    if (rc == 0 && !info.committed)
-        rc = psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu was never committed",
-                        (unsigned long long)r->checkpoint);
-    void *data = NULL;
-    size_t len = 0;
-    if (rc == 0) rc = ckpt_read(svc->ckpt, r->checkpoint, r->name, &data, &len, err, sizeof err);
-    if (rc == 0 && (r->offset > len || r->length > len - r->offset))
-        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "%s: pull of %llu bytes at %llu is outside its %zu bytes", r->name,
-                        (unsigned long long)r->length, (unsigned long long)r->offset, len);
-    if (rc) {
-        psc_rpc_fail(call, status_of(rc), "%s", err);
-        free(data);
-        return;
-    }
-    size_t bound = reply_header_bound(r->name);
-    uint8_t *buf = psc_rpc_reply_alloc(call, bound + r->length);
-    memcpy(buf + bound, (const uint8_t *)data + r->offset, r->length);
-    free(data);
-    ps_metrics_add_pull_bytes(svc->metrics, r->length);
-    send_chunk_reply_sync(call, buf, bound, r->name, r->offset, len, 0, r->length, info.step, 0);
-}
+void ps_service_drain(ps_service_t *svc) { svc_fail_parked(svc, 1, PSC_RPC_UNAVAILABLE, "is shutting down"); }
 
 static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     char err[512];
     Psc__PullRequest *r = psc__pull_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "PullRequest", len);
+    if (!r) return svc_fail_undecodable(svc, call, "PullRequest", len);
     if (r->length > PSC_CHUNK_BYTES || strlen(r->name) > 200) {
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "pull of %llu bytes exceeds the %zu-byte chunk",
                      (unsigned long long)r->length, PSC_CHUNK_BYTES);
@@ -509,11 +446,11 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         return;
     }
     if (r->checkpoint) {
-        pull_checkpoint(svc, call, r);
+        svc_pull_checkpoint(svc, call, r);
         psc__pull_request__free_unpacked(r, NULL);
         return;
     }
-    size_t bound = reply_header_bound(r->name);
+    size_t bound = svc_reply_header_bound(r->name);
     uint8_t *buf = psc_rpc_reply_alloc(call, bound + r->length);
     int64_t version = 0, step = 0;
     int rc = store_pull(svc->store, r->name, r->offset, r->length, buf + bound, &version, err, sizeof err);
@@ -523,7 +460,7 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     uint64_t total = 0;
     if (rc == 0) store_var_bytes(svc->store, r->name, &total); /* exists: the pull found it */
     if (rc != 0) {
-        psc_rpc_fail(call, status_of(rc), "%s", err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     } else if (r->min_step > 0 && step < r->min_step) {
         parked_t *p = psc_xcalloc(1, sizeof *p); /* wait until the step is applied */
         p->call = call;
@@ -538,7 +475,7 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         park(svc, p);
     } else {
         ps_metrics_add_pull_bytes(svc->metrics, r->length);
-        send_chunk_reply_sync(call, buf, bound, r->name, r->offset, total, version, r->length, step, 0);
+        svc_send_chunk_reply_sync(call, buf, bound, r->name, r->offset, total, version, r->length, step, 0);
     }
     psc__pull_request__free_unpacked(r, NULL);
 }
@@ -548,7 +485,7 @@ static void h_push(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     ps_service_t *svc = arg;
     char err[512];
     chunk_req_t cr;
-    if (chunk_decode(req, len, &cr)) return fail_undecodable(svc, call, "Chunk", len);
+    if (chunk_decode(req, len, &cr)) return svc_fail_undecodable(svc, call, "Chunk", len);
     Psc__Chunk *c = cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
     int64_t version = 0;
@@ -558,7 +495,7 @@ static void h_push(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         int rc = store_push_sync(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, c->local_step,
                                  c->count ? c->count : 1, c->worker, psc_now(), NULL, &res, err, sizeof err);
         if (rc != 0) {
-            psc_rpc_fail(call, status_of(rc), "%s", err);
+            psc_rpc_fail(call, svc_status_of(rc), "%s", err);
         } else {
             reply_push(call, res.version, res.stale);
             if (res.applied || res.lag_applied) wake_parked(svc, PARK_CHUNK, c->name, c->offset);
@@ -569,7 +506,7 @@ static void h_push(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, NULL, &version, err,
                         sizeof err);
     if (rc != 0)
-        psc_rpc_fail(call, status_of(rc), "%s", err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     else
         reply_push(call, version, 0);
     chunk_free(&cr);
@@ -580,7 +517,7 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
     ps_service_t *svc = arg;
     char err[512];
     chunk_req_t cr;
-    if (chunk_decode(req, len, &cr)) return fail_undecodable(svc, call, "Chunk", len);
+    if (chunk_decode(req, len, &cr)) return svc_fail_undecodable(svc, call, "Chunk", len);
     Psc__Chunk *c = cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
     if (c->data.len > PSC_CHUNK_BYTES || strlen(c->name) > 200) {
@@ -590,7 +527,7 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
         chunk_free(&cr);
         return;
     }
-    size_t bound = reply_header_bound(c->name);
+    size_t bound = svc_reply_header_bound(c->name);
     uint8_t *buf = psc_rpc_reply_alloc(call, bound + c->data.len);
     int64_t version = 0;
     if (store_get_sync(svc->store, NULL)) {
@@ -599,10 +536,10 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
         int rc = store_push_sync(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, c->local_step,
                                  c->count ? c->count : 1, c->worker, psc_now(), buf + bound, &res, err, sizeof err);
         if (rc != 0) {
-            psc_rpc_fail(call, status_of(rc), "%s", err);
+            psc_rpc_fail(call, svc_status_of(rc), "%s", err);
         } else if (res.stale || res.applied) {
             ps_metrics_add_pull_bytes(svc->metrics, c->data.len);
-            send_chunk_reply_sync(call, buf, bound, c->name, c->offset, c->total, res.version, c->data.len, res.step,
+            svc_send_chunk_reply_sync(call, buf, bound, c->name, c->offset, c->total, res.version, c->data.len, res.step,
                                   res.stale);
             if (res.applied || res.lag_applied) wake_parked(svc, PARK_CHUNK, c->name, c->offset);
         } else {
@@ -625,7 +562,7 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
                         err, sizeof err);
     if (rc == 0) ps_metrics_add_pull_bytes(svc->metrics, c->data.len);
     if (rc != 0)
-        psc_rpc_fail(call, status_of(rc), "%s", err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     else
         send_chunk_reply(call, buf, bound, c->name, c->offset, c->total, version, c->data.len);
     chunk_free(&cr);
@@ -636,7 +573,7 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     ps_service_t *svc = arg;
     char err[512];
     Psc__StepRequest *r = psc__step_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "StepRequest", len);
+    if (!r) return svc_fail_undecodable(svc, call, "StepRequest", len);
     if (r->replica_step > 0 && r->worker < PS_MAX_WORKERS) {
         pthread_mutex_lock(&svc->lock);
         if (r->replica_step > svc->replica_steps[r->worker]) svc->replica_steps[r->worker] = r->replica_step;
@@ -650,7 +587,7 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         int rc = store_step_sync(svc->store, r->local_step, r->count ? r->count : 1, r->worker, psc_now(), &res, err,
                                  sizeof err);
         if (rc != 0) {
-            psc_rpc_fail(call, status_of(rc), "%s", err);
+            psc_rpc_fail(call, svc_status_of(rc), "%s", err);
         } else if (res.stale || res.applied) {
             Psc__StepReply rep = PSC__STEP_REPLY__INIT;
             rep.global_step = res.step;
@@ -678,7 +615,7 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     else
         rc = store_step_add(svc->store, r->increment, &value, err, sizeof err);
     if (rc != 0) {
-        psc_rpc_fail(call, status_of(rc), "%s", err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     } else {
         Psc__StepReply rep = PSC__STEP_REPLY__INIT;
         rep.global_step = value;
@@ -692,7 +629,7 @@ static void h_worker_done(psc_rpc_call_t *call, const uint8_t *req, size_t len, 
 {
     ps_service_t *svc = arg;
     Psc__WorkerDoneRequest *r = psc__worker_done_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "WorkerDoneRequest", len);
+    if (!r) return svc_fail_undecodable(svc, call, "WorkerDoneRequest", len);
     if (r->worker >= PS_MAX_WORKERS) {
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "worker %u out of range", r->worker);
     } else {
@@ -717,7 +654,7 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
 {
     ps_service_t *svc = arg;
     Psc__StatusRequest *r = psc__status_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "StatusRequest", len);
+    if (!r) return svc_fail_undecodable(svc, call, "StatusRequest", len);
     psc__status_request__free_unpacked(r, NULL);
 
     Psc__StatusReply rep = PSC__STATUS_REPLY__INIT;
@@ -785,236 +722,11 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     free(vars);
 }
 
-/* ---- checkpoints (ckpt.h holds the format; the chief drives the two phases) ---- */
-
-static int no_checkpoints(ps_service_t *svc, psc_rpc_call_t *call)
-{
-    if (svc->ckpt) return 0;
-    psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d has no --checkpoint_dir", svc->task_index);
-    return 1;
-}
-
-/* The job id of the store's model, or a failure naming the mismatch. */
-static int check_job(ps_service_t *svc, psc_rpc_call_t *call, const char *job_id)
-{
-    char have[17] = "";
-    store_is_ready(svc->store, have); /* the job id whether ready or not */
-    if (!have[0]) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds no model yet", svc->task_index);
-        return 1;
-    }
-    if (strcmp(have, job_id) != 0) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds job %s, not %s", svc->task_index, have,
-                     job_id);
-        return 1;
-    }
-    return 0;
-}
-
-static int emit_to_writer(void *arg, const char *name, const void *data, size_t len)
-{
-    return ckpt_add(arg, name, data, len);
-}
-
-static void h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
-{
-    ps_service_t *svc = arg;
-    char err[512];
-    Psc__SaveRequest *r = psc__save_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "SaveRequest", len);
-    if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
-    double t0 = psc_now();
-    /* phase 1: copy the shard into the writer behind the push fence (in sync
-     * mode only at step boundary r->step), then write it outside the fence */
-    int64_t held = -1;
-    ckpt_writer_t *w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
-    int rc = store_export(svc->store, emit_to_writer, w, store_get_sync(svc->store, NULL) ? r->step : -1, &held, err,
-                          sizeof err);
-    if (rc) {
-        ckpt_abort(w);
-        if (rc != PSC_ESTALE) PSC_WARN("checkpoint %llu: export failed: %s", (unsigned long long)r->id, err);
-        psc_rpc_fail(call, status_of(rc), "checkpoint %llu: %s", (unsigned long long)r->id, err);
-        goto out;
-    }
-    if (held >= 0) ckpt_set_step(w, held); /* this shard holds global_step: its value is the step */
-    if (svc->debug_save_delay_ms > 0) { /* tests: a window in which to kill the PS mid-save */
-        PSC_INFO("checkpoint %llu: shard copied; writing it in %d ms (--debug_save_delay_ms)", (unsigned long long)r->id,
-                 svc->debug_save_delay_ms);
-        struct timespec ts = {svc->debug_save_delay_ms / 1000, (long)(svc->debug_save_delay_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    if ((rc = ckpt_prepare(w, err, sizeof err))) {
-        PSC_WARN("checkpoint %llu: %s", (unsigned long long)r->id, err);
-        psc_rpc_fail(call, status_of(rc), "%s", err);
-        goto out;
-    }
-    ckpt_info_t info;
-    if ((rc = ckpt_get_info(svc->ckpt, r->id, &info, err, sizeof err))) {
-        psc_rpc_fail(call, status_of(rc), "%s", err);
-        goto out;
-    }
-    PSC_INFO("checkpoint %llu prepared: step %lld, %u tensors, %.1f MiB in %.0f ms", (unsigned long long)r->id,
-             (long long)info.step, info.ntensors, (double)info.bytes / 1048576.0, (psc_now() - t0) * 1000);
-    Psc__SaveReply rep = PSC__SAVE_REPLY__INIT;
-    rep.step = info.step;
-    rep.tensors = info.ntensors;
-    rep.bytes = info.bytes;
-    uint8_t buf[48];
-    psc_rpc_reply(call, buf, psc__save_reply__pack(&rep, buf));
-out:
-    psc__save_request__free_unpacked(r, NULL);
-}
-
-static void h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
-{
-    ps_service_t *svc = arg;
-    char err[512];
-    Psc__CommitRequest *r = psc__commit_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "CommitRequest", len);
-    if (no_checkpoints(svc, call)) goto out;
-    int rc = r->discard ? ckpt_discard(svc->ckpt, r->id, err, sizeof err)
-                        : ckpt_commit(svc->ckpt, r->id, r->keep ? (int)r->keep : 1, err, sizeof err);
-    if (rc) {
-        PSC_WARN("checkpoint %llu: %s failed: %s", (unsigned long long)r->id, r->discard ? "discard" : "commit", err);
-        psc_rpc_fail(call, status_of(rc), "%s", err);
-        goto out;
-    }
-    PSC_INFO("checkpoint %llu %s", (unsigned long long)r->id, r->discard ? "discarded" : "committed");
-    Psc__CommitReply rep = PSC__COMMIT_REPLY__INIT;
-    uint8_t buf[8];
-    psc_rpc_reply(call, buf, psc__commit_reply__pack(&rep, buf));
-out:
-    psc__commit_request__free_unpacked(r, NULL);
-}
-
-typedef struct restore_src {
-    ckpt_db_t *db;
-    uint64_t id;
-} restore_src_t;
-
-static int fetch_from_ckpt(void *arg, const char *name, void **data, size_t *len, char *err, size_t errlen)
-{
-    restore_src_t *src = arg;
-    return ckpt_read(src->db, src->id, name, data, len, err, errlen);
-}
-
-static void h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
-{
-    ps_service_t *svc = arg;
-    char err[512];
-    Psc__RestoreRequest *r = psc__restore_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "RestoreRequest", len);
-    if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
-    ckpt_info_t info;
-    int rc = ckpt_get_info(svc->ckpt, r->id, &info, err, sizeof err);
-    if (rc == 0 && !info.committed)
-        rc = psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu was never committed",
-                        (unsigned long long)r->id);
-    if (rc == 0 && strcmp(info.job_id, r->job_id) != 0)
-        rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "checkpoint %llu belongs to job %s", (unsigned long long)r->id,
-                        info.job_id);
-    restore_src_t src = {svc->ckpt, r->id};
-    if (rc == 0) rc = store_import(svc->store, fetch_from_ckpt, &src, r->step, err, sizeof err);
-    if (rc) {
-        PSC_WARN("restore of checkpoint %llu refused: %s", (unsigned long long)r->id, err);
-        psc_rpc_fail(call, status_of(rc), "%s", err);
-        goto out;
-    }
-    /* replies parked on steps of the abandoned timeline would never come */
-    fail_parked(svc, 0, PSC_RPC_ABORTED, "restored a checkpoint: pull again");
-    PSC_INFO("restored checkpoint %llu of job %s: step %lld, %u tensors", (unsigned long long)r->id, r->job_id,
-             (long long)info.step, info.ntensors);
-    Psc__RestoreReply rep = PSC__RESTORE_REPLY__INIT;
-    rep.step = info.step;
-    rep.tensors = info.ntensors;
-    uint8_t buf[32];
-    psc_rpc_reply(call, buf, psc__restore_reply__pack(&rep, buf));
-out:
-    psc__restore_request__free_unpacked(r, NULL);
-}
-
-static void h_list_checkpoints(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
-{
-    ps_service_t *svc = arg;
-    char err[512];
-    Psc__ListCheckpointsRequest *r = psc__list_checkpoints_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "ListCheckpointsRequest", len);
-    Psc__ListCheckpointsReply rep = PSC__LIST_CHECKPOINTS_REPLY__INIT;
-    ckpt_info_t *infos = NULL;
-    int n = 0;
-    rep.enabled = svc->ckpt != NULL;
-    if (svc->ckpt && ckpt_list(svc->ckpt, &infos, &n, err, sizeof err) != 0) {
-        psc_rpc_fail(call, PSC_RPC_DATA_LOSS, "%s", err);
-        goto out;
-    }
-    Psc__CheckpointInfo *ci = psc_xcalloc((size_t)(n ? n : 1), sizeof *ci);
-    Psc__CheckpointInfo **cp = psc_xcalloc((size_t)(n ? n : 1), sizeof *cp);
-    char(*problems)[256] = psc_xcalloc((size_t)(n ? n : 1), sizeof *problems);
-    for (int i = 0; i < n; i++) {
-        if (r->job_id[0] && strcmp(infos[i].job_id, r->job_id) != 0) continue;
-        Psc__CheckpointInfo *c = &ci[rep.n_checkpoints];
-        psc__checkpoint_info__init(c);
-        c->id = infos[i].id;
-        c->step = infos[i].step;
-        c->committed = infos[i].committed;
-        c->tensors = infos[i].ntensors;
-        c->bytes = infos[i].bytes;
-        c->created_unix = infos[i].created_unix;
-        c->job_id = infos[i].job_id;
-        c->problem = problems[i];
-        if (r->verify) {
-            c->good = ckpt_verify(svc->ckpt, infos[i].id, problems[i], sizeof problems[i]) == 0;
-            if (c->good) problems[i][0] = 0;
-        }
-        cp[rep.n_checkpoints++] = c;
-    }
-    rep.checkpoints = cp;
-    size_t sz = psc__list_checkpoints_reply__get_packed_size(&rep);
-    psc__list_checkpoints_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
-    psc_rpc_reply_send(call);
-    free(problems);
-    free(cp);
-    free(ci);
-out:
-    free(infos);
-    psc__list_checkpoints_request__free_unpacked(r, NULL);
-}
-
-static void h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
-{
-    ps_service_t *svc = arg;
-    Psc__ReleaseRequest *r = psc__release_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "ReleaseRequest", len);
-    char have[17] = "";
-    store_is_ready(svc->store, have);
-    if (r->job_id[0] && have[0] && strcmp(have, r->job_id) != 0) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds job %s, not %s", svc->task_index, have,
-                     r->job_id);
-        psc__release_request__free_unpacked(r, NULL);
-        return;
-    }
-    psc__release_request__free_unpacked(r, NULL);
-    fail_parked(svc, 0, PSC_RPC_ABORTED, "released the job");
-    store_reset(svc->store);
-    pthread_mutex_lock(&svc->lock);
-    memset(svc->done, 0, sizeof svc->done);
-    svc->workers_done = 0;
-    memset(svc->replica_steps, 0, sizeof svc->replica_steps);
-    svc->max_rank = 0;
-    pthread_mutex_unlock(&svc->lock);
-    svc->last_present = 0;
-    if (have[0]) PSC_INFO("released job %s: ready for another job", have);
-    Psc__ReleaseReply rep = PSC__RELEASE_REPLY__INIT;
-    rep.released = have;
-    uint8_t buf[32];
-    psc_rpc_reply(call, buf, psc__release_reply__pack(&rep, buf));
-}
-
 static void h_shutdown(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     Psc__ShutdownRequest *r = psc__shutdown_request__unpack(NULL, len, req);
-    if (!r) return fail_undecodable(svc, call, "ShutdownRequest", len);
+    if (!r) return svc_fail_undecodable(svc, call, "ShutdownRequest", len);
     PSC_INFO("shutdown requested by %s: %s", psc_rpc_call_peer(call), r->reason[0] ? r->reason : "(no reason)");
     psc__shutdown_request__free_unpacked(r, NULL);
     Psc__ShutdownReply rep = PSC__SHUTDOWN_REPLY__INIT;
@@ -1074,11 +786,11 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_WORKER_DONE, h_worker_done, svc);
     psc_rpc_server_add_method(server, PSC_M_STATUS, h_status, svc);
     psc_rpc_server_add_method(server, PSC_M_SHUTDOWN, h_shutdown, svc);
-    psc_rpc_server_add_method(server, PSC_M_SAVE, h_save, svc);
-    psc_rpc_server_add_method(server, PSC_M_COMMIT, h_commit, svc);
-    psc_rpc_server_add_method(server, PSC_M_RESTORE, h_restore, svc);
-    psc_rpc_server_add_method(server, PSC_M_LIST_CKPT, h_list_checkpoints, svc);
-    psc_rpc_server_add_method(server, PSC_M_RELEASE, h_release, svc);
+    psc_rpc_server_add_method(server, PSC_M_SAVE, svc_h_save, svc);
+    psc_rpc_server_add_method(server, PSC_M_COMMIT, svc_h_commit, svc);
+    psc_rpc_server_add_method(server, PSC_M_RESTORE, svc_h_restore, svc);
+    psc_rpc_server_add_method(server, PSC_M_LIST_CKPT, svc_h_list_checkpoints, svc);
+    psc_rpc_server_add_method(server, PSC_M_RELEASE, svc_h_release, svc);
     ps_metrics_observe_server(svc->metrics, server);
 }
 

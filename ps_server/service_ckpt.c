@@ -1,0 +1,267 @@
+/* service_ckpt.c — the chief's checkpoint calls on a ps_server (Save, Commit,
+ * Restore, ListCheckpoints, Pull from a checkpoint) and Release; ckpt.h holds
+ * the format, the chief drives the two phases (worker/trainer.c). */
+#include "service_internal.h"
+
+#include "log.h"
+#include "psc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- checkpoints (ckpt.h holds the format; the chief drives the two phases) ---- */
+
+static int no_checkpoints(ps_service_t *svc, psc_rpc_call_t *call)
+{
+    if (svc->ckpt) return 0;
+    psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d has no --checkpoint_dir", svc->task_index);
+    return 1;
+}
+
+/* The job id of the store's model, or a failure naming the mismatch. */
+static int check_job(ps_service_t *svc, psc_rpc_call_t *call, const char *job_id)
+{
+    char have[17] = "";
+    store_is_ready(svc->store, have); /* the job id whether ready or not */
+    if (!have[0]) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds no model yet", svc->task_index);
+        return 1;
+    }
+    if (strcmp(have, job_id) != 0) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds job %s, not %s", svc->task_index, have,
+                     job_id);
+        return 1;
+    }
+    return 0;
+}
+
+static int emit_to_writer(void *arg, const char *name, const void *data, size_t len)
+{
+    return ckpt_add(arg, name, data, len);
+}
+
+void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__SaveRequest *r = psc__save_request__unpack(NULL, len, req);
+    if (!r) return svc_fail_undecodable(svc, call, "SaveRequest", len);
+    if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
+    double t0 = psc_now();
+    /* phase 1: copy the shard into the writer behind the push fence (in sync
+     * mode only at step boundary r->step), then write it outside the fence */
+    int64_t held = -1;
+    ckpt_writer_t *w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
+    int rc = store_export(svc->store, emit_to_writer, w, store_get_sync(svc->store, NULL) ? r->step : -1, &held, err,
+                          sizeof err);
+    if (rc) {
+        ckpt_abort(w);
+        if (rc != PSC_ESTALE) PSC_WARN("checkpoint %llu: export failed: %s", (unsigned long long)r->id, err);
+        psc_rpc_fail(call, svc_status_of(rc), "checkpoint %llu: %s", (unsigned long long)r->id, err);
+        goto out;
+    }
+    if (held >= 0) ckpt_set_step(w, held); /* this shard holds global_step: its value is the step */
+    if (svc->debug_save_delay_ms > 0) { /* tests: a window in which to kill the PS mid-save */
+        PSC_INFO("checkpoint %llu: shard copied; writing it in %d ms (--debug_save_delay_ms)", (unsigned long long)r->id,
+                 svc->debug_save_delay_ms);
+        struct timespec ts = {svc->debug_save_delay_ms / 1000, (long)(svc->debug_save_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if ((rc = ckpt_prepare(w, err, sizeof err))) {
+        PSC_WARN("checkpoint %llu: %s", (unsigned long long)r->id, err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        goto out;
+    }
+    ckpt_info_t info;
+    if ((rc = ckpt_get_info(svc->ckpt, r->id, &info, err, sizeof err))) {
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        goto out;
+    }
+    PSC_INFO("checkpoint %llu prepared: step %lld, %u tensors, %.1f MiB in %.0f ms", (unsigned long long)r->id,
+             (long long)info.step, info.ntensors, (double)info.bytes / 1048576.0, (psc_now() - t0) * 1000);
+    Psc__SaveReply rep = PSC__SAVE_REPLY__INIT;
+    rep.step = info.step;
+    rep.tensors = info.ntensors;
+    rep.bytes = info.bytes;
+    uint8_t buf[48];
+    psc_rpc_reply(call, buf, psc__save_reply__pack(&rep, buf));
+out:
+    psc__save_request__free_unpacked(r, NULL);
+}
+
+void svc_h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__CommitRequest *r = psc__commit_request__unpack(NULL, len, req);
+    if (!r) return svc_fail_undecodable(svc, call, "CommitRequest", len);
+    if (no_checkpoints(svc, call)) goto out;
+    int rc = r->discard ? ckpt_discard(svc->ckpt, r->id, err, sizeof err)
+                        : ckpt_commit(svc->ckpt, r->id, r->keep ? (int)r->keep : 1, err, sizeof err);
+    if (rc) {
+        PSC_WARN("checkpoint %llu: %s failed: %s", (unsigned long long)r->id, r->discard ? "discard" : "commit", err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        goto out;
+    }
+    PSC_INFO("checkpoint %llu %s", (unsigned long long)r->id, r->discard ? "discarded" : "committed");
+    Psc__CommitReply rep = PSC__COMMIT_REPLY__INIT;
+    uint8_t buf[8];
+    psc_rpc_reply(call, buf, psc__commit_reply__pack(&rep, buf));
+out:
+    psc__commit_request__free_unpacked(r, NULL);
+}
+
+typedef struct restore_src {
+    ckpt_db_t *db;
+    uint64_t id;
+} restore_src_t;
+
+static int fetch_from_ckpt(void *arg, const char *name, void **data, size_t *len, char *err, size_t errlen)
+{
+    restore_src_t *src = arg;
+    return ckpt_read(src->db, src->id, name, data, len, err, errlen);
+}
+
+void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__RestoreRequest *r = psc__restore_request__unpack(NULL, len, req);
+    if (!r) return svc_fail_undecodable(svc, call, "RestoreRequest", len);
+    if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
+    ckpt_info_t info;
+    int rc = ckpt_get_info(svc->ckpt, r->id, &info, err, sizeof err);
+    if (rc == 0 && !info.committed)
+        rc = psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu was never committed",
+                        (unsigned long long)r->id);
+    if (rc == 0 && strcmp(info.job_id, r->job_id) != 0)
+        rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "checkpoint %llu belongs to job %s", (unsigned long long)r->id,
+                        info.job_id);
+    restore_src_t src = {svc->ckpt, r->id};
+    if (rc == 0) rc = store_import(svc->store, fetch_from_ckpt, &src, r->step, err, sizeof err);
+    if (rc) {
+        PSC_WARN("restore of checkpoint %llu refused: %s", (unsigned long long)r->id, err);
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        goto out;
+    }
+    /* replies parked on steps of the abandoned timeline would never come */
+    svc_fail_parked(svc, 0, PSC_RPC_ABORTED, "restored a checkpoint: pull again");
+    PSC_INFO("restored checkpoint %llu of job %s: step %lld, %u tensors", (unsigned long long)r->id, r->job_id,
+             (long long)info.step, info.ntensors);
+    Psc__RestoreReply rep = PSC__RESTORE_REPLY__INIT;
+    rep.step = info.step;
+    rep.tensors = info.ntensors;
+    uint8_t buf[32];
+    psc_rpc_reply(call, buf, psc__restore_reply__pack(&rep, buf));
+out:
+    psc__restore_request__free_unpacked(r, NULL);
+}
+
+void svc_h_list_checkpoints(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__ListCheckpointsRequest *r = psc__list_checkpoints_request__unpack(NULL, len, req);
+    if (!r) return svc_fail_undecodable(svc, call, "ListCheckpointsRequest", len);
+    Psc__ListCheckpointsReply rep = PSC__LIST_CHECKPOINTS_REPLY__INIT;
+    ckpt_info_t *infos = NULL;
+    int n = 0;
+    rep.enabled = svc->ckpt != NULL;
+    if (svc->ckpt && ckpt_list(svc->ckpt, &infos, &n, err, sizeof err) != 0) {
+        psc_rpc_fail(call, PSC_RPC_DATA_LOSS, "%s", err);
+        goto out;
+    }
+    Psc__CheckpointInfo *ci = psc_xcalloc((size_t)(n ? n : 1), sizeof *ci);
+    Psc__CheckpointInfo **cp = psc_xcalloc((size_t)(n ? n : 1), sizeof *cp);
+    char(*problems)[256] = psc_xcalloc((size_t)(n ? n : 1), sizeof *problems);
+    for (int i = 0; i < n; i++) {
+        if (r->job_id[0] && strcmp(infos[i].job_id, r->job_id) != 0) continue;
+        Psc__CheckpointInfo *c = &ci[rep.n_checkpoints];
+        psc__checkpoint_info__init(c);
+        c->id = infos[i].id;
+        c->step = infos[i].step;
+        c->committed = infos[i].committed;
+        c->tensors = infos[i].ntensors;
+        c->bytes = infos[i].bytes;
+        c->created_unix = infos[i].created_unix;
+        c->job_id = infos[i].job_id;
+        c->problem = problems[i];
+        if (r->verify) {
+            c->good = ckpt_verify(svc->ckpt, infos[i].id, problems[i], sizeof problems[i]) == 0;
+            if (c->good) problems[i][0] = 0;
+        }
+        cp[rep.n_checkpoints++] = c;
+    }
+    rep.checkpoints = cp;
+    size_t sz = psc__list_checkpoints_reply__get_packed_size(&rep);
+    psc__list_checkpoints_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
+    psc_rpc_reply_send(call);
+    free(problems);
+    free(cp);
+    free(ci);
+out:
+    free(infos);
+    psc__list_checkpoints_request__free_unpacked(r, NULL);
+}
+
+void svc_h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    Psc__ReleaseRequest *r = psc__release_request__unpack(NULL, len, req);
+    if (!r) return svc_fail_undecodable(svc, call, "ReleaseRequest", len);
+    char have[17] = "";
+    store_is_ready(svc->store, have);
+    if (r->job_id[0] && have[0] && strcmp(have, r->job_id) != 0) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds job %s, not %s", svc->task_index, have,
+                     r->job_id);
+        psc__release_request__free_unpacked(r, NULL);
+        return;
+    }
+    psc__release_request__free_unpacked(r, NULL);
+    svc_fail_parked(svc, 0, PSC_RPC_ABORTED, "released the job");
+    store_reset(svc->store);
+    pthread_mutex_lock(&svc->lock);
+    memset(svc->done, 0, sizeof svc->done);
+    svc->workers_done = 0;
+    memset(svc->replica_steps, 0, sizeof svc->replica_steps);
+    svc->max_rank = 0;
+    pthread_mutex_unlock(&svc->lock);
+    svc->last_present = 0;
+    if (have[0]) PSC_INFO("released job %s: ready for another job", have);
+    Psc__ReleaseReply rep = PSC__RELEASE_REPLY__INIT;
+    rep.released = have;
+    uint8_t buf[32];
+    psc_rpc_reply(call, buf, psc__release_reply__pack(&rep, buf));
+}
+
+/* A Pull from committed checkpoint r->checkpoint: the tensor's bytes
+ * [offset, offset+length), CRC-checked (ckpt_read), as a Chunk reply. */
+void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__PullRequest *r)
+{
+    char err[512];
+    if (no_checkpoints(svc, call)) return;
+    ckpt_info_t info;
+    int rc = ckpt_get_info(svc->ckpt, r->checkpoint, &info, err, sizeof err);
+    if (rc == 0 && !info.committed)
+        rc = psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu was never committed",
+                        (unsigned long long)r->checkpoint);
+    void *data = NULL;
+    size_t len = 0;
+    if (rc == 0) rc = ckpt_read(svc->ckpt, r->checkpoint, r->name, &data, &len, err, sizeof err);
+    if (rc == 0 && (r->offset > len || r->length > len - r->offset))
+        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "%s: pull of %llu bytes at %llu is outside its %zu bytes", r->name,
+                        (unsigned long long)r->length, (unsigned long long)r->offset, len);
+    if (rc) {
+        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        free(data);
+        return;
+    }
+    size_t bound = svc_reply_header_bound(r->name);
+    uint8_t *buf = psc_rpc_reply_alloc(call, bound + r->length);
+    memcpy(buf + bound, (const uint8_t *)data + r->offset, r->length);
+    free(data);
+    ps_metrics_add_pull_bytes(svc->metrics, r->length);
+    svc_send_chunk_reply_sync(call, buf, bound, r->name, r->offset, len, 0, r->length, info.step, 0);
+}
