@@ -20,6 +20,7 @@
 #include "psc.h"
 #include "psc.pb-c.h"
 #include "rpc.h"
+#include "security.h"
 #include "tf_config.h"
 #include "wire.h"
 
@@ -66,8 +67,10 @@ static void usage(FILE *f)
             "  --cluster FILE|JSON   the cluster (a cluster object or a TF_CONFIG document); default TF_CONFIG\n"
             "  --chief HOST:PORT     the chief's address (default: from the cluster)\n"
             "  --timeout_secs S      deadline of each call to the cluster (default 30; checkpoint 300)\n"
+            "  --tls_ca FILE, --tls_cert FILE, --tls_key FILE, --tls_server_name NAME, --auth_token_file FILE\n"
+            "                        TLS and the shared token, as for the daemons (see the README, Security)\n"
             "  --help, --version\n"
-            "Exit codes: 0 done, 1 job failed or refused, 64 usage, 69 unreachable, 78 bad cluster, 130 cancelled.\n");
+            "Exit codes: 0 done, 1 job failed or refused, 64 usage, 69 unreachable, 78 bad cluster or TLS/token files,\n130 cancelled.\n");
 }
 
 /* One call to addr; fills *op (caller clears). Returns 0 or an exit code after printing why. */
@@ -401,10 +404,12 @@ int main(int argc, char **argv)
         {"out", required_argument, NULL, OPT_OUT},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
+        PSC_SECURITY_OPTIONS,
         {NULL, 0, NULL, 0},
     };
     cli_t c = {.timeout_ms = 30000};
     const char *cluster_flag = NULL;
+    psc_security_flags_t secf = {0};
     int ch;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
@@ -429,6 +434,7 @@ int main(int argc, char **argv)
         case OPT_HELP: usage(stdout); return 0;
         case OPT_VERSION: printf("psctl (psc) %s\n", PSC_VERSION); return 0;
         default:
+            if (psc_security_flag(ch, optarg, &secf)) break;
             fprintf(stderr, "psctl: unknown or incomplete option \"%s\" (see --help)\n", argv[optind - 1]);
             return PSC_EXIT_USAGE;
         }
@@ -466,6 +472,10 @@ int main(int argc, char **argv)
     if (!c.chief && strcmp(cmd, "status") != 0 && strcmp(cmd, "export") != 0) {
         fprintf(stderr, "psctl: %s needs --chief HOST:PORT or the cluster (--cluster, TF_CONFIG)\n", cmd);
         return PSC_EXIT_USAGE;
+    }
+    if (psc_security_apply(&secf, PSC_SEC_CLIENT, err, sizeof err)) {
+        fprintf(stderr, "psctl: %s\n", err);
+        return PSC_EXIT_CONFIG;
     }
     psc_tune_malloc();
     struct sigaction sa;

@@ -715,23 +715,9 @@ int psc_job_spec_parse(const char *json, psc_job_spec_t *out, char *err, size_t 
 int psc_job_spec_load(const char *path, psc_job_spec_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return psc_seterr(err, errlen, PSC_ECONFIG, "job spec %s: cannot read: %s", path, strerror(errno));
-    size_t cap = 8192, len = 0;
-    char *buf = psc_xmalloc(cap);
-    for (;;) {
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-        if (len == cap) buf = psc_xrealloc(buf, cap *= 2);
-    }
-    if (ferror(f)) {
-        int e = errno ? errno : EIO;
-        fclose(f);
-        free(buf);
-        return psc_seterr(err, errlen, PSC_ECONFIG, "job spec %s: cannot read: %s", path, strerror(e));
-    }
-    fclose(f);
+    size_t len;
+    char *buf = psc_read_file(path, (size_t)16 << 20, &len);
+    if (!buf) return psc_seterr(err, errlen, PSC_ECONFIG, "job spec %s: cannot read: %s", path, strerror(errno));
 
     size_t plen = strlen(path) + 16;
     char *pfx = psc_xmalloc(plen);

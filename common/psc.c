@@ -1,6 +1,7 @@
 /* psc.c — error table, assertion failure, allocation wrappers, clock. */
 #include "psc.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -150,4 +151,30 @@ char *psc_sbuf_take(psc_sbuf_t *b, size_t *len)
     b->p = NULL;
     b->len = b->cap = 0;
     return p;
+}
+
+char *psc_read_file(const char *path, size_t max, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    psc_sbuf_t b = {0};
+    char chunk[8192];
+    size_t got;
+    int e = 0;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (b.len + got > max) {
+            e = EFBIG;
+            break;
+        }
+        psc_sbuf_put(&b, chunk, got);
+    }
+    if (!e && ferror(f)) e = errno ? errno : EIO;
+    fclose(f);
+    if (e) {
+        free(psc_sbuf_take(&b, NULL));
+        errno = e;
+        return NULL;
+    }
+    psc_sbuf_put(&b, "", 0);
+    return psc_sbuf_take(&b, len);
 }

@@ -76,6 +76,11 @@ void psc_sbuf_printf(psc_sbuf_t *b, const char *fmt, ...) __attribute__((format(
 /* The string (never NULL, "" when empty) and its length; b is empty after. */
 char *psc_sbuf_take(psc_sbuf_t *b, size_t *len);
 
+/* Reads a whole file into a NUL-terminated heap buffer (its length in *len when
+ * len is non-NULL). NULL with errno set when it cannot be read, EFBIG when it
+ * holds more than max bytes. */
+char *psc_read_file(const char *path, size_t max, size_t *len);
+
 /* snprintf into a caller's error buffer (err may be NULL). Returns `code`. */
 int psc_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

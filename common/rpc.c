@@ -51,6 +51,8 @@
 #define PSC_RPC_POSTED 4      /* requests pre-posted per method per cq */
 #define PSC_RPC_MAX_METHODS 32
 #define PSC_RPC_MAX_SERVICES 8
+#define PSC_RPC_HANDSHAKE_TIMEOUT_MS 10000
+#define PSC_RPC_MAX_STREAMS 64
 
 static const char *const code_names[] = {
     "OK",        "CANCELLED",           "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
@@ -86,6 +88,15 @@ static grpc_channel_args *make_args(grpc_arg *storage, int is_server)
         storage[n].type = GRPC_ARG_INTEGER;
         storage[n].key = (char *)GRPC_ARG_HTTP2_MAX_PING_STRIKES;
         storage[n++].value.integer = 0;
+        /* A client that connects and then sends nothing, or its TLS handshake
+         * and HTTP/2 preface a byte at a time, is dropped after 10 s. */
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
+        storage[n++].value.integer = PSC_RPC_HANDSHAKE_TIMEOUT_MS;
+        /* Bounds what one connection can hold open (a worker keeps ≤ 16). */
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
+        storage[n++].value.integer = PSC_RPC_MAX_STREAMS;
     } else {
         storage[n].type = GRPC_ARG_INTEGER;
         storage[n].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
@@ -110,6 +121,94 @@ static grpc_channel_args *make_args(grpc_arg *storage, int is_server)
     args.num_args = (size_t)n;
     args.args = storage;
     return &args;
+}
+
+/* ---- security (psc_rpc_set_security) ---- */
+
+static struct {
+    pthread_mutex_t lock;
+    char *cert, *key, *ca, *server_name, *token;
+    int require_client_cert;
+} sec = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static char *dup_or_null(const char *s) { return s && *s ? psc_xstrdup(s) : NULL; }
+
+void psc_rpc_set_security(const psc_rpc_security_t *in)
+{
+    static const psc_rpc_security_t off;
+    if (!in) in = &off;
+    pthread_mutex_lock(&sec.lock);
+    free(sec.cert);
+    free(sec.key);
+    free(sec.ca);
+    free(sec.server_name);
+    if (sec.token) explicit_bzero(sec.token, strlen(sec.token));
+    free(sec.token);
+    sec.cert = dup_or_null(in->cert_pem);
+    sec.key = dup_or_null(in->key_pem);
+    sec.ca = dup_or_null(in->ca_pem);
+    sec.server_name = dup_or_null(in->server_name);
+    sec.require_client_cert = in->require_client_cert;
+    /* what goes on the wire: the whole header value */
+    sec.token = NULL;
+    if (in->token && *in->token) {
+        size_t n = strlen(in->token) + 8;
+        sec.token = psc_xmalloc(n);
+        snprintf(sec.token, n, "Bearer %s", in->token);
+    }
+    pthread_mutex_unlock(&sec.lock);
+}
+
+/* Credentials of a new server or channel under the current setting. */
+static grpc_server_credentials *server_creds(void)
+{
+    grpc_server_credentials *c;
+    pthread_mutex_lock(&sec.lock);
+    if (sec.cert && sec.key) {
+        grpc_ssl_pem_key_cert_pair pair = {sec.key, sec.cert};
+        c = grpc_ssl_server_credentials_create_ex(sec.ca, &pair, 1,
+                                                  sec.require_client_cert
+                                                      ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                                      : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+                                                  NULL);
+    } else {
+        c = grpc_insecure_server_credentials_create();
+    }
+    pthread_mutex_unlock(&sec.lock);
+    return c;
+}
+
+static grpc_channel_credentials *channel_creds(char **server_name, char **token)
+{
+    grpc_channel_credentials *c;
+    pthread_mutex_lock(&sec.lock);
+    if (sec.ca || sec.cert) {
+        grpc_ssl_pem_key_cert_pair pair = {sec.key, sec.cert};
+        c = grpc_ssl_credentials_create(sec.ca, sec.cert && sec.key ? &pair : NULL, NULL, NULL);
+        *server_name = dup_or_null(sec.server_name);
+    } else {
+        c = grpc_insecure_credentials_create();
+        *server_name = NULL;
+    }
+    *token = dup_or_null(sec.token);
+    pthread_mutex_unlock(&sec.lock);
+    return c;
+}
+
+/* Compares a call's "authorization" metadata with the expected value in time
+ * that does not depend on where they differ. */
+static int token_ok(const grpc_metadata_array *md, const char *want)
+{
+    size_t wn = strlen(want);
+    for (size_t i = 0; i < md->count; i++) {
+        if (grpc_slice_str_cmp(md->metadata[i].key, "authorization") != 0) continue;
+        const uint8_t *v = GRPC_SLICE_START_PTR(md->metadata[i].value);
+        size_t vn = GRPC_SLICE_LENGTH(md->metadata[i].value);
+        unsigned diff = vn != wn;
+        for (size_t k = 0; k < wn; k++) diff |= (unsigned)(want[k] ^ (k < vn ? v[k] : 0));
+        return diff == 0;
+    }
+    return 0;
 }
 
 static gpr_timespec deadline_in(int ms)
@@ -207,6 +306,7 @@ struct psc_rpc_server {
     atomic_long live_calls;
     atomic_long active_calls; /* calls received and not yet answered (the drain waits for them) */
     int started, stopped;
+    char *token; /* "Bearer ..." every call but Health/Check must carry; NULL: none */
     pthread_mutex_t lock;
 };
 
@@ -437,6 +537,10 @@ static void on_new_call(psc_rpc_call_t *c)
         finish(c, GRPC_STATUS_UNAVAILABLE, "server is shutting down");
         return;
     }
+    if (s->token && (c->method < 0 || s->methods[c->method].fn != health_check) && !token_ok(&c->md, s->token)) {
+        finish(c, GRPC_STATUS_UNAUTHENTICATED, "missing or wrong auth token (see --auth_token_file)");
+        return;
+    }
     if (c->method < 0) {
         char *path = grpc_slice_to_c_string(c->details.method);
         finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
@@ -489,12 +593,15 @@ static void *server_thread(void *arg)
 int psc_rpc_server_start(psc_rpc_server_t *s, char *err, size_t errlen)
 {
     PSC_ASSERT(!s->started);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    grpc_server_credentials *creds = server_creds();
     int port = grpc_server_add_http2_port(s->server, s->addr, creds);
     grpc_server_credentials_release(creds);
     if (port <= 0)
         return psc_seterr(err, errlen, PSC_EIO, "cannot bind %s: address in use or not local (another daemon? use --port)",
                           s->addr);
+    pthread_mutex_lock(&sec.lock);
+    s->token = dup_or_null(sec.token);
+    pthread_mutex_unlock(&sec.lock);
     grpc_server_start(s->server);
     s->started = 1;
     for (int i = 0; i < s->nthreads; i++) {
@@ -573,6 +680,8 @@ void psc_rpc_server_destroy(psc_rpc_server_t *s)
     grpc_completion_queue_destroy(s->shut_cq);
     free(s->cqs);
     free(s->threads);
+    if (s->token) explicit_bzero(s->token, strlen(s->token));
+    free(s->token);
     pthread_mutex_destroy(&s->lock);
     free(s);
     grpc_shutdown();
@@ -583,6 +692,7 @@ void psc_rpc_server_destroy(psc_rpc_server_t *s)
 struct psc_rpc_channel {
     grpc_channel *ch;
     char target[256];
+    char *token; /* "Bearer ..." sent with every call; NULL: none */
 };
 
 psc_rpc_channel_t *psc_rpc_channel_create(const char *target)
@@ -591,10 +701,18 @@ psc_rpc_channel_t *psc_rpc_channel_create(const char *target)
     grpc_init();
     psc_rpc_channel_t *c = psc_xcalloc(1, sizeof *c);
     snprintf(c->target, sizeof c->target, "%s", target);
-    grpc_arg storage[8];
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    c->ch = grpc_channel_create(target, creds, make_args(storage, 0));
+    grpc_arg storage[10];
+    char *server_name;
+    grpc_channel_credentials *creds = channel_creds(&server_name, &c->token);
+    grpc_channel_args *args = make_args(storage, 0);
+    if (server_name) {
+        storage[args->num_args].type = GRPC_ARG_STRING;
+        storage[args->num_args].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        storage[args->num_args++].value.string = server_name;
+    }
+    c->ch = grpc_channel_create(target, creds, args);
     grpc_channel_credentials_release(creds);
+    free(server_name);
     return c;
 }
 
@@ -602,6 +720,8 @@ void psc_rpc_channel_destroy(psc_rpc_channel_t *c)
 {
     if (!c) return;
     grpc_channel_destroy(c->ch);
+    if (c->token) explicit_bzero(c->token, strlen(c->token));
+    free(c->token);
     free(c);
     grpc_shutdown();
 }
@@ -617,6 +737,7 @@ typedef struct client_call {
     grpc_status_code status;
     grpc_slice details;
     const char *error_string;
+    grpc_metadata auth; /* the token, when the channel has one */
 } client_call_t;
 
 static void body_released(void *user_data) { atomic_fetch_sub((atomic_long *)user_data, 1); }
@@ -650,6 +771,12 @@ static int start_call(client_call_t *cc, psc_rpc_op_t *op, grpc_completion_queue
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = op->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+    if (op->ch->token) {
+        cc->auth.key = grpc_slice_from_static_string("authorization");
+        cc->auth.value = grpc_slice_from_static_string(op->ch->token);
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = &cc->auth;
+    }
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = cc->send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

@@ -48,6 +48,31 @@ enum psc_rpc_code {
 /* "OK", "INVALID_ARGUMENT", ... */
 const char *psc_rpc_code_name(int code);
 
+/* ---- security: TLS and a shared token ----
+ * Set once, before the first server or channel is created; every server and
+ * channel created afterwards uses the setting in force at its creation.
+ *  - A server listens with TLS when cert_pem and key_pem are set; with
+ *    require_client_cert it asks every client for a certificate and verifies it
+ *    against ca_pem (mutual TLS).
+ *  - A channel connects with TLS when ca_pem or cert_pem is set: it verifies the
+ *    server's certificate against ca_pem (the system's roots when NULL) and the
+ *    name in it against the target's host (or server_name), and presents
+ *    cert_pem/key_pem as its client certificate when they are set.
+ *  - token: a channel sends "authorization: Bearer TOKEN" with every call; a
+ *    server answers a call without it, or with another one, UNAUTHENTICATED
+ *    before any handler runs. grpc.health.v1.Health/Check is exempt (it tells
+ *    only SERVING or not, and Kubernetes probes cannot send metadata).
+ * The strings are copied; NULL or an all-zero struct turns everything off. */
+typedef struct psc_rpc_security {
+    const char *cert_pem;
+    const char *key_pem;
+    const char *ca_pem;
+    int require_client_cert;
+    const char *server_name;
+    const char *token;
+} psc_rpc_security_t;
+void psc_rpc_set_security(const psc_rpc_security_t *sec);
+
 /* ---- server ---- */
 typedef struct psc_rpc_server psc_rpc_server_t;
 typedef struct psc_rpc_call psc_rpc_call_t;

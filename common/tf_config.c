@@ -489,41 +489,13 @@ static int is_blank(const char *s)
     return *s == '\0';
 }
 
-/* Reads a whole file into a NUL-terminated heap string, or NULL with errno set. */
-static char *read_text_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, len = 0;
-    char *buf = psc_xmalloc(cap);
-    for (;;) {
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
-        if (cap - len - 1 == 0) {
-            cap *= 2;
-            buf = psc_xrealloc(buf, cap);
-        }
-    }
-    if (ferror(f)) {
-        int e = errno ? errno : EIO;
-        fclose(f);
-        free(buf);
-        errno = e;
-        return NULL;
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
-
 static int cluster_from_flag(const char *flag, psc_cluster_t *out, char *err, size_t errlen)
 {
     const char *p = flag;
     while (*p && isspace((unsigned char)*p)) p++;
     if (*p == '{') return parse_cluster_text(flag, "--cluster: ", out, err, errlen);
     memset(out, 0, sizeof *out);
-    char *text = read_text_file(flag);
+    char *text = psc_read_file(flag, (size_t)16 << 20, NULL);
     if (!text) return psc_seterr(err, errlen, PSC_ECONFIG, "--cluster %s: cannot read: %s", flag, strerror(errno));
     /* Name the file in parse errors as well: "--cluster: FILE: ..." */
     size_t plen = strlen(flag) + 16;

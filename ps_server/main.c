@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "psc.h"
 #include "rpc.h"
+#include "security.h"
 #include "service.h"
 #include "store.h"
 #include "tf_config.h"
@@ -41,11 +42,12 @@ static void usage(FILE *f)
             "  --debug_save_delay_ms MS  testing: sleep MS inside every checkpoint save, before writing it\n"
             "  --metrics_port P     serve Prometheus metrics at http://HOST:P/metrics, HOST being the host the\n"
             "                       RPC server binds (default 0: off)\n"
+            PSC_SECURITY_USAGE
             "  --log_level LEVEL    debug | info | warn | error (default info)\n"
             "  --help               this text\n"
             "  --version            print the version\n"
             "Exit codes: 0 stopped cleanly, 64 usage, 69 cannot bind (--port or --metrics_port),\n"
-            "74 cannot open --checkpoint_dir, 78 bad configuration.\n");
+            "74 cannot open --checkpoint_dir, 78 bad configuration (TLS files and the token included).\n");
 }
 
 static void on_shutdown_rpc(void *arg)
@@ -70,9 +72,11 @@ int main(int argc, char **argv)
         {"log_level", required_argument, NULL, PSC_OPT_LOG_LEVEL},
         {"help", no_argument, NULL, PSC_OPT_HELP},
         {"version", no_argument, NULL, PSC_OPT_VERSION},
+        PSC_SECURITY_OPTIONS,
         {NULL, 0, NULL, 0},
     };
     psc_task_flags_t flags = {NULL, NULL, -1, -1};
+    psc_security_flags_t secf = {0};
     long threads = sysconf(_SC_NPROCESSORS_ONLN), grace_ms = 2000, save_delay_ms = 0, metrics_port = 0, v;
     if (threads < 1) threads = 1;
     if (threads > 8) threads = 8;
@@ -135,6 +139,7 @@ int main(int argc, char **argv)
         case PSC_OPT_HELP: usage(stdout); return 0;
         case PSC_OPT_VERSION: printf("ps_server (psc) %s\n", PSC_VERSION); return 0;
         default:
+            if (psc_security_flag(c, optarg, &secf)) break;
             fprintf(stderr, "ps_server: unknown or incomplete option \"%s\" (see --help)\n", argv[optind - 1]);
             return PSC_EXIT_USAGE;
         }
@@ -176,6 +181,11 @@ int main(int argc, char **argv)
         return PSC_EXIT_CONFIG;
     }
 
+    if (psc_security_apply(&secf, PSC_SEC_SERVER, err, sizeof err)) {
+        fprintf(stderr, "ps_server: %s\n", err);
+        psc_tf_config_deinit(&cfg);
+        return PSC_EXIT_CONFIG;
+    }
     ckpt_db_t *ckpt = NULL;
     if (ckpt_dir && ckpt_open(ckpt_dir, &ckpt, err, sizeof err)) {
         fprintf(stderr, "ps_server: --checkpoint_dir: %s\n", err);

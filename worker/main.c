@@ -16,6 +16,7 @@
 #include "psc.h"
 #include "runner.h"
 #include "rpc.h"
+#include "security.h"
 #include "tf_config.h"
 #include "towers.h"
 #include "worker_metrics.h"
@@ -70,6 +71,7 @@ static void usage(FILE *f)
             "  --logdir DIR             chief and evaluator: write TensorBoard event files here (evaluator: DIR/eval)\n"
             "  --metrics_port P         serve Prometheus metrics at http://HOST:P/metrics (HOST: the host this task\n"
             "                           binds; default 0: off)\n"
+            PSC_SECURITY_USAGE
             "  --log_level LEVEL        debug | info | warn | error (default info)\n"
             "  --help, --version\n"
             "Exit codes: 0 done, 1 training failed, 64 usage, 69 cannot bind, 78 bad configuration,\n"
@@ -128,9 +130,11 @@ int main(int argc, char **argv)
         {"log_level", required_argument, NULL, PSC_OPT_LOG_LEVEL},
         {"help", no_argument, NULL, PSC_OPT_HELP},
         {"version", no_argument, NULL, PSC_OPT_VERSION},
+        PSC_SECURITY_OPTIONS,
         {NULL, 0, NULL, 0},
     };
     psc_task_flags_t flags = {NULL, NULL, -1, -1};
+    psc_security_flags_t secf = {0};
     static run_ctx_t run;
     trainer_opts_t *to = &run.opts;
     to->shutdown_ps = 1;
@@ -227,6 +231,7 @@ int main(int argc, char **argv)
         case PSC_OPT_HELP: usage(stdout); return 0;
         case PSC_OPT_VERSION: printf("worker (psc) %s\n", PSC_VERSION); return 0;
         default:
+            if (psc_security_flag(c, optarg, &secf)) break;
             fprintf(stderr, "worker: unknown or incomplete option \"%s\" (see --help)\n", argv[optind - 1]);
             return PSC_EXIT_USAGE;
         }
@@ -264,6 +269,10 @@ int main(int argc, char **argv)
         return PSC_EXIT_CONFIG;
     }
 
+    if (psc_security_apply(&secf, PSC_SEC_BOTH, err, sizeof err)) {
+        fprintf(stderr, "worker: %s\n", err);
+        return PSC_EXIT_CONFIG;
+    }
     psc_signals_block();
     psc_metrics_t *metrics = metrics_port ? psc_metrics_create() : NULL;
     if (metrics && psc_metrics_serve_for(metrics, bind, (int)metrics_port, err, sizeof err)) {

@@ -1,20 +1,39 @@
 /* psc_health — waits until the gRPC health service at ADDR reports SERVING.
- * usage: psc_health ADDR [WAIT_MS]   exit 0 when serving, 1 if not within WAIT_MS
- * (default 10000). Used by the scripts to wait for daemons to come up. */
+ * usage: psc_health [--tls_ca F --tls_cert F --tls_key F --tls_server_name N
+ *                    --auth_token_file F] ADDR [WAIT_MS]
+ * exit 0 when serving, 1 if not within WAIT_MS (default 10000), 64 usage,
+ * 78 bad TLS/token files. Used by the scripts to wait for daemons to come up. */
 #include "rpc.h"
+#include "security.h"
 
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: psc_health ADDR [WAIT_MS]\n");
+    static const struct option opts[] = {PSC_SECURITY_OPTIONS, {NULL, 0, NULL, 0}};
+    psc_security_flags_t secf = {0};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+        if (!psc_security_flag(c, optarg, &secf)) {
+            fprintf(stderr, "psc_health: unknown option \"%s\"\n", argv[optind - 1]);
+            return 64;
+        }
+    if (optind >= argc) {
+        fprintf(stderr, "usage: psc_health [TLS/token flags] ADDR [WAIT_MS]\n");
         return 64;
     }
-    int wait_ms = argc > 2 ? atoi(argv[2]) : 10000;
-    psc_rpc_channel_t *ch = psc_rpc_channel_create(argv[1]);
+    char err[512];
+    if (psc_security_apply(&secf, PSC_SEC_CLIENT, err, sizeof err)) {
+        fprintf(stderr, "psc_health: %s\n", err);
+        return 78;
+    }
+    const char *addr = argv[optind];
+    int wait_ms = optind + 1 < argc ? atoi(argv[optind + 1]) : 10000;
+    psc_rpc_channel_t *ch = psc_rpc_channel_create(addr);
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int ok = 0;
@@ -29,6 +48,6 @@ int main(int argc, char **argv)
         nanosleep(&d, NULL);
     }
     psc_rpc_channel_destroy(ch);
-    if (!ok) fprintf(stderr, "psc_health: %s not serving within %d ms\n", argv[1], wait_ms);
+    if (!ok) fprintf(stderr, "psc_health: %s not serving within %d ms\n", addr, wait_ms);
     return ok ? 0 : 1;
 }
