@@ -66,6 +66,10 @@ const char *psc_rpc_code_name(int code)
     return "UNKNOWN_CODE";
 }
 
+static atomic_long send_limit = PSC_MAX_MESSAGE_BYTES;
+
+void psc_rpc_set_send_limit(long bytes) { atomic_store(&send_limit, bytes); }
+
 /* Channel arguments shared by servers and channels: bounded receive size,
  * keepalive that the other side permits (GRPC_CORE.md pitfall 10). */
 static grpc_channel_args *make_args(grpc_arg *storage, int is_server)
@@ -77,7 +81,7 @@ static grpc_channel_args *make_args(grpc_arg *storage, int is_server)
     storage[n++].value.integer = (int)PSC_MAX_MESSAGE_BYTES;
     storage[n].type = GRPC_ARG_INTEGER;
     storage[n].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    storage[n++].value.integer = (int)PSC_MAX_MESSAGE_BYTES;
+    storage[n++].value.integer = is_server ? (int)PSC_MAX_MESSAGE_BYTES : (int)atomic_load(&send_limit);
     if (is_server) {
         storage[n].type = GRPC_ARG_INTEGER;
         storage[n].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;

@@ -73,6 +73,11 @@ typedef struct psc_rpc_security {
 } psc_rpc_security_t;
 void psc_rpc_set_security(const psc_rpc_security_t *sec);
 
+/* The largest message a channel created afterwards will send (default and
+ * most: PSC_MAX_MESSAGE_BYTES, what every server accepts; -1: no limit). Only
+ * for tools that play a client breaking the servers' limit. */
+void psc_rpc_set_send_limit(long bytes);
+
 /* ---- server ---- */
 typedef struct psc_rpc_server psc_rpc_server_t;
 typedef struct psc_rpc_call psc_rpc_call_t;

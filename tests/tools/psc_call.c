@@ -1,7 +1,9 @@
 /* psc_call — one raw unary call, as any gRPC client could make it: sends the
  * bytes of REQUEST_FILE (none when absent) to METHOD at ADDR and prints the
  * status as "CODE: message" (OK: "OK <n> bytes").
- * usage: psc_call [TLS/token flags] ADDR METHOD [REQUEST_FILE]
+ * usage: psc_call [TLS/token flags] [--no_send_limit] ADDR METHOD [REQUEST_FILE]
+ * --no_send_limit lifts the client's own 8 MiB message limit, so the server's
+ * limit can be tried.
  * METHOD is a full path (/psc.ParameterServer/Shutdown). Exit 0 when the call
  * ended OK, 1 otherwise, 64 usage, 78 bad TLS/token files. The security tests
  * use it to knock on servers without (or with the wrong) credentials. */
@@ -17,12 +19,15 @@
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {PSC_SECURITY_OPTIONS, {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {PSC_SECURITY_OPTIONS, {"no_send_limit", no_argument, NULL, 'n'},
+                                         {NULL, 0, NULL, 0}};
     psc_security_flags_t secf = {0};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
-        if (!psc_security_flag(c, optarg, &secf)) {
+        if (c == 'n')
+            psc_rpc_set_send_limit(-1);
+        else if (!psc_security_flag(c, optarg, &secf)) {
             fprintf(stderr, "psc_call: unknown option \"%s\"\n", argv[optind - 1]);
             return 64;
         }
