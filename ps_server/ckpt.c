@@ -327,8 +327,40 @@ static const ckpt_entry_t *manifest_find(const manifest_t *m, const char *name)
     return NULL;
 }
 
-/* Checks tensor e of checkpoint id: present, header, length and CRC agree with
- * the manifest and the bytes. With copy, *copy receives a malloc'd copy. */
+/* Checks the stored value of tensor e of checkpoint id: header, length and CRC
+ * agree with the manifest and the bytes. With copy, *copy receives a malloc'd
+ * copy of the tensor. */
+static int tensor_value_check(uint64_t id, const ckpt_entry_t *e, const unsigned char *val, size_t n, void **copy,
+                              char *err, size_t errlen)
+{
+    if (n < TENSOR_HEADER)
+        return psc_seterr(err, errlen, PSC_ECORRUPT,
+                          "checkpoint %" PRIu64 ": tensor \"%s\": value truncated (%zu bytes)", id, e->name, n);
+    uint64_t hlen = get_u64(val + 8);
+    uint32_t hcrc = get_u32(val + 4);
+    if (val[0] != CKPT_FORMAT_VERSION)
+        return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": tensor \"%s\": bad header version %u",
+                          id, e->name, val[0]);
+    if (hlen != e->len || n - TENSOR_HEADER != e->len)
+        return psc_seterr(err, errlen, PSC_ECORRUPT,
+                          "checkpoint %" PRIu64 ": tensor \"%s\": length mismatch (manifest %" PRIu64
+                          " bytes, header %" PRIu64 ", stored %zu)",
+                          id, e->name, e->len, hlen, n - TENSOR_HEADER);
+    uint32_t want = psc_crc32c_unmask(e->mcrc);
+    uint32_t got = psc_crc32c(0, val + TENSOR_HEADER, n - TENSOR_HEADER);
+    if (got != want || hcrc != e->mcrc)
+        return psc_seterr(err, errlen, PSC_ECORRUPT,
+                          "checkpoint %" PRIu64 ": tensor \"%s\": CRC32C mismatch (manifest 0x%08x, header 0x%08x, "
+                          "data 0x%08x)",
+                          id, e->name, want, psc_crc32c_unmask(hcrc), got);
+    if (copy) {
+        *copy = psc_xmalloc(e->len ? e->len : 1);
+        if (e->len) memcpy(*copy, val + TENSOR_HEADER, e->len);
+    }
+    return 0;
+}
+
+/* Checks tensor e of checkpoint id in the view: present, and its value right. */
 static int tensor_check(view_t *v, uint64_t id, const ckpt_entry_t *e, void **copy, char *err, size_t errlen)
 {
     char key[KEY_MAX];
@@ -341,40 +373,24 @@ static int tensor_check(view_t *v, uint64_t id, const ckpt_entry_t *e, void **co
                           "checkpoint %" PRIu64 ": tensor \"%s\" is listed in the manifest but missing", id, e->name);
     size_t n;
     const unsigned char *val = (const unsigned char *)rocksdb_pinnableslice_value(ps, &n);
-    if (n < TENSOR_HEADER) {
-        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": tensor \"%s\": value truncated (%zu bytes)",
-                        id, e->name, n);
-        goto out;
-    }
-    uint64_t hlen = get_u64(val + 8);
-    uint32_t hcrc = get_u32(val + 4);
-    if (val[0] != CKPT_FORMAT_VERSION) {
-        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": tensor \"%s\": bad header version %u", id,
-                        e->name, val[0]);
-        goto out;
-    }
-    if (hlen != e->len || n - TENSOR_HEADER != e->len) {
-        rc = psc_seterr(err, errlen, PSC_ECORRUPT,
-                        "checkpoint %" PRIu64 ": tensor \"%s\": length mismatch (manifest %" PRIu64
-                        " bytes, header %" PRIu64 ", stored %zu)",
-                        id, e->name, e->len, hlen, n - TENSOR_HEADER);
-        goto out;
-    }
-    uint32_t want = psc_crc32c_unmask(e->mcrc);
-    uint32_t got = psc_crc32c(0, val + TENSOR_HEADER, n - TENSOR_HEADER);
-    if (got != want || hcrc != e->mcrc) {
-        rc = psc_seterr(err, errlen, PSC_ECORRUPT,
-                        "checkpoint %" PRIu64 ": tensor \"%s\": CRC32C mismatch (manifest 0x%08x, header 0x%08x, "
-                        "data 0x%08x)",
-                        id, e->name, want, psc_crc32c_unmask(hcrc), got);
-        goto out;
-    }
-    if (copy) {
-        *copy = psc_xmalloc(e->len);
-        if (e->len) memcpy(*copy, val + TENSOR_HEADER, e->len);
-    }
-out:
+    rc = tensor_value_check(id, e, val, n, copy, err, errlen);
     rocksdb_pinnableslice_destroy(ps);
+    return rc;
+}
+
+int ckpt_check_records(uint64_t id, const void *manifest, size_t mlen, const void *tensor, size_t tlen,
+                       ckpt_info_t *info, char *err, size_t errlen)
+{
+    manifest_t m;
+    int rc = manifest_decode(manifest, mlen, id, &m, err, errlen);
+    if (rc) return rc;
+    if (info) *info = m.info;
+    if (m.info.ntensors > 0) {
+        void *copy = NULL;
+        rc = tensor_value_check(id, &m.e[0], tensor, tlen, &copy, err, errlen);
+        free(copy);
+    }
+    manifest_free(&m);
     return rc;
 }
 

@@ -178,6 +178,13 @@ void ckpt_free_names(char **names, int n);
  * PSC_ECORRUPT naming the first bad tensor, PSC_ENOTFOUND. */
 int ckpt_verify(ckpt_db_t *db, uint64_t id, char *err, size_t errlen);
 
+/* The decoding a restore does, without a database: `manifest` as stored under
+ * m/<id>, then `tensor` as stored for the manifest's first tensor. 0 with *info
+ * filled (when non-NULL), or PSC_ECORRUPT / PSC_EUNSUPPORTED naming what is
+ * wrong. For the fuzzer (tests/fuzz/fuzz_ckpt.c). */
+int ckpt_check_records(uint64_t id, const void *manifest, size_t mlen, const void *tensor, size_t tlen,
+                       ckpt_info_t *info, char *err, size_t errlen);
+
 /* The newest committed checkpoint of job_id that verifies. A newer one that fails
  * (or whose manifest is damaged) is skipped with one line through log (may be
  * NULL) naming the checkpoint and the bad tensor, and the next older is tried.
