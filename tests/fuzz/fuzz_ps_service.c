@@ -1,0 +1,281 @@
+/* fuzz_ps_service — libFuzzer target: the ps_server's request handlers
+ * (ps_server/service.c, service_ckpt.c) with their validation and the store
+ * behind them, driven by a sequence of requests as the network would deliver
+ * them. The RPC layer is replaced by the fake below (this file defines the
+ * rpc.h functions the handlers use, so common/rpc.c is not linked): a call
+ * records its status and frees its reply. Every input runs on a fresh store
+ * and service; at the end the service drains (parked sync replies are failed)
+ * and every call must have been completed exactly once.
+ *
+ * Input: repeated [method byte][length, 2 bytes little-endian][request bytes].
+ * The method byte picks a registered method (modulo their number).
+ *
+ * PSC_FUZZ_VERBOSE=1 prints each call's status code.
+ * PSC_FUZZ_WRITE_SEEDS=DIR: instead of fuzzing, writes the seed inputs (a
+ * model created, assigned, made ready, then pushed, pulled, stepped; a sync
+ * model; a bad request between good ones) to DIR and exits. */
+#include "psc.h"
+#include "psc.pb-c.h"
+#include "rpc.h"
+#include "service.h"
+#include "store.h"
+#include "wire.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the fake RPC layer ---- */
+#define MAX_METHODS 32
+
+struct psc_rpc_server {
+    const char *path[MAX_METHODS];
+    psc_rpc_handler_fn fn[MAX_METHODS];
+    void *arg[MAX_METHODS];
+    int n;
+};
+
+struct psc_rpc_call {
+    int completed;
+    int code;
+    uint8_t *reply;
+    size_t reply_len;
+};
+
+void psc_rpc_server_add_method(psc_rpc_server_t *s, const char *path, psc_rpc_handler_fn fn, void *arg)
+{
+    if (s->n == MAX_METHODS) abort();
+    s->path[s->n] = path;
+    s->fn[s->n] = fn;
+    s->arg[s->n++] = arg;
+}
+void psc_rpc_server_add_service(psc_rpc_server_t *s, const char *service) { (void)s, (void)service; }
+int psc_rpc_server_observe(psc_rpc_server_t *s, const char *path, psc_rpc_observer_fn fn, void *arg)
+{
+    (void)s, (void)path, (void)fn, (void)arg;
+    return 0;
+}
+const char *psc_rpc_code_name(int code) { return code ? "ERROR" : "OK"; }
+
+static void complete(psc_rpc_call_t *c, int code)
+{
+    if (c->completed) abort(); /* a handler answered twice */
+    c->completed = 1;
+    c->code = code;
+}
+void *psc_rpc_reply_alloc(psc_rpc_call_t *c, size_t len)
+{
+    if (c->reply) abort();
+    c->reply = malloc(len ? len : 1);
+    c->reply_len = len;
+    return c->reply;
+}
+void psc_rpc_reply_send(psc_rpc_call_t *c) { complete(c, 0); }
+void psc_rpc_reply_send_range(psc_rpc_call_t *c, size_t offset, size_t len)
+{
+    if (offset + len > c->reply_len) abort(); /* outside the buffer the handler asked for */
+    complete(c, 0);
+}
+void psc_rpc_reply(psc_rpc_call_t *c, const void *msg, size_t len)
+{
+    memcpy(psc_rpc_reply_alloc(c, len), msg, len);
+    complete(c, 0);
+}
+void psc_rpc_fail(psc_rpc_call_t *c, int code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (code == 0) abort(); /* a failure must carry a status */
+    complete(c, code);
+}
+const char *psc_rpc_call_peer(psc_rpc_call_t *c)
+{
+    (void)c;
+    return "ipv4:127.0.0.1:1";
+}
+
+/* ---- the harness ---- */
+#define MAX_CALLS 256
+
+static void noop(void *arg) { (void)arg; }
+
+static void run(const uint8_t *data, size_t size)
+{
+    store_t *store = store_create();
+    ps_service_t *svc = ps_service_create(store, 0, noop, NULL);
+    struct psc_rpc_server server = {.n = 0};
+    ps_service_register(svc, &server);
+    psc_rpc_call_t *calls[MAX_CALLS];
+    int ncalls = 0;
+    size_t p = 0;
+    while (p + 3 <= size && ncalls < MAX_CALLS) {
+        int m = data[p] % server.n;
+        size_t len = (size_t)(data[p + 1] | data[p + 2] << 8);
+        p += 3;
+        if (len > size - p) len = size - p;
+        uint8_t *req = malloc(len ? len : 1); /* exactly len bytes: reads past it are caught */
+        memcpy(req, data + p, len);
+        p += len;
+        psc_rpc_call_t *c = calloc(1, sizeof *c);
+        calls[ncalls++] = c;
+        server.fn[m](c, req, len, server.arg[m]);
+        free(req);
+    }
+    ps_service_drain(svc);
+    static int verbose = -1;
+    if (verbose < 0) verbose = getenv("PSC_FUZZ_VERBOSE") != NULL;
+    for (int i = 0; i < ncalls && verbose; i++) fprintf(stderr, "call %d: status %d\n", i, calls[i]->code);
+    for (int i = 0; i < ncalls; i++) {
+        if (!calls[i]->completed) abort(); /* a call left unanswered */
+        free(calls[i]->reply);
+        free(calls[i]);
+    }
+    ps_service_destroy(svc);
+    store_destroy(store);
+}
+
+/* ---- seeds ---- */
+static uint8_t seed[1 << 16];
+static size_t seed_len;
+static struct psc_rpc_server seed_server;
+
+static void seed_add(const char *path, const void *msg_pack_fn_out, size_t n)
+{
+    int m = -1;
+    for (int i = 0; i < seed_server.n; i++)
+        if (!strcmp(seed_server.path[i], path)) m = i;
+    if (m < 0 || seed_len + 3 + n > sizeof seed) abort();
+    seed[seed_len] = (uint8_t)m;
+    seed[seed_len + 1] = (uint8_t)n;
+    seed[seed_len + 2] = (uint8_t)(n >> 8);
+    memcpy(seed + seed_len + 3, msg_pack_fn_out, n);
+    seed_len += 3 + n;
+}
+
+#define SEED(path, type, msg)                                  \
+    do {                                                       \
+        uint8_t b_[8192];                                      \
+        size_t n_ = type##__get_packed_size(msg);              \
+        if (n_ > sizeof b_) abort();                           \
+        seed_add(path, b_, type##__pack(msg, b_));             \
+    } while (0)
+
+static void seed_chunk(const char *path, const char *name, uint64_t offset, uint64_t total, const void *d, size_t n,
+                       int64_t local_step)
+{
+    Psc__Chunk c = PSC__CHUNK__INIT;
+    c.name = (char *)name;
+    c.offset = offset;
+    c.total = total;
+    c.local_step = local_step;
+    c.data.data = (uint8_t *)d;
+    c.data.len = n;
+    SEED(path, psc__chunk, &c);
+}
+
+static void seed_model(int sync)
+{
+    Psc__OptimizerSpec o = PSC__OPTIMIZER_SPEC__INIT;
+    o.name = (char *)"adam";
+    o.learning_rate = 0.01f;
+    o.beta1 = 0.9f;
+    o.beta2 = 0.999f;
+    o.epsilon = 1e-7f;
+    Psc__VarSpec v = PSC__VAR_SPEC__INIT, gs = PSC__VAR_SPEC__INIT;
+    int64_t shape[2] = {4, 16};
+    v.name = (char *)"dense/kernel";
+    v.n_shape = 2;
+    v.shape = shape;
+    gs.name = (char *)"global_step";
+    gs.is_step = 1;
+    Psc__VarSpec *vars[2] = {&v, &gs};
+    Psc__SyncSpec s = PSC__SYNC_SPEC__INIT;
+    s.replicas_to_aggregate = 1;
+    s.total_num_replicas = 1;
+    s.timeout_secs = 5;
+    Psc__CreateRequest cr = PSC__CREATE_REQUEST__INIT;
+    cr.job_id = (char *)"00000000000000f1";
+    cr.optimizer = &o;
+    cr.n_vars = 2;
+    cr.vars = vars;
+    if (sync) cr.sync = &s;
+    SEED(PSC_M_CREATE, psc__create_request, &cr);
+    float w[64], g[64];
+    for (int i = 0; i < 64; i++) w[i] = 0.01f * (float)i, g[i] = 0.5f - 0.01f * (float)i;
+    int64_t zero = 0;
+    seed_chunk(PSC_M_ASSIGN, "dense/kernel", 0, sizeof w, w, sizeof w, 0);
+    seed_chunk(PSC_M_ASSIGN, "global_step", 0, 8, &zero, 8, 0);
+    Psc__ReadyRequest rr = PSC__READY_REQUEST__INIT;
+    rr.job_id = (char *)"00000000000000f1";
+    SEED(PSC_M_READY, psc__ready_request, &rr);
+    seed_chunk(PSC_M_PUSH, "dense/kernel", 0, sizeof g, g, sizeof g, 0);
+    seed_chunk(PSC_M_PUSH_PULL, "dense/kernel", 0, sizeof g, g, sizeof g, 1);
+    Psc__PullRequest pr = PSC__PULL_REQUEST__INIT;
+    pr.name = (char *)"dense/kernel";
+    pr.length = 128;
+    pr.offset = 64;
+    SEED(PSC_M_PULL, psc__pull_request, &pr);
+    Psc__StepRequest st = PSC__STEP_REQUEST__INIT;
+    st.increment = sync ? 0 : 1;
+    st.local_step = 1;
+    SEED(PSC_M_STEP, psc__step_request, &st);
+    Psc__StatusRequest sr = PSC__STATUS_REQUEST__INIT;
+    SEED(PSC_M_STATUS, psc__status_request, &sr);
+    Psc__WorkerDoneRequest wd = PSC__WORKER_DONE_REQUEST__INIT;
+    SEED(PSC_M_WORKER_DONE, psc__worker_done_request, &wd);
+}
+
+static void seed_release(void)
+{
+    Psc__ReleaseRequest rel = PSC__RELEASE_REQUEST__INIT;
+    rel.job_id = (char *)"00000000000000f1";
+    SEED(PSC_M_RELEASE, psc__release_request, &rel);
+}
+
+static void write_seed(const char *dir, const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(seed, 1, seed_len, f) != seed_len) abort();
+    fclose(f);
+    seed_len = 0;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    const char *dir = getenv("PSC_FUZZ_WRITE_SEEDS");
+    if (!dir) return 0;
+    store_t *store = store_create();
+    ps_service_t *svc = ps_service_create(store, 0, noop, NULL);
+    ps_service_register(svc, &seed_server);
+    seed_model(0);
+    seed_release();
+    write_seed(dir, "async_model");
+    seed_model(1);
+    seed_release();
+    write_seed(dir, "sync_model");
+    float nan[4] = {0, 0, 0, 0};
+    memset(&nan[2], 0xff, 4);
+    seed_model(0);
+    seed_chunk(PSC_M_PUSH, "dense/kernel", 0, 256, nan, sizeof nan, 0);
+    seed_chunk(PSC_M_PUSH, "dense/kernel", 250, 256, nan, sizeof nan, 0);
+    seed_chunk(PSC_M_PUSH, "nope", 0, 16, nan, sizeof nan, 0);
+    seed_release();
+    write_seed(dir, "bad_pushes");
+    ps_service_destroy(svc);
+    store_destroy(store);
+    exit(0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    run(data, size);
+    return 0;
+}
