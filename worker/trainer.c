@@ -69,58 +69,6 @@ static const char *replica_addr(const psc_cluster_t *c, int rank)
     return w >= 0 && w < c->n[PSC_JOB_WORKER] ? c->addr[PSC_JOB_WORKER][w] : NULL;
 }
 
-/* Chief: waits until every replica reported done, so the final evaluation sees
- * the fully trained model. Bounded by wait_workers_secs, and a replica that has
- * not reported done and whose health service stays unreachable (3 checks in a
- * row, 1 s apart) is given up on: a dead worker never holds the chief. */
-static void wait_workers(const trainer_opts_t *o, ps_client_t *pc, int replicas, int self)
-{
-    double start = psc_now(), last_probe = 0;
-    int logged = 0;
-    int ps = ps_client_step_ps(pc) >= 0 ? ps_client_step_ps(pc) : 0;
-    int *misses = psc_xcalloc((size_t)replicas, sizeof *misses);
-    psc_rpc_channel_t **ch = psc_xcalloc((size_t)replicas, sizeof *ch);
-    for (;;) {
-        ps_status_t st;
-        char err[512];
-        if (ps_client_status(pc, ps, &st, err, sizeof err) == 0) {
-            if ((int)st.workers_done >= replicas) break;
-            int waiting = 0, gone = 0;
-            int probe = psc_now() - last_probe >= 1.0;
-            if (probe) last_probe = psc_now();
-            for (int r = 0; r < replicas; r++) {
-                if (r == self || (r < (int)sizeof st.done && st.done[r])) continue;
-                waiting++;
-                const char *addr = replica_addr(o->cluster, r);
-                if (probe && addr) {
-                    if (!ch[r]) ch[r] = psc_rpc_channel_create(addr);
-                    misses[r] = psc_rpc_health_check(ch[r], 1000) ? 0 : misses[r] + 1;
-                }
-                gone += misses[r] >= 3;
-            }
-            if (waiting > 0 && gone == waiting) {
-                PSC_WARN("%d replica%s did not finish and %s unreachable: evaluating without waiting", gone,
-                         gone == 1 ? "" : "s", gone == 1 ? "is" : "are");
-                break;
-            }
-        }
-        if (stopped(o)) break;
-        if (psc_now() - start > o->wait_workers_secs) {
-            PSC_WARN("not every replica finished within %.0f s; evaluating the model as it is", o->wait_workers_secs);
-            break;
-        }
-        if (!logged) {
-            PSC_INFO("waiting up to %.0f s for the other replicas to finish", o->wait_workers_secs);
-            logged = 1;
-        }
-        struct timespec ts = {0, 200 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    for (int r = 0; r < replicas; r++) psc_rpc_channel_destroy(ch[r]);
-    free(ch);
-    free(misses);
-}
-
 /* ---- the chief's checkpoints ---- */
 
 typedef struct ckpt_sched {
@@ -256,6 +204,99 @@ static int recover(const trainer_opts_t *o, const model_ctx_t *m, ps_client_t *p
             last_log = psc_now();
         }
     }
+}
+
+/* Chief, outside the training loop: when a PS answers without this job's
+ * model (it restarted), declares the model again on every PS, which restores
+ * the latest checkpoint everywhere (or, with none, initial values). Returns 1
+ * when it restored something. */
+static int restore_lost_model(const model_ctx_t *m, ps_client_t *pc, ckpt_sched_t *cs, float *params)
+{
+    int lost = -1;
+    for (int i = 0; i < ps_client_num_ps(pc) && lost < 0; i++) {
+        ps_status_t st;
+        char err[512];
+        if (ps_client_status(pc, i, &st, err, sizeof err) == 0 &&
+            (!st.ready || strcmp(st.job_id, m->spec->job_id) != 0))
+            lost = i;
+    }
+    if (lost < 0) return 0;
+    ps_model_origin_t origin;
+    char err[512];
+    tower_init_params(m->vars, m->nvars, m->spec->seed, params); /* used only if nothing can be restored */
+    if (ps_client_create_model(pc, m->spec->job_id, &m->spec->optimizer, params, &origin, err,
+                               sizeof err)) {
+        PSC_WARN("ps %d lost the model; restoring it failed (will retry): %s", lost, err);
+        return 0;
+    }
+    if (origin.restored) {
+        PSC_WARN("ps %d lost the model: restored checkpoint %llu (step %lld) on every ps", lost,
+                 (unsigned long long)origin.ckpt_id, (long long)origin.step);
+        cs->last_step = origin.step;
+    } else if (origin.initialized) {
+        PSC_WARN("ps %d lost the model and there is no checkpoint: it starts again from initial values", lost);
+    }
+    return 1;
+}
+
+/* Chief: waits until every replica reported done, so the final evaluation sees
+ * the fully trained model. Bounded by wait_workers_secs, and a replica that has
+ * not reported done and whose health service stays unreachable (3 checks in a
+ * row, 1 s apart) is given up on: a dead worker never holds the chief. The
+ * chief still looks after the PS meanwhile: once a second it asks every PS,
+ * and one that answers without the model (restarted after a crash) gets the
+ * latest checkpoint restored on every PS, as during training, so the replicas
+ * still training ride the crash out. */
+static void wait_workers(const trainer_opts_t *o, const model_ctx_t *m, ps_client_t *pc, ckpt_sched_t *cs,
+                         float *params, int replicas, int self)
+{
+    double start = psc_now(), last_probe = 0;
+    int logged = 0;
+    int ps = ps_client_step_ps(pc) >= 0 ? ps_client_step_ps(pc) : 0;
+    int *misses = psc_xcalloc((size_t)replicas, sizeof *misses);
+    psc_rpc_channel_t **ch = psc_xcalloc((size_t)replicas, sizeof *ch);
+    for (;;) {
+        ps_status_t st;
+        char err[512];
+        int probe = psc_now() - last_probe >= 1.0;
+        if (probe) {
+            last_probe = psc_now();
+            restore_lost_model(m, pc, cs, params);
+        }
+        if (ps_client_status(pc, ps, &st, err, sizeof err) == 0) {
+            if ((int)st.workers_done >= replicas) break;
+            int waiting = 0, gone = 0;
+            for (int r = 0; r < replicas; r++) {
+                if (r == self || (r < (int)sizeof st.done && st.done[r])) continue;
+                waiting++;
+                const char *addr = replica_addr(o->cluster, r);
+                if (probe && addr) {
+                    if (!ch[r]) ch[r] = psc_rpc_channel_create(addr);
+                    misses[r] = psc_rpc_health_check(ch[r], 1000) ? 0 : misses[r] + 1;
+                }
+                gone += misses[r] >= 3;
+            }
+            if (waiting > 0 && gone == waiting) {
+                PSC_WARN("%d replica%s did not finish and %s unreachable: evaluating without waiting", gone,
+                         gone == 1 ? "" : "s", gone == 1 ? "is" : "are");
+                break;
+            }
+        }
+        if (stopped(o)) break;
+        if (psc_now() - start > o->wait_workers_secs) {
+            PSC_WARN("not every replica finished within %.0f s; evaluating the model as it is", o->wait_workers_secs);
+            break;
+        }
+        if (!logged) {
+            PSC_INFO("waiting up to %.0f s for the other replicas to finish", o->wait_workers_secs);
+            logged = 1;
+        }
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    for (int r = 0; r < replicas; r++) psc_rpc_channel_destroy(ch[r]);
+    free(ch);
+    free(misses);
 }
 
 int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
@@ -495,8 +536,10 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     report(o, 2, spec->epochs, res->steps, max_steps, global_step, -1, 0, 0);
     if ((rc = ps_client_worker_done(pc, &done, err, errlen))) goto out;
     if (is_chief) {
-        wait_workers(o, pc, replicas, rank);
-        if ((rc = ps_client_pull(pc, params, &global_step, err, errlen))) goto out;
+        wait_workers(o, &mctx, pc, &cs, params, replicas, rank);
+        rc = ps_client_pull(pc, params, &global_step, err, errlen);
+        if (rc && retryable(rc)) rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
+        if (rc) goto out;
         res->global_step = global_step;
         char cerr[512] = "";
         int crc = 0;
