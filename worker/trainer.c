@@ -367,16 +367,23 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     /* The chief initializes (or joins) the model; the others wait for it. */
     model_ctx_t mctx = {spec, vars, nvars};
     ckpt_sched_t cs = {0};
+    int64_t global_step = 0;
     if (is_chief) {
         ps_model_origin_t origin;
         tower_init_params(vars, nvars, spec->seed, params);
-        if ((rc = ps_client_create_model(pc, spec->job_id, &spec->optimizer, params, &origin, err, errlen))) goto out;
+        rc = ps_client_create_model(pc, spec->job_id, &spec->optimizer, params, &origin, err, errlen);
+        /* a PS down (or dying) at start-up is ridden out as during training */
+        if (rc && retryable(rc)) {
+            rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
+            memset(&origin, 0, sizeof origin);
+        }
+        if (rc) goto out;
         if (origin.joined)
             PSC_INFO("the PS already hold job %s's model: joining it", spec->job_id);
         else if (origin.restored)
             PSC_INFO("restored job %s's model from checkpoint %llu (step %lld)", spec->job_id,
                      (unsigned long long)origin.ckpt_id, (long long)origin.step);
-        else
+        else if (origin.initialized)
             PSC_INFO("initialized job %s's model on the PS", spec->job_id);
     } else if ((rc = ps_client_wait_ready(pc, spec->job_id, o->wait_model_secs, o->stop, err, errlen))) {
         goto out;
@@ -395,8 +402,9 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
              (long long)loader_shard_size(loader), rank, replicas, (long long)steps_per_epoch, spec->epochs,
              spec->batch_size, psc_optim_name(spec->optimizer.kind));
 
-    int64_t global_step = 0;
-    if ((rc = ps_client_pull(pc, params, &global_step, err, errlen))) goto out;
+    rc = ps_client_pull(pc, params, &global_step, err, errlen);
+    if (rc && retryable(rc)) rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
+    if (rc) goto out;
     if (is_chief) {
         ckpt_sched_init(&cs, pc, spec, global_step);
         control_open(o->control);
