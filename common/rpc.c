@@ -97,6 +97,11 @@ static grpc_channel_args *make_args(grpc_arg *storage, int is_server)
         storage[n].type = GRPC_ARG_INTEGER;
         storage[n].key = (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
         storage[n++].value.integer = PSC_RPC_HANDSHAKE_TIMEOUT_MS;
+        /* gRPC sets SO_REUSEPORT by default: a second daemon on the same port
+         * would start and take half the connections. Refuse it: "cannot bind". */
+        storage[n].type = GRPC_ARG_INTEGER;
+        storage[n].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+        storage[n++].value.integer = 0;
         /* Bounds what one connection can hold open (a worker keeps ≤ 16). */
         storage[n].type = GRPC_ARG_INTEGER;
         storage[n].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
@@ -461,7 +466,7 @@ psc_rpc_server_t *psc_rpc_server_create(const char *addr, int threads, char *err
     atomic_init(&s->live_calls, 0);
     atomic_init(&s->active_calls, 0);
     pthread_mutex_init(&s->lock, NULL);
-    grpc_arg storage[8];
+    grpc_arg storage[12];
     s->server = grpc_server_create(make_args(storage, 1), NULL);
     s->cqs = psc_xcalloc((size_t)threads, sizeof *s->cqs);
     for (int i = 0; i < threads; i++) {

@@ -66,4 +66,16 @@ wait_exit() {
     set +e; wait "$pid"; EXIT_CODE=$?; set -e
 }
 
-# job_spec FILE KEY=VALUE... — writes the demo MLP spec with overrides (jq-free: python-free sed on a template).
+# small_spec FILE EPOCHS SEED [EXTRA] — the tests' small job: a 784-32-10 MLP with Adam on
+# 6,000 training and 1,000 test images, batch 32 per replica. EXTRA is spliced in as more
+# top-level keys, e.g. ', "checkpoint": {"every_steps": 40}'.
+small_spec() {
+    cat >"$1" <<JSON
+{"model": {"input_shape": [28, 28, 1],
+           "layers": [{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"},
+                      {"type": "dense", "units": 10}]},
+ "optimizer": {"name": "adam", "learning_rate": 0.002},
+ "data": {"train_examples": 6000, "test_examples": 1000},
+ "batch_size_per_replica": 32, "epochs": $2, "seed": $3 ${4:-}}
+JSON
+}

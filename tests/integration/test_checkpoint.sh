@@ -21,18 +21,8 @@ source "$(dirname "$0")/lib.sh"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
 
 # spec FILE EPOCHS EXTRA — a small MLP with Adam (slots to save), checkpoints every 40 steps, keep 3.
-spec() {
-    cat >"$1" <<JSON
-{"model": {"input_shape": [28, 28, 1],
-           "layers": [{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"},
-                      {"type": "dense", "units": 10}]},
- "optimizer": {"name": "adam", "learning_rate": 0.002},
- "data": {"train_examples": 6000, "test_examples": 1000},
- "placement": {"strategy": "round_robin", "min_shard_bytes": 40000},
- "checkpoint": {"every_steps": 40, "keep": 3},
- "batch_size_per_replica": 32, "epochs": $2 $3, "seed": 11}
-JSON
-}
+spec() { small_spec "$1" "$2" 11 ', "placement": {"strategy": "round_robin", "min_shard_bytes": 40000},
+ "checkpoint": {"every_steps": 40, "keep": 3}'"$3"; }
 
 # start_cluster NPS NW SPEC PSFLAGS WFLAGS — fresh checkpoint dirs $TMP/ckpt/RUN/psI
 start_cluster() {

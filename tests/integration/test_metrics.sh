@@ -10,7 +10,8 @@
 #    global_step equals the steps the worker reported, and the shard's
 #    variable count and bytes match the model;
 # 3. any other path is 404;
-# 4. --metrics_port 70000 exits 64; a metrics port already in use exits 69
+# 4. --metrics_port 70000 exits 64; a metrics port already in use exits 69, and
+#    so does an RPC port already in use (gRPC's SO_REUSEPORT is off)
 #    with a one-line message naming the address.
 # No curl needed: the scrapes go through bash's /dev/tcp.
 source "$(dirname "$0")/lib.sh"
@@ -150,6 +151,13 @@ set -e
 [ $rc = 69 ] || fail "a metrics port in use exited $rc, expected 69"
 [ "$(wc -l <"$TMP/busy.log")" = 1 ] || fail "expected a one-line error, got: $(cat "$TMP/busy.log")"
 grep -q "cannot bind 127.0.0.1:$MP" "$TMP/busy.log" || fail "the error does not name the address: $(cat "$TMP/busy.log")"
+set +e
+timeout 20 "$BIN/ps_server" --cluster "{\"ps\": [\"${PS_ADDR[0]}\"], \"worker\": [\"127.0.0.1:1\"]}" --task_index 0 \
+    >"$TMP/busy2.out" 2>"$TMP/busy2.log"
+rc=$?
+set -e
+[ $rc = 69 ] || fail "a second ps_server on a port in use exited $rc, expected 69: $(cat "$TMP/busy2.log")"
+grep -q "cannot bind" "$TMP/busy2.log" || fail "the error does not say it cannot bind: $(cat "$TMP/busy2.log")"
 
 # the first ps_server still serves both ports, then stops cleanly
 http_get "$MP" /metrics "$TMP/last.prom"

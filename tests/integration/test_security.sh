@@ -98,15 +98,7 @@ for a in "${PS_ADDR[0]}" "${WORKER_ADDR[@]}"; do
     "$BIN/psc_health" "${TLS[@]}" "$a" 20000 || fail "$a not serving over mutual TLS"
 done
 grep -q 'TLS on, client certificates required' "$TMP/ps0.log" || fail "ps 0 does not log that TLS is on"
-cat >"$TMP/job.json" <<JSON
-{"model": {"input_shape": [28, 28, 1],
-           "layers": [{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"},
-                      {"type": "dense", "units": 10}]},
- "optimizer": {"name": "adam", "learning_rate": 0.002},
- "data": {"train_examples": 6000, "test_examples": 1000},
- "checkpoint": {"every_steps": 40},
- "batch_size_per_replica": 32, "epochs": 1, "seed": 5}
-JSON
+small_spec "$TMP/job.json" 1 5 ', "checkpoint": {"every_steps": 40}'
 PSCTL=("$BIN/psctl" --cluster "$CLUSTER" "${SEC[@]}")
 "${PSCTL[@]}" train "$TMP/job.json" >"$TMP/train.out" 2>"$TMP/train.err" || fail "psctl train over TLS exited $?: $(tail -3 "$TMP/train.err")"
 acc=$(sed -n 's/^test accuracy: //p' "$TMP/train.out")

@@ -19,17 +19,7 @@
 source "$(dirname "$0")/lib.sh"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
 
-spec() { # spec FILE EPOCHS SEED [EXTRA]
-    cat >"$1" <<JSON
-{"model": {"input_shape": [28, 28, 1],
-           "layers": [{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"},
-                      {"type": "dense", "units": 10}]},
- "optimizer": {"name": "adam", "learning_rate": 0.002},
- "data": {"train_examples": 6000, "test_examples": 1000},
- "placement": {"min_shard_bytes": 40000},
- "batch_size_per_replica": 32, "epochs": $2, "seed": $3 ${4:-}}
-JSON
-}
+spec() { small_spec "$1" "$2" "$3" ', "placement": {"min_shard_bytes": 40000}'"${4:-}"; } # spec FILE EPOCHS SEED [EXTRA]
 spec "$TMP/a.json" 1 1 ', "checkpoint": {"every_steps": 30}'
 spec "$TMP/b.json" 1 2
 spec "$TMP/long.json" 30 3

@@ -11,16 +11,8 @@
 source "$(dirname "$0")/lib.sh"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
 command -v gdb >/dev/null 2>&1 || { echo "SKIP: needs gdb"; FAILED=0; exit 77; }
-cat >"$TMP/job.json" <<JSON
-{"model": {"input_shape": [28, 28, 1],
-           "layers": [{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"},
-                      {"type": "dense", "units": 10}]},
- "optimizer": {"name": "adam", "learning_rate": 0.002},
- "data": {"train_examples": 6000, "test_examples": 1000},
- "placement": {"strategy": "round_robin", "min_shard_bytes": 40000},
- "checkpoint": {"every_steps": 25, "keep": 5},
- "batch_size_per_replica": 32, "epochs": 2, "seed": 5}
-JSON
+small_spec "$TMP/job.json" 2 5 ', "placement": {"strategy": "round_robin", "min_shard_bytes": 40000},
+ "checkpoint": {"every_steps": 25, "keep": 5}'
 cluster 2 2
 start_ps 0 --checkpoint_dir "$TMP/ckpt/ps0"; p0=$LAST_PID
 start_ps 1 --checkpoint_dir "$TMP/ckpt/ps1"; p1=$LAST_PID
