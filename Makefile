@@ -38,11 +38,13 @@ SAN_CMAKE = CC=clang cmake -S . -B build-fuzz -DPSC_FUZZ=ON -DPSC_SANITIZE=addre
 	-DPSC_FUZZ_SECS=$(FUZZ_SECS) $(CMAKE_FLAGS)
 
 # The whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer (clang, build-fuzz),
-# the libFuzzer targets included (FUZZ_SECS seconds each).
+# the libFuzzer targets included (FUZZ_SECS seconds each), but the tests labelled `faults` (the
+# network-namespace fault tests and the soak: minutes of timing-based runs; the recovery code
+# they drive runs under the sanitizers in test_checkpoint, test_late_ps_crash, test_start_ps_crash).
 sanitize: setup
 	$(SAN_CMAKE)
 	cmake --build build-fuzz -j $(JOBS)
-	cd build-fuzz && ctest --output-on-failure --no-tests=error -j $(JOBS)
+	cd build-fuzz && ctest --output-on-failure --no-tests=error -j $(JOBS) -LE faults
 
 # The concurrency tests (store, sync accumulator, metrics registry, event writer) under ThreadSanitizer.
 tsan: setup
