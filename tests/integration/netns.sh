@@ -210,6 +210,14 @@ net_unimpair() {
     if ipt=$(_netns_iptables "$h"); then nsx "$h" "$ipt" -w -F INPUT; nsx "$h" "$ipt" -w -F OUTPUT; fi
 }
 
+# ns_metric HOST ADDR NAME — the value of Prometheus series NAME (summed over its
+# labels) from the /metrics page at ADDR, fetched from HOST's namespace with
+# bash's /dev/tcp (no curl needed); empty when the page cannot be read.
+ns_metric() {
+    nsx "$1" timeout 2 bash -c "exec 3<>/dev/tcp/${2%:*}/${2##*:} && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3" 2>/dev/null |
+        awk -v n="$3" '$1 == n || index($1, n "{") == 1 { s += $2; f = 1 } END { if (f) printf "%d\n", s }'
+}
+
 # ---- reading the workers' progress lines ----
 
 # last_progress FILE — "SECS STEP GLOBAL_STEP" of the newest progress line of a worker log
