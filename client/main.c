@@ -457,8 +457,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "psctl: unknown command \"%s\" (see --help)\n", cmd);
         return PSC_EXIT_USAGE;
     }
-    psc_tf_config_t cfg;
     char err[1024];
+    if (psc_security_apply(&secf, PSC_SEC_CLIENT, err, sizeof err)) {
+        fprintf(stderr, "psctl: %s\n", err);
+        return PSC_EXIT_CONFIG;
+    }
+    psc_tf_config_t cfg;
     psc_task_flags_t flags = {.cluster = cluster_flag, .task_index = -1, .port = -1};
     if (cluster_flag || getenv("TF_CONFIG")) {
         if (psc_config_resolve(getenv("TF_CONFIG"), &flags, 0, &cfg, err, sizeof err)) {
@@ -472,10 +476,6 @@ int main(int argc, char **argv)
     if (!c.chief && strcmp(cmd, "status") != 0 && strcmp(cmd, "export") != 0) {
         fprintf(stderr, "psctl: %s needs --chief HOST:PORT or the cluster (--cluster, TF_CONFIG)\n", cmd);
         return PSC_EXIT_USAGE;
-    }
-    if (psc_security_apply(&secf, PSC_SEC_CLIENT, err, sizeof err)) {
-        fprintf(stderr, "psctl: %s\n", err);
-        return PSC_EXIT_CONFIG;
     }
     psc_tune_malloc();
     struct sigaction sa;

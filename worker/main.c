@@ -266,11 +266,15 @@ int main(int argc, char **argv)
     if (psc_bind_address(psc_cluster_addr(&cfg.cluster, cfg.task), cfg.port, bind, sizeof bind)) {
         fprintf(stderr, "worker: cannot derive a listen address from \"%s\"\n",
                 psc_cluster_addr(&cfg.cluster, cfg.task));
+        psc_job_spec_deinit(&spec);
+        psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
     }
 
     if (psc_security_apply(&secf, PSC_SEC_BOTH, err, sizeof err)) {
         fprintf(stderr, "worker: %s\n", err);
+        psc_job_spec_deinit(&spec);
+        psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
     }
     psc_signals_block();

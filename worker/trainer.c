@@ -254,6 +254,7 @@ static void wait_workers(const trainer_opts_t *o, const model_ctx_t *m, ps_clien
     int logged = 0;
     int ps = ps_client_step_ps(pc) >= 0 ? ps_client_step_ps(pc) : 0;
     int *misses = psc_xcalloc((size_t)replicas, sizeof *misses);
+    unsigned char *seen_done = psc_xcalloc((size_t)replicas, 1);
     psc_rpc_channel_t **ch = psc_xcalloc((size_t)replicas, sizeof *ch);
     for (;;) {
         ps_status_t st;
@@ -264,10 +265,17 @@ static void wait_workers(const trainer_opts_t *o, const model_ctx_t *m, ps_clien
             restore_lost_model(m, pc, cs, params);
         }
         if (ps_client_status(pc, ps, &st, err, sizeof err) == 0) {
-            if ((int)st.workers_done >= replicas) break;
+            /* done flags seen once count for good: a PS restored from a
+             * checkpoint after a crash has forgotten who finished */
+            int ndone = 0;
+            for (int r = 0; r < replicas; r++) {
+                if (r == self || (r < (int)sizeof st.done && st.done[r])) seen_done[r] = 1;
+                ndone += seen_done[r];
+            }
+            if ((int)st.workers_done >= replicas || ndone >= replicas) break;
             int waiting = 0, gone = 0;
             for (int r = 0; r < replicas; r++) {
-                if (r == self || (r < (int)sizeof st.done && st.done[r])) continue;
+                if (seen_done[r]) continue;
                 waiting++;
                 const char *addr = replica_addr(o->cluster, r);
                 if (probe && addr) {
@@ -297,6 +305,7 @@ static void wait_workers(const trainer_opts_t *o, const model_ctx_t *m, ps_clien
     for (int r = 0; r < replicas; r++) psc_rpc_channel_destroy(ch[r]);
     free(ch);
     free(misses);
+    free(seen_done);
 }
 
 int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)

@@ -33,21 +33,21 @@ int main(int argc, char **argv)
     }
     const char *addr = argv[optind];
     int wait_ms = optind + 1 < argc ? atoi(argv[optind + 1]) : 10000;
-    psc_rpc_channel_t *ch = psc_rpc_channel_create(addr);
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int ok = 0;
     for (;;) {
-        if (psc_rpc_health_check(ch, 500)) {
-            ok = 1;
-            break;
-        }
+        /* a fresh channel per try: a channel refused once (the daemon not up
+         * yet) can sit out gRPC's reconnect logic for seconds */
+        psc_rpc_channel_t *ch = psc_rpc_channel_create(addr);
+        ok = psc_rpc_health_check(ch, 1000);
+        psc_rpc_channel_destroy(ch);
+        if (ok) break;
         clock_gettime(CLOCK_MONOTONIC, &t);
         if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > wait_ms) break;
         struct timespec d = {0, 50 * 1000 * 1000};
         nanosleep(&d, NULL);
     }
-    psc_rpc_channel_destroy(ch);
     if (!ok) fprintf(stderr, "psc_health: %s not serving within %d ms\n", addr, wait_ms);
     return ok ? 0 : 1;
 }
