@@ -8,6 +8,7 @@ SRC=${PSC_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 TMP=$(mktemp -d /tmp/psc-test.XXXXXX)
 PIDS=()
 FAILED=1
+FAIL_MSG=
 
 cleanup() {
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
@@ -17,12 +18,15 @@ cleanup() {
             echo "---- $f ----" >&2
             tail -n 60 "$f" >&2
         done
+        [ -z "${FAIL_MSG:-}" ] || echo "FAIL (again, after the logs): $FAIL_MSG" >&2
     fi
     rm -rf "$TMP"
 }
 trap cleanup EXIT
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# fail MSG — the reason goes out before the logs and again after them, so that
+# a CI excerpt of the output's end still names it
+fail() { FAIL_MSG="$*"; echo "FAIL: $*" >&2; exit 1; }
 pass() { FAILED=0; echo "PASS: $*"; }
 
 # cluster NPS NWORKERS — picks ports, sets CLUSTER (JSON) and PS_ADDR / WORKER_ADDR arrays.
