@@ -583,6 +583,11 @@ static int parse_sections(const ctx_t *c, const json_t *root, psc_job_spec_t *s)
         if ((rc = get_number(c, o, "timeout_secs", "sync", 0, R_POS, &s->sync_timeout_secs))) return rc;
     }
 
+    if ((rc = get_bool(c, root, "overlap_push_pull", "", &s->overlap_push_pull))) return rc;
+    if (s->overlap_push_pull && s->sync)
+        return fail(c, "overlap_push_pull",
+                    "needs asynchronous training: a sync replica computes each step at the step the PS are at");
+
     if ((rc = get_object(c, root, "placement", 0, &o))) return rc;
     if (o) {
         static const char *const keys[] = {"strategy", "min_shard_bytes", NULL};
@@ -669,7 +674,7 @@ static int parse_with(const ctx_t *c, const char *json, size_t len, psc_job_spec
                           je.column, je.text);
 
     static const char *const keys[] = {"model", "optimizer", "data", "batch_size_per_replica", "epochs", "steps",
-                                       "sync", "placement", "checkpoint", "seed", NULL};
+                                       "sync", "placement", "checkpoint", "seed", "overlap_push_pull", NULL};
     psc_job_spec_t *s = out;
     snprintf(s->train_path, sizeof s->train_path, "%s", DEFAULT_TRAIN);
     snprintf(s->test_path, sizeof s->test_path, "%s", DEFAULT_TEST);

@@ -69,6 +69,7 @@ typedef struct psc_job_spec {
     int replicas_to_aggregate; /* R */
     int total_num_replicas;    /* N */
     double sync_timeout_secs;  /* sync.timeout_secs, default 30 */
+    int overlap_push_pull;     /* async only: step s's push-pull runs while step s+1 computes (default 0) */
 
     enum psc_placement_strategy placement;
     uint64_t min_shard_bytes; /* 0 = never partition */

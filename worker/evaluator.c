@@ -74,6 +74,7 @@ int eval_ctx_create(const trainer_opts_t *o, eval_ctx_t **out, char *err, size_t
     if ((rc = psc_dataset_load(spec->test_path, spec->test_examples, &e->test, err, errlen))) goto fail;
     e->batch = PSC_MAX(spec->batch_size, 256);
     if ((rc = towers_create(o->devices, spec, e->vars, e->nvars, e->batch, &e->towers, err, errlen))) goto fail;
+    if (o->blas_threads > 0) tower_cpu_set_threads(o->blas_threads);
     e->pc = ps_client_create(o->cluster, e->vars, e->nvars, e->placed, e->nplaced, 0, o->rpc_timeout_ms);
     *out = e;
     return 0;

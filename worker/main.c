@@ -41,6 +41,7 @@ enum {
     OPT_RETRY_SECS,
     OPT_LOGDIR,
     OPT_METRICS_PORT,
+    OPT_BLAS_THREADS,
 };
 
 static void usage(FILE *f)
@@ -67,6 +68,8 @@ static void usage(FILE *f)
             "  --debug_step_delay_ms MS testing: sleep MS in every step (simulates a slow replica)\n"
             "  --devices LIST           towers: cpu, cpu,cpu, gpu, gpu:0,gpu:1 (default: every visible GPU,\n"
             "                           else one CPU tower); the batch is split across them\n"
+            "  --blas_threads N         threads of a CPU tower's matrix products (default 0: OpenBLAS's own\n"
+            "                           choice, one per core; 1 is faster where a PS shares the cores)\n"
             "  --shutdown_ps_at_end 0|1 chief: tell every ps_server to exit when training ends (default 1)\n"
             "  --logdir DIR             chief and evaluator: write TensorBoard event files here (evaluator: DIR/eval)\n"
             "  --metrics_port P         serve Prometheus metrics at http://HOST:P/metrics (HOST: the host this task\n"
@@ -125,6 +128,7 @@ int main(int argc, char **argv)
         {"log_every_secs", required_argument, NULL, OPT_LOG_EVERY},
         {"prefetch", required_argument, NULL, OPT_PREFETCH},
         {"devices", required_argument, NULL, OPT_DEVICES},
+        {"blas_threads", required_argument, NULL, OPT_BLAS_THREADS},
         {"debug_step_delay_ms", required_argument, NULL, OPT_DEBUG_DELAY},
         {"shutdown_ps_at_end", required_argument, NULL, OPT_SHUTDOWN_PS},
         {"log_level", required_argument, NULL, PSC_OPT_LOG_LEVEL},
@@ -193,6 +197,13 @@ int main(int argc, char **argv)
                 return PSC_EXIT_USAGE;
             }
             to->prefetch = (int)v;
+            break;
+        case OPT_BLAS_THREADS:
+            if (psc_parse_int(optarg, 0, 1024, &v)) {
+                fprintf(stderr, "worker: --blas_threads: expected 0..1024, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            to->blas_threads = (int)v;
             break;
         case OPT_DEBUG_DELAY:
             if (psc_parse_int(optarg, 0, 600000, &v)) {

@@ -19,6 +19,7 @@
 #include "rng.h"
 #include "rpc.h"
 #include "tfevents.h"
+#include "tower.h"
 #include "towers.h"
 #include "worker_metrics.h"
 
@@ -308,6 +309,107 @@ static void wait_workers(const trainer_opts_t *o, const model_ctx_t *m, ps_clien
     free(seen_done);
 }
 
+/* ---- overlapping the push-pull with the next step (spec->overlap_push_pull) ----
+ *
+ * One thread runs the asynchronous push-pull of step s while the tower
+ * computes step s+1 on the weights of step s-1 (one step more staleness,
+ * which asynchronous training has anyway). One call at a time: the trainer
+ * touches the ps_client only while no call is in flight (pp_bg_wait first). */
+typedef struct pp_bg {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ps_client_t *pc;
+    const float *grads;
+    float *params;
+    enum { PP_IDLE, PP_ASKED, PP_DONE, PP_QUIT } state;
+    int rc;
+    int64_t global_step;
+    double secs;
+    char err[512];
+} pp_bg_t;
+
+static void *pp_bg_main(void *arg)
+{
+    pp_bg_t *b = arg;
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        while (b->state != PP_ASKED && b->state != PP_QUIT) pthread_cond_wait(&b->cv, &b->mu);
+        if (b->state == PP_QUIT) break;
+        pthread_mutex_unlock(&b->mu);
+        char err[512] = "";
+        int64_t gs = 0;
+        double t0 = psc_now();
+        int rc = ps_client_push_pull(b->pc, b->grads, b->params, 1, &gs, err, sizeof err);
+        double secs = psc_now() - t0;
+        pthread_mutex_lock(&b->mu);
+        b->rc = rc;
+        b->global_step = gs;
+        b->secs = secs;
+        memcpy(b->err, err, sizeof err);
+        b->state = PP_DONE;
+        pthread_cond_broadcast(&b->cv);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+static int pp_bg_start(pp_bg_t *b, ps_client_t *pc, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof *b);
+    b->pc = pc;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    if (pthread_create(&b->thread, NULL, pp_bg_main, b)) {
+        pthread_mutex_destroy(&b->mu);
+        pthread_cond_destroy(&b->cv);
+        b->pc = NULL;
+        return psc_seterr(err, errlen, PSC_ENOMEM, "cannot start the push-pull thread");
+    }
+    return 0;
+}
+
+/* Starts push-pull(grads) into params; neither may be touched until pp_bg_wait. */
+static void pp_bg_submit(pp_bg_t *b, const float *grads, float *params)
+{
+    pthread_mutex_lock(&b->mu);
+    PSC_ASSERT(b->state == PP_IDLE);
+    b->grads = grads;
+    b->params = params;
+    b->state = PP_ASKED;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Waits for the call started by pp_bg_submit: its result, global_step, duration and error. */
+static int pp_bg_wait(pp_bg_t *b, int64_t *global_step, double *secs, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&b->mu);
+    while (b->state != PP_DONE) pthread_cond_wait(&b->cv, &b->mu);
+    b->state = PP_IDLE;
+    int rc = b->rc;
+    if (rc == 0) *global_step = b->global_step;
+    *secs = b->secs;
+    if (rc) snprintf(err, errlen, "%s", b->err);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+/* Lets a call in flight finish, then ends the thread (no-op when never started). */
+static void pp_bg_stop(pp_bg_t *b)
+{
+    if (!b->pc) return;
+    pthread_mutex_lock(&b->mu);
+    while (b->state == PP_ASKED) pthread_cond_wait(&b->cv, &b->mu);
+    b->state = PP_QUIT;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->thread, NULL);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    b->pc = NULL;
+}
+
 int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
 {
     const psc_job_spec_t *spec = o->spec;
@@ -330,7 +432,11 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     psc_loader_t *loader = NULL;
     towers_t *towers = NULL;
     ps_client_t *pc = NULL;
-    float *params = NULL, *grads = NULL, *grads_sum = NULL;
+    float *params = NULL, *grads = NULL, *grads_sum = NULL, *params_next = NULL, *grads_next = NULL;
+    pp_bg_t pp = {0};
+    int pp_pending = 0; /* overlap: the push-pull of the previous step is in flight */
+    int64_t pp_examples = 0;
+    double pp_t_step = 0;
     psc_tfevents_t *tb = NULL;
     int64_t *offsets = NULL;
     int nvars = 0, nplaced = 0, rc;
@@ -348,6 +454,10 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     if (spec->sync && spec->replicas_to_aggregate > replicas)
         per_step = spec->replicas_to_aggregate / replicas + (rank < spec->replicas_to_aggregate % replicas);
     if (per_step > 1) grads_sum = psc_xaligned((size_t)nparams * sizeof(float));
+    if (spec->overlap_push_pull) {
+        params_next = psc_xaligned((size_t)nparams * sizeof(float));
+        grads_next = psc_xaligned((size_t)nparams * sizeof(float));
+    }
     PSC_INFO("model: %d variables, %lld parameters (%.1f MiB), %d placed pieces on %d ps; replica %d of %d%s",
              nvars - 1, (long long)nparams, (double)nparams * 4 / 1048576.0, nplaced, num_ps, rank, replicas,
              is_chief ? " (chief)" : "");
@@ -363,6 +473,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
 
     int eval_batch = PSC_MAX(spec->batch_size, 256);
     if ((rc = towers_create(o->devices, spec, vars, nvars, eval_batch, &towers, err, errlen))) goto out;
+    if (o->blas_threads > 0) tower_cpu_set_threads(o->blas_threads);
     PSC_INFO("towers: %s (%d), batch %d split across them", towers_describe(towers), towers_count(towers),
              spec->batch_size);
     pc = ps_client_create(o->cluster, vars, nvars, placed, nplaced, rank, o->rpc_timeout_ms);
@@ -439,6 +550,10 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         if ((rc = psc_tfevents_open(o->logdir, ".chief", &tb, err, errlen))) goto out;
         PSC_INFO("TensorBoard events: %s", psc_tfevents_path(tb));
     }
+    if (spec->overlap_push_pull) {
+        if ((rc = pp_bg_start(&pp, pc, err, errlen))) goto out;
+        PSC_INFO("overlap_push_pull: each step's push-pull runs while the next step computes");
+    }
     double t0 = psc_now(), t_log = t0;
     int64_t gs_log = global_step;
     double loss_acc = 0;
@@ -481,6 +596,41 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
             struct timespec ts = {o->debug_step_delay_ms / 1000, (long)(o->debug_step_delay_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         }
+        if (spec->overlap_push_pull) {
+            /* the previous step's push-pull first: its weights are the next step's */
+            if (pp_pending) {
+                double pp_secs;
+                pp_pending = 0;
+                rc = pp_bg_wait(&pp, &global_step, &pp_secs, err, errlen);
+                if (rc == 0) {
+                    float *t = params;
+                    params = params_next;
+                    params_next = t;
+                } else if (retryable(rc)) {
+                    worker_metrics_retry(o->metrics);
+                    rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
+                    pp_secs = -1;
+                }
+                if (rc) goto out;
+                worker_metrics_step(o->metrics, (int)pp_examples, psc_now() - pp_t_step, pp_secs, 0);
+                if (is_chief && ckpt_due(&cs, spec, global_step)) {
+                    char cerr[512];
+                    take_checkpoint(&cs, pc, spec, global_step, "periodic", cerr, sizeof cerr);
+                }
+                if (is_chief) serve_requests(o, &cs, pc, spec, global_step);
+            }
+            ps_client_set_progress(pc, res->steps + 1);
+            pp_bg_submit(&pp, grads, params_next);
+            pp_pending = 1;
+            pp_examples = step_examples;
+            pp_t_step = t_step;
+            float *t = grads;
+            grads = grads_next;
+            grads_next = t;
+            res->steps++;
+            report(o, -1, b.epoch + 1, res->steps, max_steps, global_step, -1, 0, 0);
+            goto progress_line;
+        }
         ps_client_set_progress(pc, res->steps + 1);
         double t_pp = psc_now();
         int step_stale = 0;
@@ -514,6 +664,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
             take_checkpoint(&cs, pc, spec, global_step, "periodic", cerr, sizeof cerr);
         }
         if (is_chief) serve_requests(o, &cs, pc, spec, global_step);
+    progress_line:;
         double now = psc_now();
         if (now - t_log >= o->log_every_secs || res->steps == max_steps || !more) {
             res->last_loss = (float)(loss_acc / (double)loss_n);
@@ -539,6 +690,20 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
             correct_acc = 0;
             examples_acc = 0;
         }
+    }
+    if (pp_pending) { /* overlap: the last step's push-pull */
+        double pp_secs;
+        pp_pending = 0;
+        rc = pp_bg_wait(&pp, &global_step, &pp_secs, err, errlen);
+        if (rc == 0) {
+            memcpy(params, params_next, (size_t)nparams * sizeof(float));
+        } else if (retryable(rc)) {
+            worker_metrics_retry(o->metrics);
+            rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
+            pp_secs = -1;
+        }
+        if (rc) goto out;
+        worker_metrics_step(o->metrics, (int)pp_examples, psc_now() - pp_t_step, pp_secs, 0);
     }
     double elapsed = psc_now() - t0;
     res->global_step = global_step;
@@ -591,6 +756,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
 tower_failed:
     psc_seterr(err, errlen, rc, "tower step %lld failed (%s)", (long long)res->steps, psc_strerror(rc));
 out:
+    pp_bg_stop(&pp); /* before the ps_client it uses */
     psc_tfevents_close(tb);
     ps_client_destroy(pc);
     loader_destroy(loader);
@@ -600,6 +766,8 @@ out:
     free(params);
     free(grads);
     free(grads_sum);
+    free(params_next);
+    free(grads_next);
     free(offsets);
     free(vars);
     free(placed);

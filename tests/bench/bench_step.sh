@@ -6,6 +6,9 @@
 #       deploy/local_cluster.sh sets it), the job limited by "steps" to about
 #       BENCH_STEP_SECS seconds at (a)'s rate; the number is the one the worker
 #       logs: "finished N steps in S s (E examples/s)";
+#   (b') as (b) tuned for a worker that shares 2 cores with its PS:
+#       "overlap_push_pull": true (each step's push-pull runs while the next
+#       step computes) and --blas_threads 1;
 #   (c) 1 ps_server + 2 workers, each with half the steps: the sum of both
 #       workers' examples/s.
 # Prints (b)/(a) (the cost of the PS round trip and the input pipeline per step,
@@ -33,14 +36,15 @@ vmhwm_kb() { awk '/^VmHWM:/ {print $2; f=1} END {if (!f) print 0}' "/proc/$1/sta
 # spec_for SRC DST STEPS: SRC with "steps", enough epochs and a small test set
 # (the chief evaluates it after training; that is not part of the timing).
 spec_for() {
-    sed -e "0,/{/s//{\"steps\": $3, /" -e 's/"epochs": *[0-9]*/"epochs": 1000/' \
+    sed -e "0,/{/s//{\"steps\": $3, ${4:-}/" -e 's/"epochs": *[0-9]*/"epochs": 1000/' \
         -e 's/"data": *{/"data": {"test_examples": 1000, /' "$1" >"$2"
 }
 
-# train SPEC NWORKERS: runs 1 ps_server + NWORKERS workers; prints
+# train SPEC NWORKERS [WORKER_FLAGS...]: runs 1 ps_server + NWORKERS workers; prints
 # "<sum of examples/s> <ps peak MiB> <largest worker peak MiB>".
 train() {
     local spec=$1 nw=$2 ports cluster i
+    shift 2
     mapfile -t ports < <("$bin/psc_free_port" $((1 + nw)))
     cluster="{\"ps\": [\"127.0.0.1:${ports[0]}\"], \"worker\": ["
     local sep=""
@@ -57,7 +61,7 @@ train() {
     local wpids=()
     for ((i = nw - 1; i >= 0; i--)); do
         TF_CONFIG="$tf{\"type\": \"worker\", \"index\": $i}}" "$bin/worker" --job_spec "$spec" \
-            --log_every_secs 60 >"$work/worker$i.out" 2>"$work/worker$i.log" &
+            --log_every_secs 60 "$@" >"$work/worker$i.out" 2>"$work/worker$i.log" &
         wpids+=($!)
         pids+=($!)
     done
@@ -92,8 +96,8 @@ train() {
 
 printf 'bench_step: examples/s of the demo jobs; (a) tower alone (bench_step_tower), (b) 1 ps + 1 worker,\n'
 printf '(c) 1 ps + 2 workers (sum); each run ~%s s on 127.0.0.1; peak RSS (VmHWM) of ps_server and worker\n' "$secs"
-printf '%-5s %5s %11s %11s %7s %11s %7s %8s %10s\n' model batch "(a) tower" "(b) 1w" "(b)/(a)" "(c) 2w" "(c)/(a)" \
-    "ps MiB" "worker MiB"
+printf '%-5s %5s %11s %11s %7s %11s %7s %11s %7s %8s %10s\n' model batch "(a) tower" "(b) 1w" "(b)/(a)" \
+    "(b') tuned" "(b')/(a)" "(c) 2w" "(c)/(a)" "ps MiB" "worker MiB"
 for job in ${BENCH_STEP_JOBS:-mlp cnn}; do
     src="$here/deploy/jobs/$job.json"
     line=$("$bin/bench_step_tower" "$src" 3 2>/dev/null) || {
@@ -105,12 +109,15 @@ for job in ${BENCH_STEP_JOBS:-mlp cnn}; do
     steps=$(awk -v a="$a" -v b="$batch" -v s="$secs" 'BEGIN {n = int(a * s / b); print n < 20 ? 20 : n}')
     spec_for "$src" "$work/$job-1.json" "$steps"
     spec_for "$src" "$work/$job-2.json" $((steps / 2))
+    spec_for "$src" "$work/$job-1o.json" "$steps" '"overlap_push_pull": true, '
     train "$work/$job-1.json" 1 >"$work/res1"
+    train "$work/$job-1o.json" 1 --blas_threads 1 >"$work/res1o"
     train "$work/$job-2.json" 2 >"$work/res2"
     read -r b ps1 w1 <"$work/res1"
+    read -r bo _ _ <"$work/res1o"
     read -r c ps2 w2 <"$work/res2"
-    printf '%-5s %5s %11s %11s %7.2f %11s %7.2f %8s %10s\n' "$job" "$batch" "$a" "$b" \
-        "$(awk -v x="$b" -v y="$a" 'BEGIN {print x / y}')" "$c" "$(awk -v x="$c" -v y="$a" 'BEGIN {print x / y}')" \
-        "$ps1/$ps2" "$w1/$w2"
+    printf '%-5s %5s %11s %11s %7.2f %11s %7.2f %11s %7.2f %8s %10s\n' "$job" "$batch" "$a" "$b" \
+        "$(awk -v x="$b" -v y="$a" 'BEGIN {print x / y}')" "$bo" "$(awk -v x="$bo" -v y="$a" 'BEGIN {print x / y}')" \
+        "$c" "$(awk -v x="$c" -v y="$a" 'BEGIN {print x / y}')" "$ps1/$ps2" "$w1/$w2"
 done
 printf '(ps and worker MiB: with 1 worker / with 2 workers; steps per run = %s s at the rate of (a))\n' "$secs"

@@ -7,10 +7,12 @@
 #    keys;
 # 2. corruption: flip one byte of a tensor of the newest checkpoint: the restore
 #    names the tensor and falls back to the previous checkpoint;
-# 3. PS crash, async and sync: kill -9 ps 1 mid-training and restart it: the
-#    workers ride it out, the chief restores the latest checkpoint on every PS,
-#    global_step resumes from the checkpointed step (never 0) and the accuracy is
-#    within 0.02 of an uninterrupted run (async: 1 worker, sync: 2);
+# 3. PS crash, async, async with overlap_push_pull (the call that fails is the
+#    one in flight while the next step computes) and sync: kill -9 ps 1
+#    mid-training and restart it: the workers ride it out, the chief restores
+#    the latest checkpoint on every PS, global_step resumes from the
+#    checkpointed step (never 0) and the accuracy is within 0.02 of an
+#    uninterrupted run (async: 1 worker, sync: 2);
 # 4. on demand: psctl checkpoint asks the chief (a non-chief refuses);
 #    chief crash: kill -9 the chief and restart it: it joins the model (no
 #    re-initialization: its first loss is far below the initial one) and resumes
@@ -98,8 +100,9 @@ W_FLAGS=""
 # async runs with one worker: its run is deterministic, so the comparison with
 # the uninterrupted run measures the crash, not the interleaving of two workers
 # (which alone moves this accuracy by up to 0.04 between runs)
-for mode in async sync; do
+for mode in async overlap sync; do
     extra="" nw=1
+    [ $mode = overlap ] && extra=', "overlap_push_pull": true'
     [ $mode = sync ] && extra=', "sync": {"replicas_to_aggregate": 2, "total_num_replicas": 2, "timeout_secs": 5}' nw=2
     spec "$TMP/$mode.json" 2 "$extra"
     W_FLAGS="--debug_step_delay_ms 10"
@@ -160,4 +163,4 @@ restart_ps 1
 finish
 echo "kill during save: $(grep -h 'restored checkpoint' "$TMP/worker0.log" | head -1 | sed 's/.*WARN  *//')"
 grep -Eq 'restored checkpoint 1 \(step 4[0-9]\) on every ps' "$TMP/worker0.log" || fail "checkpoint 1 should have been restored"
-pass "checkpoints: round trip, keep-last-K, corruption fallback, PS crash (async, sync), on demand, chief crash, kill during save"
+pass "checkpoints: round trip, keep-last-K, corruption fallback, PS crash (async, overlap, sync), on demand, chief crash, kill during save"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# test_train_cluster — real clusters (1 ps + 1 worker, then 2 ps + 2 workers) train
-# the demo MLP on a 6,000-image slice of Fashion-MNIST for 2 epochs: the loss must
+# test_train_cluster — real clusters (1 ps + 1 worker, then 2 ps + 2 workers, then
+# 2 ps + 2 workers with "overlap_push_pull": each step's push-pull in flight
+# while the next step computes, and --blas_threads 1) train the demo MLP on a 6,000-image slice of Fashion-MNIST for 2 epochs: the loss must
 # fall, the chief's accuracy on 2,000 held-out test images must exceed 0.70, every
 # process must exit 0 (the chief stops the ps_servers), and global_step must count
 # every replica's steps.
@@ -22,15 +23,16 @@ cat >"$spec" <<'JSON'
  "data": {"train_examples": 6000, "test_examples": 2000},
  "batch_size_per_replica": 32, "epochs": 2, "seed": 7}
 JSON
+sed '0,/{/s//{"overlap_push_pull": true, /' "$spec" >"$TMP/overlap.json"
 
 run_case() {
-    local nps=$1 nw=$2 i
+    local nps=$1 nw=$2 spec=${3:-$spec} tag=${4:-} i
     cluster "$nps" "$nw"
     local ps_pids=()
     for ((i = 0; i < nps; i++)); do start_ps "$i"; ps_pids+=("$LAST_PID"); done
     for ((i = 0; i < nps; i++)); do wait_healthy "${PS_ADDR[i]}"; done
     local w_pids=()
-    for ((i = 0; i < nw; i++)); do start_worker "$i" "$spec"; w_pids+=("$LAST_PID"); done
+    for ((i = 0; i < nw; i++)); do start_worker "$i" "$spec" ${W_FLAGS:-}; w_pids+=("$LAST_PID"); done
     for ((i = 0; i < nw; i++)); do
         wait_exit "${w_pids[i]}" 300
         [ "$EXIT_CODE" = 0 ] || fail "worker $i exited $EXIT_CODE"
@@ -54,10 +56,20 @@ run_case() {
     done
     gs=$(sed -n 's/.*at global_step \([0-9]*\).*/\1/p' "$TMP/worker0.log")
     [ "$gs" = "$steps" ] || fail "global_step $gs != sum of replica steps $steps"
-    echo "$nps ps + $nw workers: test accuracy $acc, loss $first -> $last, global_step $gs"
-    for f in "$TMP"/*.log "$TMP"/*.out; do mv "$f" "$f.$nps$nw"; done
+    if [ -n "$tag" ]; then
+        for ((i = 0; i < nw; i++)); do
+            grep -q 'overlap_push_pull: each step' "$TMP/worker$i.log" || fail "worker $i did not overlap"
+        done
+    fi
+    echo "$nps ps + $nw workers${tag:+ ($tag)}: test accuracy $acc, loss $first -> $last, global_step $gs"
+    for f in "$TMP"/*.log "$TMP"/*.out; do mv "$f" "$f.$nps$nw$tag"; done
 }
 
 run_case 1 1
 run_case 2 2
+W_FLAGS="--blas_threads 1" run_case 2 2 "$TMP/overlap.json" overlap
+# a bad --blas_threads is a usage error naming the flag
+rc=0; "$BIN/worker" --blas_threads -1 --job_spec "$spec" 2>"$TMP/bad.log" || rc=$?
+[ $rc = 64 ] || fail "--blas_threads -1 exited $rc, expected 64"
+grep -q -- "--blas_threads: expected 0..1024" "$TMP/bad.log" || fail "the usage error: $(cat "$TMP/bad.log")"
 pass "training on real clusters"

@@ -186,6 +186,7 @@ static void test_defaults(void **state)
     assert_true(s.ckpt_every_secs == 0.0);
     assert_int_equal(s.ckpt_keep, 5);
     assert_int_equal(s.seed, 42);
+    assert_int_equal(s.overlap_push_pull, 0);
     psc_job_spec_deinit(&s);
 
     /* Sections present but empty keep the defaults; sync present means sync. */
@@ -370,6 +371,31 @@ static void test_unknown_keys(void **state)
                  "sync.backup: unknown key");
     expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"placement\": {\"ps\": 2}"), "placement.ps: unknown key");
     expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"checkpoint\": {\"every\": 2}"), "checkpoint.every: unknown key");
+}
+
+/* overlap_push_pull: a bool, asynchronous training only. */
+static void test_overlap_push_pull(void **state)
+{
+    (void)state;
+    char buf[1024];
+    psc_job_spec_t s;
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"overlap_push_pull\": true"), &s);
+    assert_int_equal(s.overlap_push_pull, 1);
+    assert_int_equal(s.sync, 0);
+    char id[sizeof s.job_id];
+    memcpy(id, s.job_id, sizeof id);
+    psc_job_spec_deinit(&s);
+    /* a worker-side choice: the same job (a restarted worker may change it) */
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"overlap_push_pull\": false"), &s);
+    assert_int_equal(s.overlap_push_pull, 0);
+    assert_string_equal(s.job_id, id);
+    psc_job_spec_deinit(&s);
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"overlap_push_pull\": 1"),
+                 "overlap_push_pull: expected true or false, got 1");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM,
+                       "\"overlap_push_pull\": true, \"sync\": {\"replicas_to_aggregate\": 2, "
+                       "\"total_num_replicas\": 2}"),
+                 "overlap_push_pull: needs asynchronous training");
 }
 
 static void test_wrong_types_and_ranges(void **state)
@@ -674,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_layers_and_keras_names),
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_wrong_types_and_ranges),
+        cmocka_unit_test(test_overlap_push_pull),
         cmocka_unit_test(test_missing_and_bad_values),
         cmocka_unit_test(test_json_syntax),
         cmocka_unit_test(test_job_id),
