@@ -19,14 +19,19 @@
  *     optimizer, the table pointers, and the sync-mode flag and config. It is
  *     held only to look a name up or to publish a table or sync mode, never
  *     while touching tensor data.
- *   - v->lock (mutex, one per variable) guards the variable's contents: values,
+ *   - v->lock (rwlock, one per variable) guards the variable's contents: values,
  *     slots, version, per-chunk step counts, global_step's value, and in sync
  *     mode its accumulators (steps, counts, sums). It is held for the memcpy,
  *     accumulation or optimizer pass of one chunk of one variable, nothing else.
+ *     Held exclusive by everything but the two hot paths: an asynchronous push
+ *     of chunk k and a pull hold it shared plus the chunk locks v->ckl[] of
+ *     their range (ascending), so two RPC threads update two chunks of one
+ *     variable at once; they bump and read version atomically.
  *   - s->presence_lock (mutex) guards the sync presence table (started flag,
  *     last_seen, left). It is a leaf: nothing is locked while it is held.
  *   - counters (stats) are relaxed atomics.
  * Lock order: s->fence first, before any other lock; then s->lock -> v->lock
+ * -> v->ckl[k] (ascending k)
  * (store_list, store_set_sync publishing the accumulators) and s->lock ->
  * s->presence_lock (store_set_sync); no other nesting. In particular v->lock
  * and presence_lock are never held together: a sync push marks its replica
@@ -97,11 +102,14 @@ typedef struct store_var {
     size_t numel;    /* float elements (0 for global_step) */
     size_t nchunks;  /* wire chunks of the value */
 
-    pthread_mutex_t lock; /* guards everything below */
+    /* Exclusive: guards everything below. Shared: an asynchronous push or a
+     * pull, which then also holds the chunk locks of its range (ckl). */
+    pthread_rwlock_t lock;
+    pthread_mutex_t *ckl; /* (nchunks) under `lock` shared: chunk k's values, slots and t[k] */
     float *w;             /* (numel) values, 64-byte aligned */
     float *slot[2];       /* (numel) optimizer slots, NULL when unused */
     int64_t *t;           /* (nchunks) pushes applied per wire chunk */
-    int64_t version;
+    int64_t version;      /* atomic under `lock` shared (async push, pull), plain under exclusive */
     int64_t step;         /* global_step value (is_step only) */
     sync_acc_t *acc;      /* (nchunks, 1 for global_step) sync accumulators; NULL in async mode */
     float *acc_sum;       /* (numel) the accumulators' sum buffers, one slab; NULL for global_step */
@@ -232,7 +240,10 @@ static store_var_t *find_locked(store_t *s, const char *name)
 static void var_free(store_var_t *v)
 {
     if (!v) return;
-    pthread_mutex_destroy(&v->lock);
+    pthread_rwlock_destroy(&v->lock);
+    if (v->ckl)
+        for (size_t k = 0; k < v->nchunks; k++) pthread_mutex_destroy(&v->ckl[k]);
+    free(v->ckl);
     free(v->w);
     free(v->slot[0]);
     free(v->slot[1]);
@@ -482,10 +493,16 @@ static store_var_t *var_new(const store_var_spec_t *spec, uint64_t bytes, const 
     for (int d = v->rank; d < PSC_MAX_RANK; d++) v->shape[d] = 0;
     v->is_step = spec->is_step ? 1 : 0;
     v->bytes = bytes;
-    PSC_ASSERT(pthread_mutex_init(&v->lock, NULL) == 0);
+    pthread_rwlockattr_t attr; /* writers first: a stream of pushes must not starve a Status or a sync step */
+    PSC_ASSERT(pthread_rwlockattr_init(&attr) == 0);
+    PSC_ASSERT(pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP) == 0);
+    PSC_ASSERT(pthread_rwlock_init(&v->lock, &attr) == 0);
+    pthread_rwlockattr_destroy(&attr);
     if (v->is_step) return v;
     v->numel = (size_t)(bytes / 4);
     v->nchunks = psc_chunk_count(bytes);
+    v->ckl = psc_xcalloc(v->nchunks ? v->nchunks : 1, sizeof *v->ckl);
+    for (size_t k = 0; k < v->nchunks; k++) PSC_ASSERT(pthread_mutex_init(&v->ckl[k], NULL) == 0);
     int ns = optim_slot_count(opt);
     v->w = tensor_alloc(bytes);
     for (int k = 0; k < ns; k++) v->slot[k] = tensor_alloc(bytes);
@@ -625,16 +642,16 @@ static int assign_fenced(store_t *s, const char *name, uint64_t offset, const vo
         if (value < 0)
             return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: value %" PRId64 " is negative", v->name,
                                         value));
-        pthread_mutex_lock(&v->lock);
+        pthread_rwlock_wrlock(&v->lock);
         v->step = value;
         v->version++;
-        pthread_mutex_unlock(&v->lock);
+        pthread_rwlock_unlock(&v->lock);
         return 0;
     }
-    pthread_mutex_lock(&v->lock);
+    pthread_rwlock_wrlock(&v->lock);
     memcpy((char *)v->w + offset, data, len);
     v->version++;
-    pthread_mutex_unlock(&v->lock);
+    pthread_rwlock_unlock(&v->lock);
     return 0;
 }
 
@@ -693,16 +710,19 @@ static int store_pull_unfenced(store_t *s, const char *name, uint64_t offset, si
                                     v->name, len, PSC_CHUNK_BYTES));
     if (len && !dst) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: pull into NULL", v->name));
     int64_t ver;
-    pthread_mutex_lock(&v->lock);
+    pthread_rwlock_rdlock(&v->lock); /* global_step's writers hold it exclusive */
     if (v->is_step) {
         unsigned char le[8];
         put_le64(le, v->step);
         memcpy(dst, le + offset, len);
-    } else {
+    } else if (len) {
+        size_t k0 = (size_t)(offset / PSC_CHUNK_BYTES), k1 = (size_t)((offset + len - 1) / PSC_CHUNK_BYTES);
+        for (size_t k = k0; k <= k1; k++) pthread_mutex_lock(&v->ckl[k]); /* ascending: no deadlock */
         memcpy(dst, (const char *)v->w + offset, len);
+        for (size_t k = k0; k <= k1; k++) pthread_mutex_unlock(&v->ckl[k]);
     }
-    ver = v->version;
-    pthread_mutex_unlock(&v->lock);
+    ver = __atomic_load_n(&v->version, __ATOMIC_RELAXED);
+    pthread_rwlock_unlock(&v->lock);
     if (version) *version = ver;
     count(&s->pulls, 1);
     count(&s->bytes_pulled, len);
@@ -734,7 +754,9 @@ static int push_fenced(store_t *s, const char *name, uint64_t offset, const void
     float *w = v->w + e0;
     float *s0 = v->slot[0] ? v->slot[0] + e0 : NULL, *s1 = v->slot[1] ? v->slot[1] + e0 : NULL;
     int64_t ver;
-    pthread_mutex_lock(&v->lock);
+    /* shared + chunk k's lock: pushes of other chunks of this variable apply at the same time */
+    pthread_rwlock_rdlock(&v->lock);
+    pthread_mutex_lock(&v->ckl[k]);
     int64_t t = ++v->t[k];
     if (((uintptr_t)grad & 3) == 0) {
         optim_apply(&view.opt, w, s0, s1, grad, n, t);
@@ -748,9 +770,10 @@ static int push_fenced(store_t *s, const char *name, uint64_t offset, const void
             optim_apply(&view.opt, w + i, s0 ? s0 + i : NULL, s1 ? s1 + i : NULL, block, m, t);
         }
     }
-    ver = ++v->version;
+    ver = __atomic_add_fetch(&v->version, 1, __ATOMIC_RELAXED);
     if (updated) memcpy(updated, w, len);
-    pthread_mutex_unlock(&v->lock);
+    pthread_mutex_unlock(&v->ckl[k]);
+    pthread_rwlock_unlock(&v->lock);
     if (version) *version = ver;
     count(&s->applied, 1);
     count(&s->bytes_pushed, len);
@@ -781,7 +804,7 @@ static int step_add_fenced(store_t *s, int64_t inc, int64_t *value, char *err, s
     if (inc < 0)
         return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: increment %" PRId64 " is negative", v->name, inc));
     int rc = 0;
-    pthread_mutex_lock(&v->lock);
+    pthread_rwlock_wrlock(&v->lock);
     if (inc > INT64_MAX - v->step) {
         rc = psc_seterr(err, errlen, PSC_EINVAL, "%s: %" PRId64 " + %" PRId64 " overflows", v->name, v->step, inc);
     } else if (inc > 0) {
@@ -789,7 +812,7 @@ static int step_add_fenced(store_t *s, int64_t inc, int64_t *value, char *err, s
         v->version++;
     }
     int64_t now = v->step;
-    pthread_mutex_unlock(&v->lock);
+    pthread_rwlock_unlock(&v->lock);
     if (rc) return reject(s, rc);
     if (value) *value = now;
     return 0;
@@ -809,9 +832,9 @@ static int store_step_get_unfenced(store_t *s, int64_t *value)
     store_var_t *v = s->step_var;
     pthread_rwlock_unlock(&s->lock);
     if (!v) return 0;
-    pthread_mutex_lock(&v->lock);
+    pthread_rwlock_wrlock(&v->lock);
     int64_t now = v->step;
-    pthread_mutex_unlock(&v->lock);
+    pthread_rwlock_unlock(&v->lock);
     if (value) *value = now;
     return 1;
 }
@@ -847,9 +870,9 @@ int store_list(store_t *s, store_var_info_t **out, int *n)
         memcpy(info[i].shape, v->shape, sizeof info[i].shape);
         info[i].bytes = v->bytes;
         info[i].is_step = v->is_step;
-        pthread_mutex_lock(&v->lock);
+        pthread_rwlock_wrlock(&v->lock);
         info[i].version = v->version;
-        pthread_mutex_unlock(&v->lock);
+        pthread_rwlock_unlock(&v->lock);
     }
     pthread_rwlock_unlock(&s->lock);
     *out = info;
@@ -945,10 +968,10 @@ static int set_sync_fenced(store_t *s, const store_sync_cfg_t *cfg, char *err, s
             rc = sync_cfg_compare(&s->sync, cfg, err, errlen); /* another call won the race */
         } else {
             for (int i = 0; i < n; i++) {
-                pthread_mutex_lock(&vars[i]->lock);
+                pthread_rwlock_wrlock(&vars[i]->lock);
                 vars[i]->acc = acc[i];
                 vars[i]->acc_sum = sums[i];
-                pthread_mutex_unlock(&vars[i]->lock);
+                pthread_rwlock_unlock(&vars[i]->lock);
                 acc[i] = NULL;
                 sums[i] = NULL;
             }
@@ -1125,7 +1148,7 @@ static int push_sync_fenced(store_t *s, const char *name, uint64_t offset, const
     uint32_t needed = presence_touch(s, &view.sync, worker, now);
     size_t k = (size_t)(offset / PSC_CHUNK_BYTES);
     int copied = 0;
-    pthread_mutex_lock(&v->lock);
+    pthread_rwlock_wrlock(&v->lock);
     sync_contribute_locked(s, &view.opt, &view.sync, v, k, grad, len / 4, local_step, count_, needed, now, res);
     res->step = v->acc[k].step;
     res->version = v->version;
@@ -1133,7 +1156,7 @@ static int push_sync_fenced(store_t *s, const char *name, uint64_t offset, const
         memcpy(updated, (const char *)v->w + offset, len);
         copied = 1;
     }
-    pthread_mutex_unlock(&v->lock);
+    pthread_rwlock_unlock(&v->lock);
     if (!res->stale) count(&s->bytes_pushed, len);
     if (copied) {
         count(&s->pulls, 1);
@@ -1173,11 +1196,11 @@ static int step_sync_fenced(store_t *s, int64_t local_step, uint32_t count_, uin
     if (rc) return reject(s, rc);
 
     uint32_t needed = presence_touch(s, &cfg, worker, now);
-    pthread_mutex_lock(&v->lock);
+    pthread_rwlock_wrlock(&v->lock);
     sync_contribute_locked(s, &opt, &cfg, v, 0, NULL, 0, local_step, count_, needed, now, res);
     res->step = v->step;
     res->version = v->version;
-    pthread_mutex_unlock(&v->lock);
+    pthread_rwlock_unlock(&v->lock);
     return 0;
 }
 
@@ -1209,7 +1232,7 @@ static int store_chunk_read_unfenced(store_t *s, const char *name, uint64_t offs
                                     "%s: read of %zu bytes at offset %" PRIu64 " crosses a wire chunk boundary",
                                     v->name, len, offset));
     int64_t st, ver;
-    pthread_mutex_lock(&v->lock);
+    pthread_rwlock_wrlock(&v->lock);
     if (v->is_step) {
         st = v->step;
         if (dst) {
@@ -1222,7 +1245,7 @@ static int store_chunk_read_unfenced(store_t *s, const char *name, uint64_t offs
         if (dst) memcpy(dst, (const char *)v->w + offset, len);
     }
     ver = v->version;
-    pthread_mutex_unlock(&v->lock);
+    pthread_rwlock_unlock(&v->lock);
     if (step) *step = st;
     if (version) *version = ver;
     return 0;
@@ -1268,7 +1291,7 @@ static void sync_tick_fenced(store_t *s, double now, tick_item_t **items_out, si
         size_t nacc = v->is_step ? 1 : v->nchunks;
         for (size_t k = 0; k < nacc; k++) {
             int late = 0;
-            pthread_mutex_lock(&v->lock);
+            pthread_rwlock_wrlock(&v->lock);
             step_align_locked(v);
             if (sync_acc_due(&v->acc[k], needed, now, cfg.timeout_secs, &late)) {
                 uint32_t c = sync_apply_locked(s, &opt, v, k, late);
@@ -1282,7 +1305,7 @@ static void sync_tick_fenced(store_t *s, double now, tick_item_t **items_out, si
                                                 .count = c,
                                                 .by_timeout = late};
             }
-            pthread_mutex_unlock(&v->lock);
+            pthread_rwlock_unlock(&v->lock);
         }
     }
     *items_out = items;
@@ -1548,7 +1571,7 @@ int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step,
         const unsigned char *p = t->data;
         /* A variable's tensors are adjacent: one v->lock hold restores all of
          * them, so a pull or chunk read sees the variable wholly old or new. */
-        if (j == 0 || list[j - 1].var != v) pthread_mutex_lock(&v->lock);
+        if (j == 0 || list[j - 1].var != v) pthread_rwlock_wrlock(&v->lock);
         switch (t->part) {
         case PART_VALUE:
             if (v->is_step)
@@ -1567,7 +1590,7 @@ int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step,
                 v->acc[k] = (sync_acc_t){.step = sync_step, .sum = v->acc[k].sum};
             break;
         }
-        if (j + 1 == count || list[j + 1].var != v) pthread_mutex_unlock(&v->lock);
+        if (j + 1 == count || list[j + 1].var != v) pthread_rwlock_unlock(&v->lock);
     }
     if (sync_on) {
         pthread_mutex_lock(&s->presence_lock);
