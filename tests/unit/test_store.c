@@ -760,6 +760,108 @@ static void test_concurrent_pushes(void **state)
     store_destroy(s);
 }
 
+/* Chunks of one variable in parallel (v->lock shared + one lock per chunk):
+ * threads push to the three wire chunks of one variable (two threads per
+ * chunk, push and push-pull) while a reader pulls a range across the chunk 0/1
+ * boundary and lists versions (v->lock exclusive). Every update of a chunk is
+ * atomic: a pull sees each chunk's part uniform; at the end every chunk holds
+ * exactly its pushes and the version counts all of them. */
+#define CC_PUSHES 200
+#define CC_FLOATS (PSC_CHUNK_BYTES / 4 * 2 + PSC_CHUNK_BYTES / 8) /* 2.5 chunks */
+
+typedef struct chunk_arg {
+    store_t *s;
+    size_t chunk;
+    int use_push_pull;
+    const float *g;
+    float *upd;
+} chunk_arg_t;
+
+static void *chunk_pusher(void *p)
+{
+    chunk_arg_t *a = p;
+    char err[256];
+    uint64_t total = (uint64_t)CC_FLOATS * 4;
+    for (int i = 0; i < CC_PUSHES; i++)
+        if (store_push(a->s, "big", psc_chunk_offset(a->chunk), a->g, psc_chunk_len(total, a->chunk), total,
+                       a->use_push_pull ? a->upd : NULL, NULL, err, sizeof err) != 0)
+            return (void *)1;
+    return NULL;
+}
+
+typedef struct chunk_reader {
+    store_t *s;
+    atomic_int *stop;
+    int torn, pulls;
+} chunk_reader_t;
+
+static void *chunk_reader(void *p)
+{
+    chunk_reader_t *r = p;
+    enum { HALF = 4096 };
+    static float buf[2 * HALF];
+    char err[256];
+    while (!atomic_load(r->stop)) {
+        int64_t version;
+        if (store_pull(r->s, "big", PSC_CHUNK_BYTES - HALF * 4, sizeof buf, buf, &version, err, sizeof err) != 0)
+            return (void *)1;
+        for (int i = 1; i < HALF; i++) r->torn += buf[i] != buf[0] || buf[HALF + i] != buf[HALF];
+        r->pulls++;
+        store_var_info_t *info;
+        int n;
+        if (store_list(r->s, &info, &n) != 0) return (void *)1;
+        free(info);
+    }
+    return NULL;
+}
+
+static void test_concurrent_chunks(void **state)
+{
+    (void)state;
+    char err[256];
+    psc_optim_config_t opt = sgd(1.0f / 1024);
+    static const store_var_spec_t specs[] = {{.name = "big", .rank = 1, .shape = {CC_FLOATS}}};
+    store_t *s = store_create();
+    int created;
+    assert_int_equal(store_create_vars(s, JOB, &opt, specs, 1, &created, err, sizeof err), 0);
+    assert_int_equal(store_set_ready(s, JOB, err, sizeof err), 0);
+    float *g = psc_xaligned(PSC_CHUNK_BYTES);
+    for (size_t i = 0; i < PSC_CHUNK_BYTES / 4; i++) g[i] = 1.0f;
+
+    atomic_int stop = 0;
+    chunk_reader_t rd = {.s = s, .stop = &stop};
+    pthread_t rt, th[6];
+    chunk_arg_t args[6];
+    assert_int_equal(pthread_create(&rt, NULL, chunk_reader, &rd), 0);
+    for (int i = 0; i < 6; i++) {
+        args[i] = (chunk_arg_t){.s = s, .chunk = (size_t)i % 3, .use_push_pull = i / 3, .g = g,
+                                .upd = i / 3 ? psc_xaligned(PSC_CHUNK_BYTES) : NULL};
+        assert_int_equal(pthread_create(&th[i], NULL, chunk_pusher, &args[i]), 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        void *ret;
+        assert_int_equal(pthread_join(th[i], &ret), 0);
+        assert_null(ret);
+        free(args[i].upd);
+    }
+    atomic_store(&stop, 1);
+    void *ret;
+    assert_int_equal(pthread_join(rt, &ret), 0);
+    assert_null(ret);
+    assert_int_equal(rd.torn, 0);
+    assert_true(rd.pulls > 0);
+
+    float *got = psc_xaligned((size_t)CC_FLOATS * 4);
+    pull_all(s, "big", got, (uint64_t)CC_FLOATS * 4);
+    const float want = -(float)(2 * CC_PUSHES) / 1024; /* exact: lr = 2^-10, g = 1 */
+    for (size_t j = 0; j < CC_FLOATS; j++)
+        if (got[j] != want) fail_msg("big[%zu] = %.9g, want %.9g", j, (double)got[j], (double)want);
+    assert_int_equal(version_of(s, "big"), 6 * CC_PUSHES);
+    free(got);
+    free(g);
+    store_destroy(s);
+}
+
 /* ---- sync-replica mode ---- */
 
 static void sync_on(store_t *s, int R, int N, double timeout)
@@ -2024,6 +2126,7 @@ int main(void)
         cmocka_unit_test(test_step),
         cmocka_unit_test(test_adam_t_per_chunk),
         cmocka_unit_test(test_concurrent_pushes),
+        cmocka_unit_test(test_concurrent_chunks),
         cmocka_unit_test(test_sync_sgd_mean_and_stale),
         cmocka_unit_test(test_sync_timeout_tick),
         cmocka_unit_test(test_sync_absent_replica),
