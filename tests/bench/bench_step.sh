@@ -95,7 +95,8 @@ train() {
 }
 
 printf 'bench_step: examples/s of the demo jobs; (a) tower alone (bench_step_tower), (b) 1 ps + 1 worker,\n'
-printf '(c) 1 ps + 2 workers (sum); each run ~%s s on 127.0.0.1; peak RSS (VmHWM) of ps_server and worker\n' "$secs"
+printf "(b') 1 ps + 1 worker with overlap_push_pull and --blas_threads 1, (c) 1 ps + 2 workers (sum);\n"
+printf 'each run ~%s s on 127.0.0.1; peak RSS (VmHWM) of ps_server and worker\n' "$secs"
 printf '%-5s %5s %11s %11s %7s %11s %7s %11s %7s %8s %10s\n' model batch "(a) tower" "(b) 1w" "(b)/(a)" \
     "(b') tuned" "(b')/(a)" "(c) 2w" "(c)/(a)" "ps MiB" "worker MiB"
 for job in ${BENCH_STEP_JOBS:-mlp cnn}; do
