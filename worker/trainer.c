@@ -410,6 +410,29 @@ static void pp_bg_stop(pp_bg_t *b)
     b->pc = NULL;
 }
 
+/* Overlap: waits for the push-pull in flight (started at t_step's step, of
+ * `examples` examples). Done: its weights become *params (swapped with
+ * *params_next). A PS that went away: recovered as in the plain loop (that
+ * step's gradient is lost with the PS's state). */
+static int pp_collect(const trainer_opts_t *o, const model_ctx_t *m, ps_client_t *pc, int is_chief, ckpt_sched_t *cs,
+                      pp_bg_t *pp, float **params, float **params_next, int64_t *global_step, int examples,
+                      double t_step, char *err, size_t errlen)
+{
+    double secs;
+    int rc = pp_bg_wait(pp, global_step, &secs, err, errlen);
+    if (rc == 0) {
+        float *t = *params;
+        *params = *params_next;
+        *params_next = t;
+    } else if (retryable(rc)) {
+        worker_metrics_retry(o->metrics);
+        rc = recover(o, m, pc, is_chief, cs, *params, global_step, err, errlen);
+        secs = -1;
+    }
+    if (rc == 0) worker_metrics_step(o->metrics, examples, psc_now() - t_step, secs, 0);
+    return rc;
+}
+
 int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
 {
     const psc_job_spec_t *spec = o->spec;
@@ -599,20 +622,10 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         if (spec->overlap_push_pull) {
             /* the previous step's push-pull first: its weights are the next step's */
             if (pp_pending) {
-                double pp_secs;
                 pp_pending = 0;
-                rc = pp_bg_wait(&pp, &global_step, &pp_secs, err, errlen);
-                if (rc == 0) {
-                    float *t = params;
-                    params = params_next;
-                    params_next = t;
-                } else if (retryable(rc)) {
-                    worker_metrics_retry(o->metrics);
-                    rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
-                    pp_secs = -1;
-                }
-                if (rc) goto out;
-                worker_metrics_step(o->metrics, (int)pp_examples, psc_now() - pp_t_step, pp_secs, 0);
+                if ((rc = pp_collect(o, &mctx, pc, is_chief, &cs, &pp, &params, &params_next, &global_step,
+                                     (int)pp_examples, pp_t_step, err, errlen)))
+                    goto out;
                 if (is_chief && ckpt_due(&cs, spec, global_step)) {
                     char cerr[512];
                     take_checkpoint(&cs, pc, spec, global_step, "periodic", cerr, sizeof cerr);
@@ -692,18 +705,10 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         }
     }
     if (pp_pending) { /* overlap: the last step's push-pull */
-        double pp_secs;
         pp_pending = 0;
-        rc = pp_bg_wait(&pp, &global_step, &pp_secs, err, errlen);
-        if (rc == 0) {
-            memcpy(params, params_next, (size_t)nparams * sizeof(float));
-        } else if (retryable(rc)) {
-            worker_metrics_retry(o->metrics);
-            rc = recover(o, &mctx, pc, is_chief, &cs, params, &global_step, err, errlen);
-            pp_secs = -1;
-        }
-        if (rc) goto out;
-        worker_metrics_step(o->metrics, (int)pp_examples, psc_now() - pp_t_step, pp_secs, 0);
+        if ((rc = pp_collect(o, &mctx, pc, is_chief, &cs, &pp, &params, &params_next, &global_step, (int)pp_examples,
+                             pp_t_step, err, errlen)))
+            goto out;
     }
     double elapsed = psc_now() - t0;
     res->global_step = global_step;
