@@ -264,6 +264,7 @@ typedef struct parked {
     size_t bound;
     int64_t min_step;
     double since;
+    uint32_t worker; /* the sender's replica rank (sync push or step); UINT32_MAX: a pull */
 } parked_t;
 
 /* Answers a parked entry with the current state (its step has come). */
@@ -377,6 +378,15 @@ static void *reaper_main(void *arg)
         store_sync_cfg_t cfg;
         if (store_get_sync(svc->store, &cfg)) {
             double now = psc_now();
+            /* a replica whose reply is parked here is alive and waiting for its
+             * step: it stays present, however long the step takes */
+            uint32_t waiting[64];
+            int nwaiting = 0;
+            pthread_mutex_lock(&svc->park_lock);
+            for (parked_t *p = svc->parked; p && nwaiting < (int)PSC_ARRAY_LEN(waiting); p = p->next)
+                if (p->worker != UINT32_MAX) waiting[nwaiting++] = p->worker;
+            pthread_mutex_unlock(&svc->park_lock);
+            for (int i = 0; i < nwaiting; i++) store_sync_seen(svc->store, waiting[i], now);
             store_sync_tick(svc->store, now, on_tick_apply, svc);
             uint32_t needed = 0;
             uint32_t present = (uint32_t)store_sync_present(svc->store, now, &needed);
@@ -472,6 +482,7 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         p->buf = buf;
         p->bound = bound;
         p->min_step = r->min_step;
+        p->worker = UINT32_MAX;
         park(svc, p);
     } else {
         ps_metrics_add_pull_bytes(svc->metrics, r->length);
@@ -553,6 +564,7 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
             p->buf = buf;
             p->bound = bound;
             p->min_step = c->local_step + 1;
+            p->worker = c->worker;
             park(svc, p);
         }
         chunk_free(&cr);
@@ -601,6 +613,7 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
             p->kind = PARK_STEP;
             snprintf(p->name, sizeof p->name, "global_step");
             p->min_step = r->local_step + 1;
+            p->worker = r->worker;
             park(svc, p);
         }
         psc__step_request__free_unpacked(r, NULL);

@@ -1345,6 +1345,21 @@ void store_sync_worker_left(store_t *s, uint32_t worker)
     fence_leave(s);
 }
 
+void store_sync_seen(store_t *s, uint32_t worker, double now)
+{
+    fence_enter(s); /* presence is state an import resets */
+    pthread_rwlock_rdlock(&s->lock);
+    int on = s->sync_on;
+    int N = s->sync.total_num_replicas;
+    pthread_rwlock_unlock(&s->lock);
+    if (on && worker < (uint32_t)N) {
+        pthread_mutex_lock(&s->presence_lock);
+        if (s->started && now > s->last_seen[worker]) s->last_seen[worker] = now;
+        pthread_mutex_unlock(&s->presence_lock);
+    }
+    fence_leave(s);
+}
+
 int store_sync_present(store_t *s, double now, uint32_t *needed)
 {
     pthread_rwlock_rdlock(&s->lock);

@@ -26,7 +26,8 @@
  *   - presence: replica r (< N) is present at t when it has not left
  *              (store_sync_worker_left) and t - last_seen[r] < timeout_secs;
  *              last_seen[r] is the latest `now` of r's contributions (stale ones
- *              too), and starts, for every replica, at the `now` of the first
+ *              too) or of a tick that found r's reply parked (store_sync_seen),
+ *              and starts, for every replica, at the `now` of the first
  *              contribution (sync push or step, from any replica) after sync
  *              mode was turned on, so replicas still starting up are not absent
  *              before training began; until then everyone who has not left is
@@ -235,6 +236,11 @@ int store_sync_tick(store_t *s, double now,
 /* Replica `worker` finished (WorkerDone): from now on it is not present, for
  * good. No-op in async mode or for worker >= N. */
 void store_sync_worker_left(store_t *s, uint32_t worker);
+
+/* Replica `worker` is alive at `now` without contributing: its reply is parked
+ * waiting for its step (the service calls this every tick). Raises last_seen
+ * once the presence clock has started; no-op in async mode or for worker >= N. */
+void store_sync_seen(store_t *s, uint32_t worker, double now);
 
 /* Replicas present at `now` (see presence above) and, in *needed (may be NULL),
  * the contributions needed per step. Before the first contribution every replica

@@ -1149,6 +1149,39 @@ static void test_sync_absent_replica(void **state)
     fixture_teardown(&f);
 }
 
+/* store_sync_seen (the service, for a replica whose reply is parked): it keeps
+ * a waiting replica present without counting as a contribution; it does not
+ * start the presence clock; ranks >= N are ignored. */
+static void test_sync_seen(void **state)
+{
+    (void)state;
+    psc_optim_config_t opt = sgd(0.5f);
+    fixture_t f;
+    fixture_setup(&f, &opt, 1);
+    store_t *s = f.s;
+    sync_on(s, 2, 2, 5.0);
+    uint32_t needed = 0;
+    store_sync_seen(s, 0, 10.0); /* before any contribution: the clock stays off */
+    assert_int_equal(store_sync_present(s, 1000.0, &needed), 2);
+    float *g = random_floats(256, 802);
+    store_sync_result_t r = push_sync(s, "dense/bias", 0, g, 1024, 1024, 0, 1, 0, 100.0, NULL);
+    assert_int_equal(r.applied, 0);
+    /* worker 0 waits with its reply parked; the ticks see it until 108; worker 1 is silent */
+    for (double t = 101.0; t <= 108.0; t += 1.0) store_sync_seen(s, 0, t);
+    store_sync_seen(s, 7, 108.0); /* not a replica: ignored */
+    assert_int_equal(store_sync_present(s, 108.5, &needed), 1); /* without the ticks: 0 present */
+    assert_int_equal(needed, 1);
+    /* its parked contribution is now enough: the tick applies it */
+    assert_int_equal(store_sync_tick(s, 108.5, NULL, NULL), 1);
+    /* once the parked reply is answered and worker 0 goes silent too, both are absent */
+    assert_int_equal(store_sync_present(s, 113.5, &needed), 0);
+    store_stats_t st;
+    store_get_stats(s, &st);
+    assert_int_equal(st.applied, 1);
+    free(g);
+    fixture_teardown(&f);
+}
+
 /* WorkerDone: the replica is no longer waited for. */
 static void test_sync_worker_left(void **state)
 {
@@ -2131,6 +2164,7 @@ int main(void)
         cmocka_unit_test(test_sync_timeout_tick),
         cmocka_unit_test(test_sync_absent_replica),
         cmocka_unit_test(test_sync_worker_left),
+        cmocka_unit_test(test_sync_seen),
         cmocka_unit_test(test_sync_global_step),
         cmocka_unit_test(test_sync_lagging_chunk),
         cmocka_unit_test(test_sync_invalid),
