@@ -52,7 +52,8 @@ static inline int it_spawn(it_proc_t *p, const char *prog, char *const *args)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", it_bin(), prog);
-    snprintf(p->log, sizeof p->log, "/tmp/psc-it-%s-%d-%ld.log", prog, (int)getpid(), (long)time(NULL));
+    static int seq; /* two daemons started in one second get two logs */
+    snprintf(p->log, sizeof p->log, "/tmp/psc-it-%s-%d-%ld-%d.log", prog, (int)getpid(), (long)time(NULL), seq++);
     char *argv[64];
     int n = 0;
     argv[n++] = path;
@@ -67,6 +68,27 @@ static inline int it_spawn(it_proc_t *p, const char *prog, char *const *args)
     return rc;
 }
 
+/* Waits until 127.0.0.1:port accepts a TCP connection (at most ms). A health
+ * check sent before the daemon listens is refused, and gRPC then reconnects
+ * only after its backoff while some call polls: up to 10 s in a process that
+ * already holds other channels. */
+static inline int it_wait_port(int port, int ms)
+{
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    for (int waited = 0; waited < ms; waited += 20) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0) return -1;
+        int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok) return 0;
+        usleep(20000);
+    }
+    return -1;
+}
+
 /* Starts a ps_server alone in a 1-ps cluster on a free port and waits for it. */
 static inline int it_start_ps(it_proc_t *p)
 {
@@ -76,6 +98,7 @@ static inline int it_start_ps(it_proc_t *p)
     snprintf(cluster, sizeof cluster, "{\"ps\": [\"%s\"]}", p->addr);
     char *args[] = {"--cluster", cluster, "--job", "ps", "--task_index", "0", NULL};
     if (it_spawn(p, "ps_server", args)) return -1;
+    if (it_wait_port(port, 10000)) return -1;
     psc_rpc_channel_t *ch = psc_rpc_channel_create(p->addr);
     int ok = 0;
     for (int i = 0; i < 200 && !ok; i++) {
