@@ -14,6 +14,12 @@
 
 #define PSC_CHUNK_BYTES ((size_t)2 << 20)          /* 2 MiB of tensor payload per message */
 #define PSC_MAX_MESSAGE_BYTES ((size_t)8 << 20)   /* receive limit on every channel and server */
+/* Batch calls (psc.ParameterServer/Batch): tensors of at most PSC_BATCH_TENSOR_BYTES
+ * travel together, at most PSC_BATCH_BYTES of tensor data a call, so a batch
+ * request or reply stays under the message limit like a chunk does. */
+#define PSC_BATCH_TENSOR_BYTES ((size_t)256 << 10)
+#define PSC_BATCH_BYTES PSC_CHUNK_BYTES
+#define PSC_BATCH_MAX_ITEMS 4096
 
 /* Number of chunks of a tensor of `total` bytes (0 bytes -> 1 empty chunk). */
 static inline size_t psc_chunk_count(uint64_t total)
@@ -46,6 +52,7 @@ static inline int psc_chunk_valid(uint64_t total, uint64_t offset, uint64_t len)
 #define PSC_M_PUSH "/psc.ParameterServer/Push"
 #define PSC_M_PUSH_PULL "/psc.ParameterServer/PushPull"
 #define PSC_M_STEP "/psc.ParameterServer/Step"
+#define PSC_M_BATCH "/psc.ParameterServer/Batch"
 #define PSC_M_WORKER_DONE "/psc.ParameterServer/WorkerDone"
 #define PSC_M_STATUS "/psc.ParameterServer/Status"
 #define PSC_M_SHUTDOWN "/psc.ParameterServer/Shutdown"

@@ -580,20 +580,43 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
     chunk_free(&cr);
 }
 
-static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+/* The replica's own step count, kept for its resumption after a restart. */
+static void note_replica_step(ps_service_t *svc, const Psc__StepRequest *r)
 {
-    ps_service_t *svc = arg;
-    char err[512];
-    Psc__StepRequest *r = psc__step_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "StepRequest", len);
     if (r->replica_step > 0 && r->worker < PS_MAX_WORKERS) {
         pthread_mutex_lock(&svc->lock);
         if (r->replica_step > svc->replica_steps[r->worker]) svc->replica_steps[r->worker] = r->replica_step;
         if (r->worker + 1 > svc->max_rank) svc->max_rank = r->worker + 1;
         pthread_mutex_unlock(&svc->lock);
     }
+}
+
+int svc_step_check(ps_service_t *svc, const Psc__StepRequest *r, char *err, size_t errlen)
+{
+    if (r->increment < 0)
+        return psc_seterr(err, errlen, PSC_EINVAL, "step increment %lld is negative", (long long)r->increment);
+    if (r->increment > 0 && store_get_sync(svc->store, NULL))
+        return psc_seterr(err, errlen, PSC_EUNSUPPORTED,
+                          "global_step is in sync mode: a step is a contribution with count >= 1, not an increment");
+    return 0;
+}
+
+int svc_step_add(ps_service_t *svc, const Psc__StepRequest *r, int64_t *value, char *err, size_t errlen)
+{
+    note_replica_step(svc, r);
+    int rc = svc_step_check(svc, r, err, errlen);
+    return rc ? rc : store_step_add(svc->store, r->increment, value, err, errlen);
+}
+
+static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__StepRequest *r = psc__step_request__unpack(NULL, len, req);
+    if (!r) return svc_fail_undecodable(svc, call, "StepRequest", len);
     int64_t value = 0;
     if (store_get_sync(svc->store, NULL) && r->count > 0) {
+        note_replica_step(svc, r);
         /* sync: a contribution (count >= 1) to global_step's step; count 0 is a read */
         store_sync_result_t res;
         int rc = store_step_sync(svc->store, r->local_step, r->count ? r->count : 1, r->worker, psc_now(), &res, err,
@@ -619,14 +642,7 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         psc__step_request__free_unpacked(r, NULL);
         return;
     }
-    int rc;
-    if (r->increment < 0)
-        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "step increment %lld is negative", (long long)r->increment);
-    else if (r->increment > 0 && store_get_sync(svc->store, NULL))
-        rc = psc_seterr(err, sizeof err, PSC_EUNSUPPORTED,
-                        "global_step is in sync mode: a step is a contribution with count >= 1, not an increment");
-    else
-        rc = store_step_add(svc->store, r->increment, &value, err, sizeof err);
+    int rc = svc_step_add(svc, r, &value, err, sizeof err);
     if (rc != 0) {
         psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     } else {
@@ -796,6 +812,7 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_PUSH, h_push, svc);
     psc_rpc_server_add_method(server, PSC_M_PUSH_PULL, h_push_pull, svc);
     psc_rpc_server_add_method(server, PSC_M_STEP, h_step, svc);
+    psc_rpc_server_add_method(server, PSC_M_BATCH, svc_h_batch, svc);
     psc_rpc_server_add_method(server, PSC_M_WORKER_DONE, h_worker_done, svc);
     psc_rpc_server_add_method(server, PSC_M_STATUS, h_status, svc);
     psc_rpc_server_add_method(server, PSC_M_SHUTDOWN, h_shutdown, svc);

@@ -56,6 +56,16 @@ size_t svc_reply_header_bound(const char *name);
 void svc_send_chunk_reply_sync(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
                                uint64_t total, int64_t version, size_t len, int64_t step, int stale);
 
+/* A Step that is not a sync contribution (an asynchronous increment, or a read
+ * with increment 0). check: refuses a negative increment, or an increment on a
+ * sync PS. add: records the sender's replica_step, checks, adds; the new value
+ * in *value. */
+int svc_step_check(ps_service_t *svc, const Psc__StepRequest *r, char *err, size_t errlen);
+int svc_step_add(ps_service_t *svc, const Psc__StepRequest *r, int64_t *value, char *err, size_t errlen);
+
+/* service_batch.c: psc.ParameterServer/Batch */
+void svc_h_batch(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+
 /* service_ckpt.c */
 void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__PullRequest *r);
 void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);

@@ -691,23 +691,35 @@ int store_is_ready(store_t *s, char *job_id)
 
 /* ---- pull, push ---- */
 
+/* The checks of a pull (name, ready, range within one chunk's length);
+ * *var gets the variable. Returns 0 or a code, not yet counted as rejected. */
+static int pull_check(store_t *s, const char *name, uint64_t offset, size_t len, store_var_t **var, char *err,
+                      size_t errlen)
+{
+    store_view_t view;
+    if (!name) return psc_seterr(err, errlen, PSC_EINVAL, "pull without a variable name");
+    int rc = view_get(s, name, 1, &view, err, errlen);
+    if (rc) return rc;
+    store_var_t *v = view.var;
+    /* Any byte range within one wire chunk: one lock hold copies it whole. */
+    if (offset > v->bytes || len > v->bytes - offset)
+        return psc_seterr(err, errlen, PSC_EINVAL,
+                          "%s: pull of %zu bytes at offset %" PRIu64 " is outside its %" PRIu64 " bytes", v->name,
+                          len, offset, v->bytes);
+    if (len > PSC_CHUNK_BYTES)
+        return psc_seterr(err, errlen, PSC_EINVAL, "%s: pull of %zu bytes exceeds the %zu-byte chunk", v->name, len,
+                          PSC_CHUNK_BYTES);
+    *var = v;
+    return 0;
+}
+
 static int store_pull_unfenced(store_t *s, const char *name, uint64_t offset, size_t len, void *dst,
                                int64_t *version, char *err,
                size_t errlen)
 {
-    store_view_t view;
-    if (!name) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "pull without a variable name"));
-    int rc = view_get(s, name, 1, &view, err, errlen);
+    store_var_t *v;
+    int rc = pull_check(s, name, offset, len, &v, err, errlen);
     if (rc) return reject(s, rc);
-    store_var_t *v = view.var;
-    /* Any byte range within one wire chunk: one lock hold copies it whole. */
-    if (offset > v->bytes || len > v->bytes - offset)
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL,
-                                    "%s: pull of %zu bytes at offset %" PRIu64 " is outside its %" PRIu64 " bytes",
-                                    v->name, len, offset, v->bytes));
-    if (len > PSC_CHUNK_BYTES)
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: pull of %zu bytes exceeds the %zu-byte chunk",
-                                    v->name, len, PSC_CHUNK_BYTES));
     if (len && !dst) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: pull into NULL", v->name));
     int64_t ver;
     pthread_rwlock_rdlock(&v->lock); /* global_step's writers hold it exclusive */
@@ -738,17 +750,46 @@ int store_pull(store_t *s, const char *name, uint64_t offset, size_t len, void *
     return rc;
 }
 
+int store_pull_check(store_t *s, const char *name, uint64_t offset, size_t len, char *err, size_t errlen)
+{
+    store_var_t *v;
+    fence_enter(s);
+    int rc = pull_check(s, name, offset, len, &v, err, errlen);
+    fence_leave(s);
+    return rc ? reject(s, rc) : 0;
+}
+
+/* The checks of an asynchronous push (name, ready, trainable, wire chunk,
+ * finite values); the view of the variable in *view. Returns 0 or a code, not
+ * yet counted as rejected. */
+static int push_check(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
+                      store_view_t *view, char *err, size_t errlen)
+{
+    if (!name) return psc_seterr(err, errlen, PSC_EINVAL, "push without a variable name");
+    int rc = view_get(s, name, 1, view, err, errlen);
+    if (rc) return rc;
+    store_var_t *v = view->var;
+    if (v->is_step) return psc_seterr(err, errlen, PSC_EINVAL, "%s is not trainable; use Step", v->name);
+    return check_chunk(v, "gradient", offset, grad, len, total, err, errlen);
+}
+
+int store_push_check(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
+                     char *err, size_t errlen)
+{
+    store_view_t view;
+    fence_enter(s);
+    int rc = push_check(s, name, offset, grad, len, total, &view, err, errlen);
+    fence_leave(s);
+    return rc ? reject(s, rc) : 0;
+}
+
 static int push_fenced(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len,
                        uint64_t total, void *updated, int64_t *version, char *err, size_t errlen)
 {
     store_view_t view;
-    if (!name) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "push without a variable name"));
-    int rc = view_get(s, name, 1, &view, err, errlen);
+    int rc = push_check(s, name, offset, grad, len, total, &view, err, errlen);
     if (rc) return reject(s, rc);
     store_var_t *v = view.var;
-    if (v->is_step)
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s is not trainable; use Step", v->name));
-    if ((rc = check_chunk(v, "gradient", offset, grad, len, total, err, errlen))) return reject(s, rc);
 
     size_t e0 = (size_t)(offset / 4), n = len / 4, k = (size_t)(offset / PSC_CHUNK_BYTES);
     float *w = v->w + e0;

@@ -131,6 +131,14 @@ int store_is_ready(store_t *s, char *job_id);
 int store_pull(store_t *s, const char *name, uint64_t offset, size_t len, void *dst, int64_t *version, char *err,
                size_t errlen);
 
+/* The checks of store_pull and store_push alone: 0 when the same call would be
+ * accepted now, else its code and message (counted as rejected). Nothing else
+ * changes. A Batch checks every item first, so that a refused batch changes
+ * nothing. */
+int store_pull_check(store_t *s, const char *name, uint64_t offset, size_t len, char *err, size_t errlen);
+int store_push_check(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
+                     char *err, size_t errlen);
+
 /* Applies a gradient chunk with the optimizer. total must equal the variable's
  * bytes and (offset, len) be a wire chunk; every value must be finite. If
  * updated is non-NULL the chunk's new values are copied there (push-pull).

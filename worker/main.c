@@ -17,6 +17,7 @@
 #include "runner.h"
 #include "rpc.h"
 #include "security.h"
+#include "wire.h"
 #include "tf_config.h"
 #include "towers.h"
 #include "worker_metrics.h"
@@ -42,6 +43,7 @@ enum {
     OPT_LOGDIR,
     OPT_METRICS_PORT,
     OPT_BLAS_THREADS,
+    OPT_BATCH_BYTES,
 };
 
 static void usage(FILE *f)
@@ -70,6 +72,9 @@ static void usage(FILE *f)
             "                           else one CPU tower); the batch is split across them\n"
             "  --blas_threads N         threads of a CPU tower's matrix products (default 0: OpenBLAS's own\n"
             "                           choice, one per core; 1 is faster where a PS shares the cores)\n"
+            "  --batch_tensor_bytes N   asynchronous rounds and pulls: tensors of at most N bytes on one PS travel\n"
+            "                           together in one Batch call (default 262144, at most 2097152; 0: a call per\n"
+            "                           tensor)\n"
             "  --shutdown_ps_at_end 0|1 chief: tell every ps_server to exit when training ends (default 1)\n"
             "  --logdir DIR             chief and evaluator: write TensorBoard event files here (evaluator: DIR/eval)\n"
             "  --metrics_port P         serve Prometheus metrics at http://HOST:P/metrics (HOST: the host this task\n"
@@ -129,6 +134,7 @@ int main(int argc, char **argv)
         {"prefetch", required_argument, NULL, OPT_PREFETCH},
         {"devices", required_argument, NULL, OPT_DEVICES},
         {"blas_threads", required_argument, NULL, OPT_BLAS_THREADS},
+        {"batch_tensor_bytes", required_argument, NULL, OPT_BATCH_BYTES},
         {"debug_step_delay_ms", required_argument, NULL, OPT_DEBUG_DELAY},
         {"shutdown_ps_at_end", required_argument, NULL, OPT_SHUTDOWN_PS},
         {"log_level", required_argument, NULL, PSC_OPT_LOG_LEVEL},
@@ -142,6 +148,7 @@ int main(int argc, char **argv)
     static run_ctx_t run;
     trainer_opts_t *to = &run.opts;
     to->shutdown_ps = 1;
+    to->batch_bytes = -1;
     const char *job_spec_path = NULL;
     long v, metrics_port = 0;
     int c;
@@ -204,6 +211,14 @@ int main(int argc, char **argv)
                 return PSC_EXIT_USAGE;
             }
             to->blas_threads = (int)v;
+            break;
+        case OPT_BATCH_BYTES:
+            if (psc_parse_int(optarg, 0, (long)PSC_BATCH_BYTES, &v)) {
+                fprintf(stderr, "worker: --batch_tensor_bytes: expected 0..%zu, got \"%s\"\n", PSC_BATCH_BYTES,
+                        optarg);
+                return PSC_EXIT_USAGE;
+            }
+            to->batch_bytes = (int)v;
             break;
         case OPT_DEBUG_DELAY:
             if (psc_parse_int(optarg, 0, 600000, &v)) {

@@ -30,6 +30,20 @@ typedef struct piece_chunk {
     size_t hdr_len;
 } piece_chunk_t;
 
+/* A Batch call to one PS: its pieces of at most batch_max bytes (each one chunk). */
+typedef struct ps_batch {
+    int ps;
+    size_t *chunk;          /* (n) indices into pc->chunks */
+    size_t n;
+    int step;               /* carries the round's Step (the PS holds global_step) */
+    Psc__Chunk *push;       /* (n) request items, refilled each round */
+    Psc__Chunk **push_p;
+    Psc__PullRequest *pull; /* (n) */
+    Psc__PullRequest **pull_p;
+    uint8_t *req;           /* the packed request */
+    size_t req_cap;
+} ps_batch_t;
+
 struct ps_client {
     int num_ps;
     psc_rpc_channel_t **ch;
@@ -41,7 +55,13 @@ struct ps_client {
     int timeout_ms;
     piece_chunk_t *chunks; /* every chunk of every trainable piece */
     size_t nchunks;
-    psc_rpc_op_t *ops;     /* nchunks + 1 */
+    psc_rpc_op_t *ops;     /* nchunks + nbatches + 1 */
+    size_t *op_chunk;      /* (nchunks) per chunk op of a round: its chunk */
+    /* Batch calls (ps_client_set_batch_bytes): async rounds and live pulls */
+    size_t batch_max;      /* pieces of at most this many bytes are batched; 0: none */
+    ps_batch_t *batches;
+    int nbatches;
+    int *chunk_batch;      /* (nchunks) the batch of chunk k, or -1 */
     /* sync replicas (ps_client_set_sync) */
     int sync;
     int sync_r, sync_n;
@@ -117,7 +137,82 @@ ps_client_t *ps_client_create(const psc_cluster_t *cluster, const psc_var_desc_t
         }
     }
     pc->nchunks = nchunks;
+    pc->op_chunk = psc_xcalloc(nchunks ? nchunks : 1, sizeof *pc->op_chunk);
+    pc->chunk_batch = psc_xcalloc(nchunks ? nchunks : 1, sizeof *pc->chunk_batch);
+    ps_client_set_batch_bytes(pc, PSC_BATCH_TENSOR_BYTES);
     return pc;
+}
+
+static void batches_free(ps_client_t *pc)
+{
+    for (int b = 0; b < pc->nbatches; b++) {
+        ps_batch_t *bt = &pc->batches[b];
+        free(bt->chunk);
+        free(bt->push);
+        free(bt->push_p);
+        free(bt->pull);
+        free(bt->pull_p);
+        free(bt->req);
+    }
+    free(pc->batches);
+    pc->batches = NULL;
+    pc->nbatches = 0;
+    for (size_t k = 0; k < pc->nchunks; k++) pc->chunk_batch[k] = -1;
+}
+
+/* Groups, per PS in placement order, the pieces of at most max_bytes into
+ * batches of at most PSC_BATCH_BYTES of data and PSC_BATCH_MAX_ITEMS/2 pieces
+ * (a push-pull sends each piece twice: a push and a pull). */
+void ps_client_set_batch_bytes(ps_client_t *pc, size_t max_bytes)
+{
+    batches_free(pc);
+    free(pc->ops);
+    if (max_bytes > PSC_BATCH_BYTES) max_bytes = PSC_BATCH_BYTES;
+    pc->batch_max = max_bytes;
+    size_t cap = 0;
+    for (int ps = 0; max_bytes && ps < pc->num_ps; ps++) {
+        ps_batch_t *cur = NULL;
+        size_t bytes = 0;
+        for (size_t k = 0; k < pc->nchunks; k++) {
+            piece_chunk_t *pk = &pc->chunks[k];
+            const psc_placed_var_t *pv = &pc->placed[pk->piece];
+            if (pv->ps != ps || (uint64_t)pv->numel * 4 > max_bytes) continue;
+            if (!cur || bytes + pk->len > PSC_BATCH_BYTES || cur->n == PSC_BATCH_MAX_ITEMS / 2) {
+                if (pc->nbatches == (int)cap) {
+                    cap = cap ? 2 * cap : 4;
+                    pc->batches = psc_xrealloc(pc->batches, cap * sizeof *pc->batches);
+                }
+                cur = &pc->batches[pc->nbatches++];
+                memset(cur, 0, sizeof *cur);
+                cur->ps = ps;
+                cur->chunk = psc_xcalloc(pc->nchunks, sizeof *cur->chunk);
+                cur->step = ps == pc->step_ps && !(pc->nbatches > 1 && pc->batches[pc->nbatches - 2].ps == ps);
+                bytes = 0;
+            }
+            pc->chunk_batch[k] = pc->nbatches - 1;
+            cur->chunk[cur->n++] = k;
+            bytes += pk->len;
+        }
+    }
+    for (int b = 0; b < pc->nbatches; b++) {
+        ps_batch_t *bt = &pc->batches[b];
+        bt->push = psc_xcalloc(bt->n, sizeof *bt->push);
+        bt->push_p = psc_xcalloc(bt->n, sizeof *bt->push_p);
+        bt->pull = psc_xcalloc(bt->n, sizeof *bt->pull);
+        bt->pull_p = psc_xcalloc(bt->n, sizeof *bt->pull_p);
+    }
+    pc->ops = psc_xcalloc(pc->nchunks + (size_t)pc->nbatches + 1, sizeof *pc->ops);
+}
+
+size_t ps_client_batch_bytes(const ps_client_t *pc) { return pc->batch_max; }
+
+int ps_client_batch_calls(const ps_client_t *pc, int *carries_step)
+{
+    if (carries_step) {
+        *carries_step = 0;
+        for (int b = 0; b < pc->nbatches; b++) *carries_step |= pc->batches[b].step;
+    }
+    return pc->nbatches;
 }
 
 void ps_client_destroy(ps_client_t *pc)
@@ -127,8 +222,11 @@ void ps_client_destroy(ps_client_t *pc)
     free(pc->ch);
     free(pc->placed);
     free(pc->slab_offset);
+    batches_free(pc);
     free(pc->chunks);
     free(pc->ops);
+    free(pc->op_chunk);
+    free(pc->chunk_batch);
     free(pc);
 }
 
@@ -224,111 +322,194 @@ static int take_step_reply(const psc_rpc_op_t *op, int64_t *global_step, int *st
     return 0;
 }
 
-/* Pull of the live variables (ckpt 0) or of committed checkpoint ckpt. */
-static int pull_all(ps_client_t *pc, uint64_t ckpt, float *params, int64_t *global_step, char *err, size_t errlen)
+/* What a round does: pull, push, or push-pull (push, then the new values back). */
+enum round_kind { ROUND_PULL, ROUND_PUSH, ROUND_PUSH_PULL };
+
+/* Fills the Batch op of bt for a round: every piece's push (the gradient) and/or
+ * pull (its whole range), and the round's Step when bt carries it. */
+static void fill_batch_op(ps_client_t *pc, ps_batch_t *bt, psc_rpc_op_t *op, enum round_kind kind,
+                          const float *grads, const round_t *rd)
 {
-    size_t n = pc->nchunks;
-    for (size_t k = 0; k < n; k++) {
+    Psc__BatchRequest req = PSC__BATCH_REQUEST__INIT;
+    for (size_t j = 0; j < bt->n; j++) {
+        const piece_chunk_t *pk = &pc->chunks[bt->chunk[j]];
+        const psc_placed_var_t *pv = &pc->placed[pk->piece];
+        if (kind != ROUND_PULL) {
+            Psc__Chunk *c = &bt->push[j];
+            psc__chunk__init(c);
+            c->name = (char *)pv->name;
+            c->offset = pk->offset;
+            c->total = (uint64_t)pv->numel * 4;
+            c->worker = (uint32_t)pc->rank;
+            c->data.data = (uint8_t *)grads + pk->slab_byte;
+            c->data.len = pk->len;
+            bt->push_p[j] = c;
+        }
+        if (kind != ROUND_PUSH) {
+            Psc__PullRequest *r = &bt->pull[j];
+            psc__pull_request__init(r);
+            r->name = (char *)pv->name;
+            r->offset = pk->offset;
+            r->length = pk->len;
+            bt->pull_p[j] = r;
+        }
+    }
+    if (kind != ROUND_PULL) {
+        req.n_push = bt->n;
+        req.push = bt->push_p;
+    }
+    if (kind != ROUND_PUSH) {
+        req.n_pull = bt->n;
+        req.pull = bt->pull_p;
+    }
+    Psc__StepRequest step = PSC__STEP_REQUEST__INIT;
+    if (bt->step) {
+        step.increment = rd->step_inc;
+        step.replica_step = pc->replica_step;
+        step.worker = (uint32_t)pc->rank;
+        req.step = &step;
+    }
+    size_t len = psc__batch_request__get_packed_size(&req);
+    if (len > bt->req_cap) {
+        free(bt->req);
+        bt->req = psc_xmalloc(len);
+        bt->req_cap = len;
+    }
+    memset(op, 0, sizeof *op);
+    op->ch = pc->ch[bt->ps];
+    op->method = PSC_M_BATCH;
+    op->hdr = bt->req;
+    op->hdr_len = psc__batch_request__pack(&req, bt->req);
+}
+
+/* Checks a Batch reply against its request and copies the pulled values into
+ * params; global_step from the step it carried. */
+static int take_batch_reply(ps_client_t *pc, const ps_batch_t *bt, const psc_rpc_op_t *op, enum round_kind kind,
+                            float *params, int64_t *global_step, char *err, size_t errlen)
+{
+    Psc__BatchReply *r = psc__batch_reply__unpack(NULL, op->reply_len, op->reply);
+    if (!r)
+        return psc_seterr(err, errlen, PSC_ECORRUPT, "batch reply from %s does not parse",
+                          psc_rpc_channel_target(op->ch));
+    int rc = 0;
+    size_t want_pull = kind != ROUND_PUSH ? bt->n : 0, want_push = kind != ROUND_PULL ? bt->n : 0;
+    if (r->n_pull != want_pull || r->n_push_version != want_push || (bt->step && !r->step))
+        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "batch reply from %s has %zu pulls and %zu pushes, not %zu and %zu",
+                        psc_rpc_channel_target(op->ch), r->n_pull, r->n_push_version, want_pull, want_push);
+    for (size_t j = 0; rc == 0 && j < r->n_pull; j++) {
+        const piece_chunk_t *pk = &pc->chunks[bt->chunk[j]];
+        const char *name = pc->placed[pk->piece].name;
+        const Psc__Chunk *c = r->pull[j];
+        if (strcmp(c->name, name) != 0 || c->offset != pk->offset || c->data.len != pk->len)
+            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s: batch reply from %s is for %s@%llu (%zu bytes)", name,
+                            psc_rpc_channel_target(op->ch), c->name, (unsigned long long)c->offset, c->data.len);
+        else if (params && pk->len)
+            memcpy((uint8_t *)params + pk->slab_byte, c->data.data, pk->len);
+    }
+    if (rc == 0 && bt->step && global_step) *global_step = r->step->global_step;
+    psc__batch_reply__free_unpacked(r, NULL);
+    return rc;
+}
+
+/* One round over every piece: a chunk call for each chunk that is not
+ * batched, a Batch call per batch (asynchronous rounds and live pulls only:
+ * sync replies wait per chunk, checkpoint pulls read RocksDB per chunk), and a
+ * Step call unless a batch carries it (none for a checkpoint pull). ckpt > 0:
+ * pull committed checkpoint ckpt. */
+static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const float *grads, float *params,
+                     round_t *rd, int64_t *global_step, char *err, size_t errlen)
+{
+    int batching = pc->nbatches > 0 && !rd->sync && !ckpt;
+    const char *method = kind == ROUND_PULL ? PSC_M_PULL : kind == ROUND_PUSH ? PSC_M_PUSH : PSC_M_PUSH_PULL;
+    size_t n = 0;
+    for (size_t k = 0; k < pc->nchunks; k++) {
+        if (batching && pc->chunk_batch[k] >= 0) continue;
         piece_chunk_t *pk = &pc->chunks[k];
-        psc_rpc_op_t *op = &pc->ops[k];
+        const psc_placed_var_t *pv = &pc->placed[pk->piece];
+        psc_rpc_op_t *op = &pc->ops[n];
         memset(op, 0, sizeof *op);
-        op->ch = pc->ch[pc->placed[pk->piece].ps];
-        op->method = PSC_M_PULL;
-        pk->hdr_len = pack_pull_request(pc->placed[pk->piece].name, pk->offset, pk->len, ckpt, pk->hdr);
+        op->ch = pc->ch[pv->ps];
+        op->method = method;
+        if (kind == ROUND_PULL) {
+            pk->hdr_len = pack_pull_request(pv->name, pk->offset, pk->len, ckpt, pk->hdr);
+        } else {
+            Psc__Chunk h = PSC__CHUNK__INIT;
+            h.name = (char *)pv->name;
+            h.offset = pk->offset;
+            h.total = (uint64_t)pv->numel * 4;
+            h.worker = (uint32_t)pc->rank;
+            if (rd->sync) {
+                h.local_step = rd->local_step;
+                h.count = rd->count;
+            }
+            PSC_ASSERT(psc_chunk_header_bound(&h) <= HDR_CAP);
+            pk->hdr_len = psc_chunk_header_pack(&h, pk->len, pk->hdr);
+            op->body = (const uint8_t *)grads + pk->slab_byte;
+            op->body_len = pk->len;
+        }
         op->hdr = pk->hdr;
         op->hdr_len = pk->hdr_len;
-        op->reply_body = (uint8_t *)params + pk->slab_byte;
-        op->reply_body_len = pk->len;
+        if (params) {
+            op->reply_body = (uint8_t *)params + pk->slab_byte;
+            op->reply_body_len = pk->len;
+        }
+        pc->op_chunk[n++] = k;
+    }
+    size_t nchunk_ops = n, step_op = SIZE_MAX;
+    int step_in_batch = 0;
+    for (int b = 0; batching && b < pc->nbatches; b++) {
+        fill_batch_op(pc, &pc->batches[b], &pc->ops[n++], kind, grads, rd);
+        step_in_batch |= pc->batches[b].step;
     }
     uint8_t stepbuf[32];
-    round_t none = {0};
-    if (pc->step_ps >= 0 && !ckpt) fill_step_op(pc, &pc->ops[n++], stepbuf, &none);
-    int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
-    if (rc) rc = op_error(pc->ops, n, ckpt ? "pull from checkpoint" : "pull", err, errlen);
-    for (size_t k = 0; rc == 0 && k < pc->nchunks; k++) {
-        piece_chunk_t *pk = &pc->chunks[k];
-        rc = take_chunk_reply(&pc->ops[k], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte,
-                              NULL, err, errlen);
+    if (pc->step_ps >= 0 && !ckpt && !step_in_batch) {
+        step_op = n;
+        fill_step_op(pc, &pc->ops[n++], stepbuf, rd);
     }
-    if (rc == 0 && pc->step_ps >= 0 && !ckpt)
-        rc = take_step_reply(&pc->ops[pc->nchunks], global_step, NULL, err, errlen);
+    /* a sync reply waits on the PS until the step is applied: at most the
+     * timeout after its first gradient (the PS gives up on it at 2x + 10 s) */
+    int timeout = pc->timeout_ms + (rd->sync ? (int)(pc->sync_timeout * 2000) + 10000 : 0);
+    rd->stale = 0;
+    const char *what = kind == ROUND_PULL ? (ckpt ? "pull from checkpoint" : "pull") : "push";
+    int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, timeout);
+    if (rc) rc = op_error(pc->ops, n, what, err, errlen);
+    for (size_t i = 0; rc == 0 && params && i < nchunk_ops; i++) {
+        piece_chunk_t *pk = &pc->chunks[pc->op_chunk[i]];
+        rc = take_chunk_reply(&pc->ops[i], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte,
+                              &rd->stale, err, errlen);
+    }
+    for (int b = 0; rc == 0 && batching && b < pc->nbatches; b++)
+        rc = take_batch_reply(pc, &pc->batches[b], &pc->ops[nchunk_ops + (size_t)b], kind, params, global_step, err,
+                              errlen);
+    if (rc == 0 && step_op != SIZE_MAX) rc = take_step_reply(&pc->ops[step_op], global_step, &rd->stale, err, errlen);
     clear_ops(pc->ops, n);
     return rc;
 }
 
 int ps_client_pull(ps_client_t *pc, float *params, int64_t *global_step, char *err, size_t errlen)
 {
-    return pull_all(pc, 0, params, global_step, err, errlen);
+    round_t none = {0};
+    return run_round(pc, ROUND_PULL, 0, NULL, params, &none, global_step, err, errlen);
 }
 
 int ps_client_pull_checkpoint(ps_client_t *pc, uint64_t ckpt, float *params, char *err, size_t errlen)
 {
-    return pull_all(pc, ckpt, params, NULL, err, errlen);
-}
-
-/* Push (method PSC_M_PUSH) or push-pull (PSC_M_PUSH_PULL, params receives the new values). */
-static int push_round(ps_client_t *pc, const char *method, const float *grads, float *params, round_t *rd,
-                      int64_t *global_step, char *err, size_t errlen)
-{
-    size_t n = pc->nchunks;
-    for (size_t k = 0; k < n; k++) {
-        piece_chunk_t *pk = &pc->chunks[k];
-        const psc_placed_var_t *pv = &pc->placed[pk->piece];
-        Psc__Chunk h = PSC__CHUNK__INIT;
-        h.name = (char *)pv->name;
-        h.offset = pk->offset;
-        h.total = (uint64_t)pv->numel * 4;
-        h.worker = (uint32_t)pc->rank;
-        if (rd->sync) {
-            h.local_step = rd->local_step;
-            h.count = rd->count;
-        }
-        PSC_ASSERT(psc_chunk_header_bound(&h) <= HDR_CAP);
-        pk->hdr_len = psc_chunk_header_pack(&h, pk->len, pk->hdr);
-        psc_rpc_op_t *op = &pc->ops[k];
-        memset(op, 0, sizeof *op);
-        op->ch = pc->ch[pv->ps];
-        op->method = method;
-        op->hdr = pk->hdr;
-        op->hdr_len = pk->hdr_len;
-        op->body = (const uint8_t *)grads + pk->slab_byte;
-        op->body_len = pk->len;
-        if (params) {
-            op->reply_body = (uint8_t *)params + pk->slab_byte;
-            op->reply_body_len = pk->len;
-        }
-    }
-    uint8_t stepbuf[32];
-    if (pc->step_ps >= 0) fill_step_op(pc, &pc->ops[n++], stepbuf, rd);
-    /* a sync reply waits on the PS until the step is applied: at most the
-     * timeout after its first gradient (the PS gives up on it at 2x + 10 s) */
-    int timeout = pc->timeout_ms + (rd->sync ? (int)(pc->sync_timeout * 2000) + 10000 : 0);
-    rd->stale = 0;
-    int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, timeout);
-    if (rc) rc = op_error(pc->ops, n, "push", err, errlen);
-    for (size_t k = 0; rc == 0 && params && k < pc->nchunks; k++) {
-        piece_chunk_t *pk = &pc->chunks[k];
-        rc = take_chunk_reply(&pc->ops[k], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte,
-                              &rd->stale, err, errlen);
-    }
-    if (rc == 0 && pc->step_ps >= 0)
-        rc = take_step_reply(&pc->ops[pc->nchunks], global_step, &rd->stale, err, errlen);
-    clear_ops(pc->ops, n);
-    return rc;
+    round_t none = {0};
+    return run_round(pc, ROUND_PULL, ckpt, NULL, params, &none, NULL, err, errlen);
 }
 
 int ps_client_push_pull(ps_client_t *pc, const float *grads, float *params, int64_t step_inc, int64_t *global_step,
                         char *err, size_t errlen)
 {
     round_t rd = {.step_inc = step_inc};
-    return push_round(pc, PSC_M_PUSH_PULL, grads, params, &rd, global_step, err, errlen);
+    return run_round(pc, ROUND_PUSH_PULL, 0, grads, params, &rd, global_step, err, errlen);
 }
 
 int ps_client_push(ps_client_t *pc, const float *grads, int64_t step_inc, int64_t *global_step, char *err,
                    size_t errlen)
 {
     round_t rd = {.step_inc = step_inc};
-    return push_round(pc, PSC_M_PUSH, grads, NULL, &rd, global_step, err, errlen);
+    return run_round(pc, ROUND_PUSH, 0, grads, NULL, &rd, global_step, err, errlen);
 }
 
 void ps_client_set_sync(ps_client_t *pc, int replicas_to_aggregate, int total_num_replicas, double timeout_secs)
@@ -344,7 +525,7 @@ int ps_client_push_pull_sync(ps_client_t *pc, const float *grads, float *params,
 {
     PSC_ASSERT(pc->sync);
     round_t rd = {.sync = 1, .local_step = local_step, .count = count ? count : 1};
-    int rc = push_round(pc, PSC_M_PUSH_PULL, grads, params, &rd, global_step, err, errlen);
+    int rc = run_round(pc, ROUND_PUSH_PULL, 0, grads, params, &rd, global_step, err, errlen);
     if (stale) *stale = rd.stale;
     return rc;
 }

@@ -62,6 +62,17 @@ typedef struct ps_ckpt_list {
 ps_client_t *ps_client_create(const psc_cluster_t *cluster, const psc_var_desc_t *vars, int nvars,
                               const psc_placed_var_t *placed, int nplaced, int rank, int timeout_ms);
 void ps_client_destroy(ps_client_t *pc); /* NULL ok */
+/* Pieces of at most max_bytes (capped at PSC_BATCH_BYTES) that live on one PS
+ * travel together in Batch calls (wire.h) in asynchronous rounds and live
+ * pulls, with the global_step Step when that PS holds it; 0 turns batching
+ * off (a call per chunk, as sync rounds always do). Default
+ * PSC_BATCH_TENSOR_BYTES. Not during a round. */
+void ps_client_set_batch_bytes(ps_client_t *pc, size_t max_bytes);
+size_t ps_client_batch_bytes(const ps_client_t *pc);
+/* Batch calls an asynchronous round makes (one per PS with small pieces, more
+ * when they exceed PSC_BATCH_BYTES); *carries_step (if non-NULL): 1 when the
+ * Step travels in one of them. */
+int ps_client_batch_calls(const ps_client_t *pc, int *carries_step);
 int ps_client_num_ps(const ps_client_t *pc);
 /* This replica's step count, sent with every later Step: the global_step PS
  * keeps the largest per rank, so a restarted replica resumes where it was. */

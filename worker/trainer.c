@@ -500,6 +500,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     PSC_INFO("towers: %s (%d), batch %d split across them", towers_describe(towers), towers_count(towers),
              spec->batch_size);
     pc = ps_client_create(o->cluster, vars, nvars, placed, nplaced, rank, o->rpc_timeout_ms);
+    if (o->batch_bytes >= 0) ps_client_set_batch_bytes(pc, (size_t)o->batch_bytes);
     if (spec->sync) {
         ps_client_set_sync(pc, spec->replicas_to_aggregate, spec->total_num_replicas, spec->sync_timeout_secs);
         PSC_INFO("sync replicas: R=%d of N=%d gradients per step (%d batch%s from this replica), timeout %.1f s",

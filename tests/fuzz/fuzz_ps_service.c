@@ -1,5 +1,5 @@
 /* fuzz_ps_service — libFuzzer target: the ps_server's request handlers
- * (ps_server/service.c, service_ckpt.c) with their validation and the store
+ * (ps_server/service.c, service_batch.c, service_ckpt.c) with their validation and the store
  * behind them, driven by a sequence of requests as the network would deliver
  * them. The RPC layer is replaced by the fake below (this file defines the
  * rpc.h functions the handlers use, so common/rpc.c is not linked): a call
@@ -12,7 +12,7 @@
  *
  * PSC_FUZZ_VERBOSE=1 prints each call's status code.
  * PSC_FUZZ_WRITE_SEEDS=DIR: instead of fuzzing, writes the seed inputs (a
- * model created, assigned, made ready, then pushed, pulled, stepped; a sync
+ * model created, assigned, made ready, then pushed, pulled, stepped, batched; a sync
  * model; a bad request between good ones) to DIR and exits. */
 #include "psc.h"
 #include "psc.pb-c.h"
@@ -224,6 +224,25 @@ static void seed_model(int sync)
     st.increment = sync ? 0 : 1;
     st.local_step = 1;
     SEED(PSC_M_STEP, psc__step_request, &st);
+    /* a Batch: a push (async only), a pull and the step, as a worker sends them */
+    Psc__Chunk bc = PSC__CHUNK__INIT;
+    bc.name = (char *)"dense/kernel";
+    bc.total = sizeof g;
+    bc.data.data = (uint8_t *)g;
+    bc.data.len = sizeof g;
+    Psc__Chunk *bcs[1] = {&bc};
+    Psc__PullRequest bp = PSC__PULL_REQUEST__INIT, *bps[1] = {&bp};
+    bp.name = (char *)"dense/kernel";
+    bp.length = sizeof g;
+    Psc__StepRequest bst = PSC__STEP_REQUEST__INIT;
+    bst.increment = sync ? 0 : 1;
+    Psc__BatchRequest br = PSC__BATCH_REQUEST__INIT;
+    br.n_push = sync ? 0 : 1;
+    br.push = bcs;
+    br.n_pull = 1;
+    br.pull = bps;
+    br.step = &bst;
+    SEED(PSC_M_BATCH, psc__batch_request, &br);
     Psc__StatusRequest sr = PSC__STATUS_REQUEST__INIT;
     SEED(PSC_M_STATUS, psc__status_request, &sr);
     Psc__WorkerDoneRequest wd = PSC__WORKER_DONE_REQUEST__INIT;

@@ -24,6 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     UNPACK(Psc__CreateRequest, psc__create_request);
     UNPACK(Psc__PullRequest, psc__pull_request);
     UNPACK(Psc__StepRequest, psc__step_request);
+    UNPACK(Psc__BatchRequest, psc__batch_request);
+    UNPACK(Psc__BatchReply, psc__batch_reply);
     UNPACK(Psc__StatusReply, psc__status_reply);
     UNPACK(Psc__SaveRequest, psc__save_request);
     UNPACK(Psc__RestoreRequest, psc__restore_request);

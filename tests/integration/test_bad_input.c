@@ -2,6 +2,8 @@
  * status, changes no state, and keeps serving the next valid request.
  *
  * Model on the PS: global_step, "w" (4, 3), "b" (3), optimizer SGD lr 0.5.
+ * Batch calls: a bad item anywhere refuses the whole batch, nothing applied;
+ * a sync PS refuses batch pushes; a valid batch applies exactly.
  */
 #include "chunk.h"
 #include "it_util.h"
@@ -251,6 +253,186 @@ static void test_second_create_different_shapes(void **state)
     assert_state_unchanged();
 }
 
+/* ---- Batch: checked whole before anything is applied ---- */
+
+typedef struct batch_item {
+    const char *name;
+    const float *g; /* push: the gradient; NULL: a pull of len bytes */
+    size_t len;
+    int64_t min_step;
+} batch_item_t;
+
+/* One Batch call of the items (pushes and pulls) and, with has_step, a Step
+ * with increment step_inc. Returns the status; the reply in op. */
+static int call_batch(const batch_item_t *items, size_t n, int has_step, int64_t step_inc, psc_rpc_op_t *op)
+{
+    Psc__Chunk push[8], *pp[8];
+    Psc__PullRequest pull[8], *pl[8];
+    size_t np = 0, nl = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].g) {
+            psc__chunk__init(&push[np]);
+            push[np].name = (char *)items[i].name;
+            push[np].total = items[i].len;
+            push[np].data.data = (uint8_t *)items[i].g;
+            push[np].data.len = items[i].len;
+            pp[np] = &push[np];
+            np++;
+        } else {
+            psc__pull_request__init(&pull[nl]);
+            pull[nl].name = (char *)items[i].name;
+            pull[nl].length = items[i].len;
+            pull[nl].min_step = items[i].min_step;
+            pl[nl] = &pull[nl];
+            nl++;
+        }
+    }
+    Psc__StepRequest step = PSC__STEP_REQUEST__INIT;
+    step.increment = step_inc;
+    Psc__BatchRequest r = PSC__BATCH_REQUEST__INIT;
+    r.push = pp;
+    r.n_push = np;
+    r.pull = pl;
+    r.n_pull = nl;
+    if (has_step) r.step = &step;
+    uint8_t buf[1024];
+    assert_true(psc__batch_request__get_packed_size(&r) <= sizeof buf);
+    return call(PSC_M_BATCH, buf, psc__batch_request__pack(&r, buf), op);
+}
+
+static int64_t global_step_now(void)
+{
+    uint8_t le[8];
+    assert_int_equal(pull("global_step", 8, le), PSC_RPC_OK);
+    int64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | le[i];
+    return v;
+}
+
+static void test_batch_bad_items(void **state)
+{
+    (void)state;
+    float gb[3] = {1, 1, 1}, gw[12] = {0}, gw_nan[12] = {0};
+    gw_nan[7] = NAN;
+    int64_t step0 = global_step_now();
+    psc_rpc_op_t op;
+    /* a good push, then a non-finite one: the first is not applied either */
+    batch_item_t a[] = {{"b", gb, sizeof gb, 0}, {"w", gw_nan, sizeof gw_nan, 0}};
+    assert_int_equal(call_batch(a, 2, 1, 1, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "batch push 1");
+    assert_msg(&op, "non-finite");
+    psc_rpc_op_clear(&op);
+    /* a good push and an unknown pull */
+    batch_item_t b[] = {{"b", gb, sizeof gb, 0}, {"dense/kernal", NULL, 12, 0}};
+    assert_int_equal(call_batch(b, 2, 0, 0, &op), PSC_RPC_NOT_FOUND);
+    assert_msg(&op, "batch pull 0");
+    assert_msg(&op, "dense/kernal");
+    psc_rpc_op_clear(&op);
+    /* a pull past the variable's end, a pull that waits for a step */
+    batch_item_t c[] = {{"b", gb, sizeof gb, 0}, {"b", NULL, 16, 0}};
+    assert_int_equal(call_batch(c, 2, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    batch_item_t d[] = {{"w", gw, sizeof gw, 0}, {"b", NULL, 12, 5}};
+    assert_int_equal(call_batch(d, 2, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "min_step");
+    psc_rpc_op_clear(&op);
+    /* a negative step increment: the pushes before it are not applied */
+    batch_item_t e[] = {{"b", gb, sizeof gb, 0}};
+    assert_int_equal(call_batch(e, 1, 1, -1, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "batch step");
+    psc_rpc_op_clear(&op);
+    /* a push of global_step, a gradient of the wrong size */
+    int64_t one = 1;
+    batch_item_t f[] = {{"b", gb, sizeof gb, 0}, {"global_step", (const float *)&one, 8, 0}};
+    assert_int_equal(call_batch(f, 2, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "use Step");
+    psc_rpc_op_clear(&op);
+    batch_item_t g[] = {{"w", gw, 8 * 4, 0}};
+    assert_int_equal(call_batch(g, 1, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    /* bytes that do not parse, and a batch over the item limit */
+    const uint8_t garbage[] = {0x0a, 0xff, 0xff, 0xff, 0x7f, 0x00};
+    assert_int_equal(call(PSC_M_BATCH, garbage, sizeof garbage, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "does not parse");
+    psc_rpc_op_clear(&op);
+    size_t nbig = PSC_BATCH_MAX_ITEMS + 1;
+    Psc__PullRequest pr = PSC__PULL_REQUEST__INIT, **prs = malloc(nbig * sizeof *prs);
+    pr.name = "b";
+    pr.length = 12;
+    for (size_t i = 0; i < nbig; i++) prs[i] = &pr;
+    Psc__BatchRequest big = PSC__BATCH_REQUEST__INIT;
+    big.pull = prs;
+    big.n_pull = nbig;
+    size_t blen = psc__batch_request__get_packed_size(&big);
+    uint8_t *bbuf = malloc(blen);
+    psc__batch_request__pack(&big, bbuf);
+    assert_int_equal(call(PSC_M_BATCH, bbuf, blen, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "exceeds");
+    psc_rpc_op_clear(&op);
+    free(bbuf);
+    free(prs);
+    assert_state_unchanged();
+    assert_true(global_step_now() == step0);
+}
+
+/* A sync PS serves batch pulls and step reads, and refuses batch pushes and
+ * step contributions (sync replies wait per chunk). Its own ps_server. */
+static void test_batch_sync_ps(void **state)
+{
+    (void)state;
+    it_proc_t sps;
+    memset(&sps, 0, sizeof sps);
+    assert_int_equal(it_start_ps(&sps), 0);
+    psc_rpc_channel_t *keep = ch;
+    ch = psc_rpc_channel_create(sps.addr);
+    Psc__OptimizerSpec o = PSC__OPTIMIZER_SPEC__INIT;
+    o.name = "gradient_descent";
+    o.learning_rate = 0.5f;
+    int64_t sb[1] = {3};
+    Psc__VarSpec v[2] = {PSC__VAR_SPEC__INIT, PSC__VAR_SPEC__INIT};
+    v[0].name = "global_step";
+    v[0].is_step = 1;
+    v[1].name = "b";
+    v[1].shape = sb;
+    v[1].n_shape = 1;
+    Psc__VarSpec *vp[2] = {&v[0], &v[1]};
+    Psc__SyncSpec sy = PSC__SYNC_SPEC__INIT;
+    sy.replicas_to_aggregate = 2;
+    sy.total_num_replicas = 2;
+    sy.timeout_secs = 30;
+    Psc__CreateRequest r = PSC__CREATE_REQUEST__INIT;
+    r.job_id = (char *)JOB;
+    r.optimizer = &o;
+    r.vars = vp;
+    r.n_vars = 2;
+    r.sync = &sy;
+    uint8_t buf[512];
+    psc_rpc_op_t op;
+    assert_int_equal(call(PSC_M_CREATE, buf, psc__create_request__pack(&r, buf), &op), PSC_RPC_OK);
+    psc_rpc_op_clear(&op);
+    Psc__ReadyRequest rr = PSC__READY_REQUEST__INIT;
+    rr.job_id = (char *)JOB;
+    assert_int_equal(call(PSC_M_READY, buf, psc__ready_request__pack(&rr, buf), &op), PSC_RPC_OK);
+    psc_rpc_op_clear(&op);
+    float g[3] = {1, 1, 1};
+    batch_item_t push[] = {{"b", g, sizeof g, 0}};
+    assert_int_equal(call_batch(push, 1, 0, 0, &op), PSC_RPC_FAILED_PRECONDITION);
+    assert_msg(&op, "asynchronous");
+    psc_rpc_op_clear(&op);
+    batch_item_t pull_b[] = {{"b", NULL, 12, 0}};
+    assert_int_equal(call_batch(pull_b, 1, 1, 0, &op), PSC_RPC_OK);
+    Psc__BatchReply *rep = psc__batch_reply__unpack(NULL, op.reply_len, op.reply);
+    assert_non_null(rep);
+    assert_int_equal(rep->n_pull, 1);
+    assert_int_equal(rep->pull[0]->data.len, 12);
+    assert_non_null(rep->step);
+    psc__batch_reply__free_unpacked(rep, NULL);
+    psc_rpc_op_clear(&op);
+    psc_rpc_channel_destroy(ch);
+    ch = keep;
+    assert_int_equal(it_stop(&sps), 0);
+}
+
 static void test_valid_push_after_bad_ones(void **state)
 {
     (void)state;
@@ -263,6 +445,41 @@ static void test_valid_push_after_bad_ones(void **state)
     assert_true(psc_rpc_health_check(ch, 2000));
 }
 
+/* A valid batch: pushes applied in order, the step added, then the pulls read. */
+static void test_batch_valid(void **state)
+{
+    (void)state;
+    float w[12], b[3], gw[12], gb[3] = {2.0f, 0.0f, -1.0f};
+    assert_int_equal(pull("w", sizeof w, w), PSC_RPC_OK);
+    assert_int_equal(pull("b", sizeof b, b), PSC_RPC_OK);
+    for (int i = 0; i < 12; i++) gw[i] = (float)i * 0.125f;
+    int64_t step0 = global_step_now();
+    /* b pushed twice: both applied, in order */
+    batch_item_t items[] = {{"w", gw, sizeof gw, 0}, {"b", gb, sizeof gb, 0}, {"b", gb, sizeof gb, 0},
+                            {"b", NULL, sizeof b, 0}, {"w", NULL, sizeof w, 0}};
+    psc_rpc_op_t op;
+    assert_int_equal(call_batch(items, 5, 1, 1, &op), PSC_RPC_OK);
+    Psc__BatchReply *rep = psc__batch_reply__unpack(NULL, op.reply_len, op.reply);
+    assert_non_null(rep);
+    assert_int_equal(rep->n_push_version, 3);
+    assert_true(rep->push_version[2] == rep->push_version[1] + 1);
+    assert_int_equal(rep->n_pull, 2);
+    assert_non_null(rep->step);
+    assert_true(rep->step->global_step == step0 + 1);
+    float wb[3], ww[12];
+    for (int i = 0; i < 3; i++) wb[i] = (b[i] - 0.5f * gb[i]) - 0.5f * gb[i];
+    for (int i = 0; i < 12; i++) ww[i] = w[i] - gw[i] * 0.5f;
+    assert_string_equal(rep->pull[0]->name, "b");
+    assert_int_equal(rep->pull[0]->data.len, sizeof wb);
+    assert_memory_equal(rep->pull[0]->data.data, wb, sizeof wb);
+    assert_string_equal(rep->pull[1]->name, "w");
+    assert_memory_equal(rep->pull[1]->data.data, ww, sizeof ww);
+    assert_true(rep->pull[1]->total == sizeof ww);
+    psc__batch_reply__free_unpacked(rep, NULL);
+    psc_rpc_op_clear(&op);
+    assert_true(global_step_now() == step0 + 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,7 +490,10 @@ int main(void)
         cmocka_unit_test(test_push_non_finite),
         cmocka_unit_test(test_garbage_and_truncated),
         cmocka_unit_test(test_second_create_different_shapes),
+        cmocka_unit_test(test_batch_bad_items),
+        cmocka_unit_test(test_batch_sync_ps),
         cmocka_unit_test(test_valid_push_after_bad_ones),
+        cmocka_unit_test(test_batch_valid),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -5,8 +5,10 @@
 # 2. one worker trains a tiny MLP through it (in-cluster mode, the PS stays up
 #    at the end); scrapes while it trains see global_step advance at a rate
 #    > 0 steps/s; after it, the page passes `promtool check metrics`, the
-#    counters are > 0 (gradients applied, push and pull bytes, PushPull
-#    requests), PushPull had no errors and one latency observation per call,
+#    counters are > 0 (gradients applied, push and pull bytes, Batch
+#    requests: the tiny model's tensors all travel in one Batch call a step),
+#    at least one Batch per step, Batch had no errors and one latency
+#    observation per call,
 #    global_step equals the steps the worker reported, and the shard's
 #    variable count and bytes match the model;
 # 3. any other path is 404;
@@ -69,7 +71,7 @@ grep -q "metrics on 127.0.0.1:$MP/metrics" "$TMP/ps0.log" || fail "ps_server did
 http_get "$MP" /metrics "$TMP/idle.prom"
 [ "$STATUS" = 200 ] || fail "GET /metrics answered $STATUS"
 [ "$(value "$TMP/idle.prom" psc_ps_ready)" = 0 ] || fail "psc_ps_ready is not 0 before any job"
-[ "$(value "$TMP/idle.prom" 'psc_ps_rpc_requests_total{method="PushPull"}')" = 0 ] || fail "PushPull counted before any job"
+[ "$(value "$TMP/idle.prom" 'psc_ps_rpc_requests_total{method="Batch"}')" = 0 ] || fail "Batch counted before any job"
 "$PROMTOOL" check metrics <"$TMP/idle.prom" >"$TMP/promtool.out" 2>&1 || fail "promtool rejects the idle page: $(cat "$TMP/promtool.out")"
 
 # ---- 2. a tiny job; scrapes while it trains ----
@@ -105,18 +107,19 @@ http_get "$MP" /metrics "$TMP/after.prom"
 "$PROMTOOL" check metrics <"$TMP/after.prom" >"$TMP/promtool.out" 2>&1 ||
     fail "promtool rejects the page: $(cat "$TMP/promtool.out")"
 for s in psc_ps_gradients_applied_total psc_ps_push_bytes_total psc_ps_pull_bytes_total \
-    'psc_ps_rpc_requests_total{method="PushPull"}' 'psc_ps_rpc_requests_total{method="Create"}' \
-    'psc_ps_rpc_latency_seconds_sum{method="PushPull"}'; do
+    'psc_ps_rpc_requests_total{method="Batch"}' 'psc_ps_rpc_requests_total{method="Create"}' \
+    'psc_ps_rpc_latency_seconds_sum{method="Batch"}'; do
     gt0 "$TMP/after.prom" "$s"
 done
-pp=$(value "$TMP/after.prom" 'psc_ps_rpc_requests_total{method="PushPull"}')
-[ "$(value "$TMP/after.prom" 'psc_ps_rpc_errors_total{method="PushPull"}')" = 0 ] || fail "PushPull errors counted"
-[ "$(value "$TMP/after.prom" 'psc_ps_rpc_latency_seconds_count{method="PushPull"}')" = "$pp" ] ||
-    fail "PushPull latency count differs from its $pp requests"
-[ "$(value "$TMP/after.prom" 'psc_ps_rpc_latency_seconds_bucket{method="PushPull",le="+Inf"}')" = "$pp" ] ||
-    fail "PushPull +Inf bucket differs from its $pp requests"
+pp=$(value "$TMP/after.prom" 'psc_ps_rpc_requests_total{method="Batch"}')
+[ "$(value "$TMP/after.prom" 'psc_ps_rpc_errors_total{method="Batch"}')" = 0 ] || fail "Batch errors counted"
+[ "$(value "$TMP/after.prom" 'psc_ps_rpc_latency_seconds_count{method="Batch"}')" = "$pp" ] ||
+    fail "Batch latency count differs from its $pp requests"
+[ "$(value "$TMP/after.prom" 'psc_ps_rpc_latency_seconds_bucket{method="Batch",le="+Inf"}')" = "$pp" ] ||
+    fail "Batch +Inf bucket differs from its $pp requests"
 steps=$(sed -n 's/.*finished \([0-9]*\) steps.*/\1/p' "$TMP/worker0.log")
 [ -n "$steps" ] || fail "the worker did not report its steps"
+[ "$pp" -ge "$steps" ] || fail "$pp Batch calls for $steps steps: a step of this model is one Batch call"
 [ "$(value "$TMP/after.prom" psc_ps_global_step)" = "$steps" ] ||
     fail "psc_ps_global_step $(value "$TMP/after.prom" psc_ps_global_step) != the worker's $steps steps"
 [ "$(value "$TMP/after.prom" psc_ps_ready)" = 1 ] || fail "psc_ps_ready is not 1 after the job"
@@ -128,7 +131,7 @@ steps=$(sed -n 's/.*finished \([0-9]*\) steps.*/\1/p' "$TMP/worker0.log")
 for s in psc_ps_requests_rejected_total psc_ps_sync_timeout_applies_total; do
     [ -n "$(value "$TMP/after.prom" "$s")" ] || fail "no sample $s on the page"
 done
-echo "trained $steps steps; PushPull calls $pp; max $max_rate steps/s over $n scrapes during training"
+echo "trained $steps steps; Batch calls $pp; max $max_rate steps/s over $n scrapes during training"
 
 # ---- 3. other paths ----
 http_get "$MP" /nope "$TMP/nope.out"

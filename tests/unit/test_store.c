@@ -512,6 +512,63 @@ static void test_invalid_requests_change_nothing(void **state)
     fixture_teardown(&f);
 }
 
+/* store_push_check / store_pull_check (what a Batch checks first) refuse what
+ * the calls refuse, with the same message, change nothing, and accept what
+ * they accept without applying it. */
+static void test_checks_alone(void **state)
+{
+    (void)state;
+    char err[256];
+    psc_optim_config_t opt = sgd(0.5f);
+    fixture_t f;
+    fixture_setup(&f, &opt, 1);
+    store_t *s = f.s;
+    uint64_t kb = spec_bytes(&SPECS[1]), bb = spec_bytes(&SPECS[3]);
+    float *g = random_floats(bb / 4, 7);
+    EXPECT_REFUSED(s, PSC_ENOTFOUND, "unknown variable \"dense/kernal\"",
+                   store_push_check(s, "dense/kernal", 0, g, kb, kb, err, sizeof err));
+    EXPECT_REFUSED(s, PSC_EMISMATCH, "dense/kernel: gradient is 1000 bytes, variable is 802816 bytes",
+                   store_push_check(s, "dense/kernel", 0, g, 1000, 1000, err, sizeof err));
+    EXPECT_REFUSED(s, PSC_EINVAL, "not a wire chunk",
+                   store_push_check(s, "big/kernel", 2 * MiB, g, MiB, bb, err, sizeof err));
+    EXPECT_REFUSED(s, PSC_EINVAL, "global_step is not trainable; use Step",
+                   store_push_check(s, "global_step", 0, g, 8, 8, err, sizeof err));
+    float keep = g[100];
+    g[100] = NAN;
+    EXPECT_REFUSED(s, PSC_EINVAL, "dense/bias: gradient has a non-finite value at index 100",
+                   store_push_check(s, "dense/bias", 0, g, 1024, 1024, err, sizeof err));
+    g[100] = keep;
+    EXPECT_REFUSED(s, PSC_ENOTFOUND, "unknown variable \"dense/kernal\"",
+                   store_pull_check(s, "dense/kernal", 0, 16, err, sizeof err));
+    EXPECT_REFUSED(s, PSC_EINVAL, "dense/bias: pull of 8 bytes at offset 1020 is outside its 1024 bytes",
+                   store_pull_check(s, "dense/bias", 1020, 8, err, sizeof err));
+    EXPECT_REFUSED(s, PSC_EINVAL, "exceeds the 2097152-byte chunk",
+                   store_pull_check(s, "big/kernel", 0, 2 * MiB + 4, err, sizeof err));
+
+    /* accepted: nothing applied, nothing counted */
+    snap_t before, after;
+    snap_take(s, &before);
+    store_stats_t st0, st1;
+    store_get_stats(s, &st0);
+    assert_int_equal(store_push_check(s, "big/kernel", 4 * MiB, g, MiB, bb, err, sizeof err), 0);
+    assert_int_equal(store_push_check(s, "dense/bias", 0, g, 1024, 1024, err, sizeof err), 0);
+    assert_int_equal(store_pull_check(s, "dense/kernel", 4, 400, err, sizeof err), 0);
+    assert_int_equal(store_pull_check(s, "global_step", 0, 8, err, sizeof err), 0);
+    store_get_stats(s, &st1);
+    assert_true(st1.applied == st0.applied && st1.rejected == st0.rejected && st1.pulls == st0.pulls);
+    snap_take(s, &after);
+    for (int i = 0; i < before.n; i++) assert_true(after.info[i].version == before.info[i].version);
+    for (int i = 0; i < NSPECS; i++)
+        if (before.values[i]) assert_memory_equal(before.values[i], after.values[i], spec_bytes(&SPECS[i]));
+    snap_free(&before);
+    snap_free(&after);
+    /* before the model is ready, a check refuses like the call */
+    store_reset(s);
+    EXPECT_REFUSED(s, PSC_ENOTREADY, "not ready", store_pull_check(s, "dense/bias", 0, 4, err, sizeof err));
+    free(g);
+    fixture_teardown(&f);
+}
+
 static void test_push_sgd_exact(void **state)
 {
     (void)state;
@@ -2152,6 +2209,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_create_conflicts),
+        cmocka_unit_test(test_checks_alone),
         cmocka_unit_test(test_create_invalid),
         cmocka_unit_test(test_invalid_requests_change_nothing),
         cmocka_unit_test(test_push_sgd_exact),
