@@ -85,6 +85,13 @@ char *psc_read_file(const char *path, size_t max, size_t *len);
 int psc_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* A run of bytes that is one part of a longer byte string (a request as gRPC
+ * received it: several slices, each at any alignment). */
+typedef struct psc_iov {
+    const void *base;
+    size_t len;
+} psc_iov_t;
+
 /* Monotonic clock in seconds. */
 double psc_now(void);
 

@@ -10,7 +10,10 @@
  * rounded to float once per call.
  *
  * Each inner loop is one plain pass over restrict-qualified float arrays with
- * no calls but sqrtf (which -fno-math-errno turns into sqrtps). It runs twice:
+ * no calls but sqrtf (which -fno-math-errno turns into sqrtps). The gradient
+ * is read as bytes (ld: a 4-byte memcpy, which GCC turns into the same
+ * unaligned vector load), so it may sit at any alignment: a request as gRPC's
+ * slices hold it, whose floats start anywhere (optim_apply_iov). It runs twice:
  * over the first n rounded down to a multiple of OPTIM_VEC elements, then over
  * the rest; the first pass has a trip count the compiler knows to be a multiple
  * of any vector width, which GCC's -O2 ("very cheap") cost model requires
@@ -36,6 +39,7 @@
 #include "psc.h"
 
 #include <math.h>
+#include <string.h>
 
 int optim_slot_count(const psc_optim_config_t *c)
 {
@@ -75,6 +79,16 @@ const char *optim_slot_name(const psc_optim_config_t *c, int slot)
 
 static size_t vec_floor(size_t n) { return n & ~(size_t)(OPTIM_VEC - 1); }
 
+/* Element i of a float array stored at any byte alignment. (No restrict on p:
+ * with it GCC 12 finds "no vectype" for the load and leaves every loop scalar;
+ * the kernels' own restrict parameters carry the no-alias promise.) */
+static inline __attribute__((always_inline)) float ld(const unsigned char *p, size_t i)
+{
+    float f;
+    memcpy(&f, p + 4 * i, 4);
+    return f;
+}
+
 OPTIM_KERNEL fill_k(float *restrict a, size_t n, float value)
 {
     for (size_t i = 0; i < n; i++) a[i] = value;
@@ -88,59 +102,65 @@ static void fill(float *a, float value, size_t n)
 }
 
 /* ApplyGradientDescent: var -= grad * lr */
-OPTIM_KERNEL sgd_k(float *restrict w, const float *restrict g, size_t n, float lr)
+OPTIM_KERNEL sgd_k(float *restrict w, const unsigned char *restrict g, size_t n, float lr)
 {
-    for (size_t i = 0; i < n; i++) w[i] -= g[i] * lr;
+    for (size_t i = 0; i < n; i++) w[i] -= ld(g, i) * lr;
 }
 
 /* ApplyMomentum: accum = accum * momentum + grad;
  *   var -= accum * lr                                  (plain)
  *   var -= grad * lr + accum * momentum * lr           (use_nesterov) */
-OPTIM_KERNEL momentum_k(float *restrict w, float *restrict a, const float *restrict g, size_t n, float lr, float mom)
+OPTIM_KERNEL momentum_k(float *restrict w, float *restrict a, const unsigned char *restrict g, size_t n, float lr,
+                        float mom)
 {
     for (size_t i = 0; i < n; i++) {
-        a[i] = a[i] * mom + g[i];
+        a[i] = a[i] * mom + ld(g, i);
         w[i] -= a[i] * lr;
     }
 }
 
-OPTIM_KERNEL nesterov_k(float *restrict w, float *restrict a, const float *restrict g, size_t n, float lr, float mom)
+OPTIM_KERNEL nesterov_k(float *restrict w, float *restrict a, const unsigned char *restrict g, size_t n, float lr,
+                        float mom)
 {
     for (size_t i = 0; i < n; i++) {
-        a[i] = a[i] * mom + g[i];
-        w[i] -= g[i] * lr + a[i] * mom * lr;
+        float gi = ld(g, i);
+        a[i] = a[i] * mom + gi;
+        w[i] -= gi * lr + a[i] * mom * lr;
     }
 }
 
 /* ApplyAdagrad (update_slots): accum += grad^2; var -= grad * lr * rsqrt(accum) */
-OPTIM_KERNEL adagrad_k(float *restrict w, float *restrict acc, const float *restrict g, size_t n, float lr)
+OPTIM_KERNEL adagrad_k(float *restrict w, float *restrict acc, const unsigned char *restrict g, size_t n, float lr)
 {
     for (size_t i = 0; i < n; i++) {
-        acc[i] += g[i] * g[i];
-        w[i] -= g[i] * lr * (1.0f / sqrtf(acc[i]));
+        float gi = ld(g, i);
+        acc[i] += gi * gi;
+        w[i] -= gi * lr * (1.0f / sqrtf(acc[i]));
     }
 }
 
 /* ApplyAdam: m += (g - m) * (1 - b1); v += (g^2 - v) * (1 - b2);
  *            var -= m * lr_t / (sqrt(v) + eps) */
-OPTIM_KERNEL adam_k(float *restrict w, float *restrict m, float *restrict v, const float *restrict g, size_t n,
-                    float lr_t, float one_minus_b1, float one_minus_b2, float eps)
+OPTIM_KERNEL adam_k(float *restrict w, float *restrict m, float *restrict v, const unsigned char *restrict g,
+                    size_t n, float lr_t, float one_minus_b1, float one_minus_b2, float eps)
 {
     for (size_t i = 0; i < n; i++) {
-        m[i] += (g[i] - m[i]) * one_minus_b1;
-        v[i] += (g[i] * g[i] - v[i]) * one_minus_b2;
+        float gi = ld(g, i);
+        m[i] += (gi - m[i]) * one_minus_b1;
+        v[i] += (gi * gi - v[i]) * one_minus_b2;
         w[i] -= (m[i] * lr_t) / (sqrtf(v[i]) + eps);
     }
 }
 
 /* ApplyRMSProp: ms += (g^2 - ms) * (1 - rho);
  *               mom = mom * momentum + g * lr / sqrt(ms + eps); var -= mom */
-OPTIM_KERNEL rmsprop_k(float *restrict w, float *restrict ms, float *restrict mom, const float *restrict g, size_t n,
-                       float lr, float one_minus_rho, float momentum, float eps)
+OPTIM_KERNEL rmsprop_k(float *restrict w, float *restrict ms, float *restrict mom, const unsigned char *restrict g,
+                       size_t n, float lr, float one_minus_rho, float momentum, float eps)
 {
     for (size_t i = 0; i < n; i++) {
-        ms[i] += (g[i] * g[i] - ms[i]) * one_minus_rho;
-        mom[i] = mom[i] * momentum + (g[i] * lr) / sqrtf(ms[i] + eps);
+        float gi = ld(g, i);
+        ms[i] += (gi * gi - ms[i]) * one_minus_rho;
+        mom[i] = mom[i] * momentum + (gi * lr) / sqrtf(ms[i] + eps);
         w[i] -= mom[i];
     }
 }
@@ -166,77 +186,138 @@ void optim_init_slots(const psc_optim_config_t *c, float *slot0, float *slot1, s
     }
 }
 
-/* The update of optim_apply, inlined into one function per ISA level. */
-static inline __attribute__((always_inline)) void apply(const psc_optim_config_t *c, float *w, float *slot0,
-                                                        float *slot1, const float *g, size_t n, int64_t t)
+/* The per-call constants of an update: Adam's step size is computed once per
+ * call of optim_apply / optim_apply_iov, not once per run of elements. */
+typedef struct coef {
+    float lr, lr_t, omb1, omb2, omr;
+} coef_t;
+
+static coef_t coef_of(const psc_optim_config_t *c, int64_t t)
 {
-    size_t v = vec_floor(n), r = n - v; /* vectorized head [0, v), scalar tail [v, n) */
-    float *s0 = slot0, *s1 = slot1;
-    float lr = c->learning_rate;
-    switch (c->kind) {
-    case PSC_OPT_SGD:
-        sgd_k(w, g, v, lr);
-        sgd_k(w + v, g + v, r, lr);
-        break;
-    case PSC_OPT_MOMENTUM:
-        if (c->use_nesterov) {
-            nesterov_k(w, s0, g, v, lr, c->momentum);
-            nesterov_k(w + v, s0 + v, g + v, r, lr, c->momentum);
-        } else {
-            momentum_k(w, s0, g, v, lr, c->momentum);
-            momentum_k(w + v, s0 + v, g + v, r, lr, c->momentum);
-        }
-        break;
-    case PSC_OPT_ADAGRAD:
-        adagrad_k(w, s0, g, v, lr);
-        adagrad_k(w + v, s0 + v, g + v, r, lr);
-        break;
-    case PSC_OPT_ADAM: {
+    coef_t k = {.lr = c->learning_rate};
+    if (c->kind == PSC_OPT_ADAM) {
         PSC_ASSERT(t >= 1);
         /* TF keeps beta1^t and beta2^t in float variables multiplied once per
          * step; computing them from t in double gives the exact powers. */
         double b1t = pow((double)c->beta1, (double)t), b2t = pow((double)c->beta2, (double)t);
-        float lr_t = (float)((double)lr * sqrt(1.0 - b2t) / (1.0 - b1t));
-        float omb1 = 1.0f - c->beta1, omb2 = 1.0f - c->beta2;
-        adam_k(w, s0, s1, g, v, lr_t, omb1, omb2, c->epsilon);
-        adam_k(w + v, s0 + v, s1 + v, g + v, r, lr_t, omb1, omb2, c->epsilon);
-        break;
+        k.lr_t = (float)((double)k.lr * sqrt(1.0 - b2t) / (1.0 - b1t));
+        k.omb1 = 1.0f - c->beta1;
+        k.omb2 = 1.0f - c->beta2;
     }
-    case PSC_OPT_RMSPROP: {
-        float omr = 1.0f - c->decay;
-        rmsprop_k(w, s0, s1, g, v, lr, omr, c->momentum, c->epsilon);
-        rmsprop_k(w + v, s0 + v, s1 + v, g + v, r, lr, omr, c->momentum, c->epsilon);
+    if (c->kind == PSC_OPT_RMSPROP) k.omr = 1.0f - c->decay;
+    return k;
+}
+
+/* The update of n elements, inlined into one function per ISA level. */
+static inline __attribute__((always_inline)) void apply(const psc_optim_config_t *c, const coef_t *k, float *w,
+                                                        float *slot0, float *slot1, const unsigned char *g, size_t n)
+{
+    size_t v = vec_floor(n), r = n - v; /* vectorized head [0, v), scalar tail [v, n) */
+    float *s0 = slot0, *s1 = slot1;
+    const unsigned char *gt = g + 4 * v;
+    switch (c->kind) {
+    case PSC_OPT_SGD:
+        sgd_k(w, g, v, k->lr);
+        sgd_k(w + v, gt, r, k->lr);
         break;
-    }
+    case PSC_OPT_MOMENTUM:
+        if (c->use_nesterov) {
+            nesterov_k(w, s0, g, v, k->lr, c->momentum);
+            nesterov_k(w + v, s0 + v, gt, r, k->lr, c->momentum);
+        } else {
+            momentum_k(w, s0, g, v, k->lr, c->momentum);
+            momentum_k(w + v, s0 + v, gt, r, k->lr, c->momentum);
+        }
+        break;
+    case PSC_OPT_ADAGRAD:
+        adagrad_k(w, s0, g, v, k->lr);
+        adagrad_k(w + v, s0 + v, gt, r, k->lr);
+        break;
+    case PSC_OPT_ADAM:
+        adam_k(w, s0, s1, g, v, k->lr_t, k->omb1, k->omb2, c->epsilon);
+        adam_k(w + v, s0 + v, s1 + v, gt, r, k->lr_t, k->omb1, k->omb2, c->epsilon);
+        break;
+    case PSC_OPT_RMSPROP:
+        rmsprop_k(w, s0, s1, g, v, k->lr, k->omr, c->momentum, c->epsilon);
+        rmsprop_k(w + v, s0 + v, s1 + v, gt, r, k->lr, k->omr, c->momentum, c->epsilon);
+        break;
     }
 }
 
-static void apply_base(const psc_optim_config_t *c, float *w, float *s0, float *s1, const float *g, size_t n,
-                       int64_t t)
+typedef void (*apply_fn)(const psc_optim_config_t *c, const coef_t *k, float *w, float *s0, float *s1,
+                         const unsigned char *g, size_t n);
+
+static void apply_base(const psc_optim_config_t *c, const coef_t *k, float *w, float *s0, float *s1,
+                       const unsigned char *g, size_t n)
 {
-    apply(c, w, s0, s1, g, n, t);
+    apply(c, k, w, s0, s1, g, n);
 }
 
 #if OPTIM_AVX2
-__attribute__((target("avx2"))) static void apply_avx2(const psc_optim_config_t *c, float *w, float *s0, float *s1,
-                                                       const float *g, size_t n, int64_t t)
+__attribute__((target("avx2"))) static void apply_avx2(const psc_optim_config_t *c, const coef_t *k, float *w,
+                                                       float *s0, float *s1, const unsigned char *g, size_t n)
 {
-    apply(c, w, s0, s1, g, n, t);
+    apply(c, k, w, s0, s1, g, n);
 }
 #endif
 
-void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const float *g, size_t n,
-                 int64_t t)
+/* The copy of the loops for this CPU. */
+static apply_fn apply_for_cpu(const psc_optim_config_t *c, float *slot0, float *slot1)
 {
     int ns = optim_slot_count(c);
     PSC_ASSERT(ns < 1 || slot0 != NULL);
     PSC_ASSERT(ns < 2 || slot1 != NULL);
 #if OPTIM_AVX2
     /* reads the CPU model libgcc fills in before main: one load and a test */
-    if (__builtin_cpu_supports("avx2")) {
-        apply_avx2(c, w, slot0, slot1, g, n, t);
-        return;
-    }
+    if (__builtin_cpu_supports("avx2")) return apply_avx2;
 #endif
-    apply_base(c, w, slot0, slot1, g, n, t);
+    return apply_base;
+}
+
+void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const void *g, size_t n,
+                 int64_t t)
+{
+    apply_fn fn = apply_for_cpu(c, slot0, slot1);
+    coef_t k = coef_of(c, t);
+    fn(c, &k, w, slot0, slot1, g, n);
+}
+
+void optim_apply_iov(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const psc_iov_t *g, int ng,
+                     size_t n, int64_t t)
+{
+    apply_fn fn = apply_for_cpu(c, slot0, slot1);
+    coef_t k = coef_of(c, t);
+    size_t e = 0;  /* elements applied */
+    unsigned char part[4];
+    size_t np = 0; /* bytes of a float that straddles segments, gathered in part */
+    for (int i = 0; i < ng; i++) {
+        const unsigned char *p = g[i].base;
+        size_t left = g[i].len;
+        if (np) {
+            size_t take = PSC_MIN(4 - np, left);
+            memcpy(part + np, p, take);
+            np += take;
+            p += take;
+            left -= take;
+            if (np == 4) {
+                PSC_ASSERT(e < n);
+                fn(c, &k, w + e, slot0 ? slot0 + e : NULL, slot1 ? slot1 + e : NULL, part, 1);
+                e++;
+                np = 0;
+            }
+        }
+        size_t m = left / 4;
+        if (m) {
+            PSC_ASSERT(e + m <= n);
+            fn(c, &k, w + e, slot0 ? slot0 + e : NULL, slot1 ? slot1 + e : NULL, p, m);
+            e += m;
+            p += 4 * m;
+            left -= 4 * m;
+        }
+        if (left) {
+            memcpy(part, p, left);
+            np = left;
+        }
+    }
+    PSC_ASSERT(e == n && np == 0);
 }

@@ -15,6 +15,7 @@
 #define PSC_OPTIM_H
 
 #include "job_spec.h"
+#include "psc.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -25,9 +26,16 @@ int optim_slot_count(const psc_optim_config_t *c);
 const char *optim_slot_name(const psc_optim_config_t *c, int slot);
 /* Fills fresh slot arrays with their initial values. slot1 may be NULL if unused. */
 void optim_init_slots(const psc_optim_config_t *c, float *slot0, float *slot1, size_t n);
-/* Applies one update of gradient g to w[0..n). t is the 1-based count of updates
- * of these elements including this one (Adam's bias correction). */
-void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const float *g, size_t n,
+/* Applies one update of gradient g (n little-endian float32, at any byte
+ * alignment) to w[0..n). t is the 1-based count of updates of these elements
+ * including this one (Adam's bias correction). */
+void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const void *g, size_t n,
                  int64_t t);
+/* The same with the gradient in ng segments that together hold exactly n
+ * floats, split anywhere (a float may straddle two or more segments). The
+ * result is bit-identical to optim_apply on the joined bytes: the update is
+ * element-wise and every element goes through the same operations. */
+void optim_apply_iov(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const psc_iov_t *g, int ng,
+                     size_t n, int64_t t);
 
 #endif

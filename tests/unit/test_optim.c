@@ -343,6 +343,48 @@ static void test_rmsprop(void **state)
     check_optimizer(&c, "rmsprop(momentum 0.9)");
 }
 
+/* optim_apply_iov: the gradient in segments split at any byte (1-byte ones
+ * too; a float across up to 4 of them) and at any alignment gives exactly the
+ * result of optim_apply on one buffer, for every optimizer, over several
+ * steps. */
+static void test_apply_iov_equals_contiguous(void **state)
+{
+    (void)state;
+    psc_optim_config_t cfgs[] = {cfg_sgd(), cfg_momentum(0), cfg_momentum(1), cfg_adagrad(), cfg_adam(),
+                                 cfg_rmsprop(0.5f)};
+    enum { NE = 1037 };
+    static psc_iov_t iov[4 * NE];
+    for (size_t k = 0; k < PSC_ARRAY_LEN(cfgs); k++) {
+        run_t a, b;
+        run_init(&cfgs[k], &a, NE);
+        run_init(&cfgs[k], &b, NE);
+        unsigned char *raw = malloc(4 * NE + 3);
+        uint32_t seed = 7u + (uint32_t)k;
+        for (int step = 1; step <= 4; step++) {
+            run_step(&cfgs[k], &a, step, step); /* contiguous, fills a.g */
+            unsigned char *g = raw + step % 4;  /* the same bytes at another alignment */
+            memcpy(g, a.g, 4 * NE);
+            int n = 0;
+            size_t at = 0, max_seg = step == 1 ? 1 : step == 2 ? 5 : step == 3 ? 13 : 999;
+            while (at < 4 * NE) {
+                seed = seed * 1664525u + 1013904223u;
+                size_t len = PSC_MIN(1 + (seed >> 8) % max_seg, 4 * NE - at);
+                iov[n].base = g + at;
+                iov[n++].len = len;
+                at += len;
+            }
+            int ns = optim_slot_count(&cfgs[k]);
+            optim_apply_iov(&cfgs[k], b.w, ns >= 1 ? b.s0 : NULL, ns >= 2 ? b.s1 : NULL, iov, n, NE, step);
+            assert_memory_equal(a.w, b.w, 4 * NE);
+            if (ns >= 1) assert_memory_equal(a.s0, b.s0, 4 * NE);
+            if (ns >= 2) assert_memory_equal(a.s1, b.s1, 4 * NE);
+        }
+        free(raw);
+        run_free(&a);
+        run_free(&b);
+    }
+}
+
 static void test_empty_is_noop(void **state)
 {
     (void)state;
@@ -362,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_adagrad),
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_adam_first_step_is_lr_sign),
+        cmocka_unit_test(test_apply_iov_equals_contiguous),
         cmocka_unit_test(test_rmsprop),
         cmocka_unit_test(test_empty_is_noop),
     };
