@@ -39,16 +39,18 @@ static int read_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
     return -1;
 }
 
-int psc_chunk_decode(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk **hdr, const uint8_t **data,
-                     size_t *data_len)
+/* Walks the fields of a Chunk message of `total` bytes whose first `avail` are
+ * in msg, up to the data field: *data_tag gets the offset of data's tag (total
+ * when there is no data field: proto3 leaves an empty one out), *dlen its
+ * length. 0, or -1 when a field does not parse, runs past avail, or data is
+ * present but not the last field ending at total. */
+static int scan_fields(const uint8_t *msg, size_t avail, size_t total, size_t *data_tag, uint64_t *dlen, int *found)
 {
-    *hdr = NULL;
-    if (data) *data = NULL;
-    *data_len = 0;
+    size_t at = 0;
+    *data_tag = total;
+    *dlen = 0;
+    *found = 0;
     if (avail > total) return -1;
-    size_t at = 0, data_tag = 0;
-    uint64_t dlen = 0;
-    int found = 0;
     while (at < avail) {
         size_t start = at;
         uint64_t key, v;
@@ -66,11 +68,10 @@ int psc_chunk_decode(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk 
         case 2:
             if (read_varint(msg, avail, &at, &v) || v > total - at) return -1;
             if ((key >> 3) == 15 && at + v == total) {
-                data_tag = start;
-                dlen = v;
-                found = 1;
-                at = total;
-                continue;
+                *data_tag = start;
+                *dlen = v;
+                *found = 1;
+                return 0;
             }
             if ((key >> 3) == 15) return -1; /* data that is not last */
             at += (size_t)v;
@@ -80,10 +81,22 @@ int psc_chunk_decode(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk 
         }
         if (at > avail) return -1;
     }
+    return 0;
+}
+
+int psc_chunk_decode(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk **hdr, const uint8_t **data,
+                     size_t *data_len)
+{
+    *hdr = NULL;
+    if (data) *data = NULL;
+    *data_len = 0;
+    size_t data_tag;
+    uint64_t dlen;
+    int found;
+    if (scan_fields(msg, avail, total, &data_tag, &dlen, &found)) return -1;
     if (!found) {
         /* an empty data field is not serialized (proto3) */
         if (avail != total) return -1;
-        data_tag = total;
     } else if (avail != total && total - dlen != avail) {
         return -1; /* the split does not fall where data begins */
     }
@@ -91,5 +104,23 @@ int psc_chunk_decode(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk 
     if (!*hdr) return -1;
     *data_len = (size_t)dlen;
     if (data && found && avail == total) *data = msg + (total - dlen);
+    return 0;
+}
+
+int psc_chunk_decode_prefix(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk **hdr, size_t *data_off,
+                            size_t *data_len)
+{
+    *hdr = NULL;
+    *data_off = total;
+    *data_len = 0;
+    size_t data_tag;
+    uint64_t dlen;
+    int found;
+    if (scan_fields(msg, avail, total, &data_tag, &dlen, &found)) return -1;
+    if (!found && avail != total) return -1; /* the header runs past the prefix */
+    *hdr = psc__chunk__unpack(NULL, data_tag, msg);
+    if (!*hdr) return -1;
+    *data_off = (size_t)(total - dlen);
+    *data_len = (size_t)dlen;
     return 0;
 }

@@ -31,4 +31,13 @@ size_t psc_chunk_header_pack(const Psc__Chunk *c, size_t data_len, uint8_t *buf)
 int psc_chunk_decode(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk **hdr, const uint8_t **data,
                      size_t *data_len);
 
+/* Decodes a Chunk whose first `avail` bytes (at least its header, up to and
+ * including data's tag and length; any part of the data may follow) are in
+ * msg, of a message of `total` bytes held elsewhere in pieces: the header
+ * into *hdr as psc_chunk_decode does, and where the data lies: bytes
+ * [*data_off, total), *data_len of them. Returns 0, or -1 if the header does
+ * not parse, does not fit in avail, or data is not the last field. */
+int psc_chunk_decode_prefix(const uint8_t *msg, size_t avail, size_t total, Psc__Chunk **hdr, size_t *data_off,
+                            size_t *data_len);
+
 #endif

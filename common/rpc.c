@@ -270,6 +270,7 @@ static uint8_t *bb_to_bytes(grpc_byte_buffer *bb, size_t *len) { return bb_copy_
 typedef struct method_entry {
     const char *path;
     psc_rpc_handler_fn fn;
+    psc_rpc_handler_iov_fn fn_iov; /* instead of fn: the request as its slices */
     void *arg;
     void *handle; /* grpc_server_register_method */
     psc_rpc_observer_fn observe; /* psc_rpc_server_observe; NULL: none */
@@ -479,15 +480,25 @@ psc_rpc_server_t *psc_rpc_server_create(const char *addr, int threads, char *err
     return s;
 }
 
-void psc_rpc_server_add_method(psc_rpc_server_t *s, const char *path, psc_rpc_handler_fn fn, void *arg)
+static method_entry_t *method_add(psc_rpc_server_t *s, const char *path, void *arg)
 {
     PSC_ASSERT(!s->started && s->nmethods < PSC_RPC_MAX_METHODS);
     method_entry_t *m = &s->methods[s->nmethods++];
     m->path = path;
-    m->fn = fn;
     m->arg = arg;
     m->handle = grpc_server_register_method(s->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
     PSC_ASSERT(m->handle != NULL);
+    return m;
+}
+
+void psc_rpc_server_add_method(psc_rpc_server_t *s, const char *path, psc_rpc_handler_fn fn, void *arg)
+{
+    method_add(s, path, arg)->fn = fn;
+}
+
+void psc_rpc_server_add_method_iov(psc_rpc_server_t *s, const char *path, psc_rpc_handler_iov_fn fn, void *arg)
+{
+    method_add(s, path, arg)->fn_iov = fn;
 }
 
 int psc_rpc_server_observe(psc_rpc_server_t *s, const char *path, psc_rpc_observer_fn fn, void *arg)
@@ -535,6 +546,48 @@ static void post_request(psc_rpc_server_t *s, int cq_index, int method)
     }
 }
 
+/* Hands an _iov method its request as the byte buffer's slices. A slice of a
+ * few bytes lives inside its grpc_slice struct (inlined), so the segment
+ * pointers are taken only once the array of slices has stopped growing. */
+static void deliver_slices(psc_rpc_call_t *c, const method_entry_t *m)
+{
+    enum { STACK = 64 };
+    grpc_slice stack_sl[STACK], *sl = stack_sl;
+    psc_iov_t stack_iov[STACK], *iov = stack_iov;
+    size_t n = 0, cap = STACK, len = 0;
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, c->payload)) {
+        finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request message cannot be read");
+        return;
+    }
+    grpc_slice one;
+    while (grpc_byte_buffer_reader_next(&r, &one)) {
+        if (n == cap) {
+            cap *= 2;
+            if (sl == stack_sl) {
+                sl = psc_xmalloc(cap * sizeof *sl);
+                memcpy(sl, stack_sl, sizeof stack_sl);
+            } else {
+                sl = psc_xrealloc(sl, cap * sizeof *sl);
+            }
+        }
+        sl[n++] = one;
+    }
+    grpc_byte_buffer_reader_destroy(&r);
+    grpc_byte_buffer_destroy(c->payload); /* the slices keep their own references */
+    c->payload = NULL;
+    if (cap > STACK) iov = psc_xmalloc(cap * sizeof *iov);
+    for (size_t i = 0; i < n; i++) {
+        iov[i].base = GRPC_SLICE_START_PTR(sl[i]);
+        iov[i].len = GRPC_SLICE_LENGTH(sl[i]);
+        len += iov[i].len;
+    }
+    m->fn_iov(c, iov, (int)n, len, m->arg);
+    for (size_t i = 0; i < n; i++) grpc_slice_unref(sl[i]);
+    if (sl != stack_sl) free(sl);
+    if (iov != stack_iov) free(iov);
+}
+
 static void on_new_call(psc_rpc_call_t *c)
 {
     psc_rpc_server_t *s = c->server;
@@ -561,6 +614,11 @@ static void on_new_call(psc_rpc_call_t *c)
         finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request has no message");
         return;
     }
+    method_entry_t *m = &s->methods[c->method];
+    if (m->fn_iov) {
+        deliver_slices(c, m);
+        return;
+    }
     size_t len;
     uint8_t *req = bb_to_bytes(c->payload, &len);
     grpc_byte_buffer_destroy(c->payload);
@@ -569,7 +627,6 @@ static void on_new_call(psc_rpc_call_t *c)
         finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request message cannot be read");
         return;
     }
-    method_entry_t *m = &s->methods[c->method];
     m->fn(c, req, len, m->arg);
     free(req);
 }

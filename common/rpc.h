@@ -6,7 +6,7 @@
  * Server: N threads, each polling its own completion queue, with requests
  * pre-posted for every registered method; an unknown method gets UNIMPLEMENTED.
  * A handler runs on a server thread with the request bytes (valid only during the
- * handler) and must complete the call exactly once with psc_rpc_reply*() or
+ * handler: one copied buffer, or for _iov methods gRPC's own slices) and must complete the call exactly once with psc_rpc_reply*() or
  * psc_rpc_fail(), from any thread, possibly after it returned (a parked call).
  * Every server also answers grpc.health.v1.Health/Check ("" and the names given
  * to psc_rpc_server_add_service) with SERVING or NOT_SERVING.
@@ -20,6 +20,8 @@
  */
 #ifndef PSC_RPC_H
 #define PSC_RPC_H
+
+#include "psc.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -88,6 +90,14 @@ typedef void (*psc_rpc_handler_fn)(psc_rpc_call_t *call, const uint8_t *req, siz
 psc_rpc_server_t *psc_rpc_server_create(const char *addr, int threads, char *err, size_t errlen);
 /* Registers a method (full path, a string that outlives the server). Before start. */
 void psc_rpc_server_add_method(psc_rpc_server_t *s, const char *path, psc_rpc_handler_fn fn, void *arg);
+/* A handler that takes the request where gRPC received it, without the copy
+ * into one buffer: niov segments (the message's slices, each at any
+ * alignment, split anywhere) that together hold len bytes. The array and the
+ * bytes are valid only during the handler; the handler may change the array's
+ * entries (to skip a header, say), never the bytes. For requests that carry
+ * tensors. */
+typedef void (*psc_rpc_handler_iov_fn)(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg);
+void psc_rpc_server_add_method_iov(psc_rpc_server_t *s, const char *path, psc_rpc_handler_iov_fn fn, void *arg);
 /* A service name the health check reports on (besides ""). Before start. */
 void psc_rpc_server_add_service(psc_rpc_server_t *s, const char *service);
 /* Binds and starts. Returns the bound port (> 0) or a negative PSC_E* code with

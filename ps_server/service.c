@@ -164,6 +164,101 @@ static void chunk_free(chunk_req_t *r)
     psc__chunk__free_unpacked(r->c, NULL);
 }
 
+/* A Chunk request as gRPC's slices hold it (an _iov handler's request): the
+ * header decoded from the first bytes, the payload as the segments where it
+ * arrived (seg/nseg), read in place. c->data.len is the payload's length,
+ * c->data.data NULL unless the payload was gathered. A message psc senders do
+ * not write (data not last, a header over CHUNK_HEAD bytes) is gathered into
+ * one buffer and decoded as chunk_decode does. */
+#define CHUNK_HEAD 512
+typedef struct chunk_in {
+    chunk_req_t cr;
+    psc_iov_t *seg;
+    int nseg;
+    psc_iov_t one;     /* the segment of a gathered payload */
+    uint8_t *gathered; /* the message or payload, when it had to be joined */
+} chunk_in_t;
+
+/* Copies n bytes of the segments, from byte skip on, into dst; returns how many there were. */
+static size_t iov_gather(const psc_iov_t *iov, int niov, size_t skip, uint8_t *dst, size_t n)
+{
+    size_t got = 0;
+    for (int i = 0; i < niov && got < n; i++) {
+        size_t len = iov[i].len;
+        const uint8_t *p = iov[i].base;
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        p += skip;
+        len -= skip;
+        skip = 0;
+        size_t k = PSC_MIN(len, n - got);
+        memcpy(dst + got, p, k);
+        got += k;
+    }
+    return got;
+}
+
+/* 0, or -1 when the request does not parse (free `in` either way). */
+static int chunk_in_decode(psc_iov_t *iov, int niov, size_t len, chunk_in_t *in)
+{
+    memset(in, 0, sizeof *in);
+    uint8_t head[CHUNK_HEAD];
+    size_t avail = iov_gather(iov, niov, 0, head, PSC_MIN(len, sizeof head));
+    size_t off, dlen;
+    if (psc_chunk_decode_prefix(head, avail, len, &in->cr.c, &off, &dlen) == 0) {
+        /* the payload: the segments from byte off on, the first one trimmed */
+        int i = 0;
+        size_t skip = off;
+        while (i < niov && skip >= iov[i].len) skip -= iov[i++].len;
+        if (i < niov) {
+            iov[i].base = (const uint8_t *)iov[i].base + skip;
+            iov[i].len -= skip;
+        }
+        in->seg = iov + i;
+        in->nseg = niov - i;
+        in->cr.c->data.len = dlen;
+        in->cr.borrowed = 1;
+        return 0;
+    }
+    in->gathered = psc_xmalloc(len ? len : 1);
+    iov_gather(iov, niov, 0, in->gathered, len);
+    if (chunk_decode(in->gathered, len, &in->cr)) {
+        in->cr.c = NULL;
+        return -1;
+    }
+    in->one.base = in->cr.c->data.data;
+    in->one.len = in->cr.c->data.len;
+    in->seg = &in->one;
+    in->nseg = in->one.len ? 1 : 0;
+    return 0;
+}
+
+/* The payload in one buffer (the sync paths take it so): a pointer into the
+ * request when it is one segment, else a copy kept in in->gathered. */
+static const void *chunk_in_data(chunk_in_t *in)
+{
+    if (in->nseg <= 1) return in->nseg ? in->seg[0].base : NULL;
+    size_t len = in->cr.c->data.len;
+    uint8_t *buf = psc_xmalloc(len);
+    iov_gather(in->seg, in->nseg, 0, buf, len);
+    free(in->gathered);
+    in->gathered = buf;
+    in->one.base = buf;
+    in->one.len = len;
+    in->seg = &in->one;
+    in->nseg = 1;
+    return buf;
+}
+
+static void chunk_in_free(chunk_in_t *in)
+{
+    if (in->cr.c) chunk_free(&in->cr);
+    free(in->gathered);
+}
+
+
 static void reply_push(psc_rpc_call_t *call, int64_t version, int stale)
 {
     Psc__PushReply rep = PSC__PUSH_REPLY__INIT;
@@ -491,51 +586,58 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     psc__pull_request__free_unpacked(r, NULL);
 }
 
-static void h_push(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+static void h_push(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     char err[512];
-    chunk_req_t cr;
-    if (chunk_decode(req, len, &cr)) return svc_fail_undecodable(svc, call, "Chunk", len);
-    Psc__Chunk *c = cr.c;
+    chunk_in_t in;
+    if (chunk_in_decode(iov, niov, len, &in)) {
+        chunk_in_free(&in);
+        return svc_fail_undecodable(svc, call, "Chunk", len);
+    }
+    Psc__Chunk *c = in.cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
     int64_t version = 0;
     if (store_get_sync(svc->store, NULL)) {
         /* sync: a contribution to the chunk's step; the reply says if it was stale */
         store_sync_result_t res;
-        int rc = store_push_sync(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, c->local_step,
-                                 c->count ? c->count : 1, c->worker, psc_now(), NULL, &res, err, sizeof err);
+        int rc = store_push_sync(svc->store, c->name, c->offset, chunk_in_data(&in), c->data.len, c->total,
+                                 c->local_step, c->count ? c->count : 1, c->worker, psc_now(), NULL, &res, err,
+                                 sizeof err);
         if (rc != 0) {
             psc_rpc_fail(call, svc_status_of(rc), "%s", err);
         } else {
             reply_push(call, res.version, res.stale);
             if (res.applied || res.lag_applied) wake_parked(svc, PARK_CHUNK, c->name, c->offset);
         }
-        chunk_free(&cr);
+        chunk_in_free(&in);
         return;
     }
-    int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, NULL, &version, err,
-                        sizeof err);
+    int rc = store_push_iov(svc->store, c->name, c->offset, in.seg, in.nseg, c->data.len, c->total, NULL, &version,
+                            err, sizeof err);
     if (rc != 0)
         psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     else
         reply_push(call, version, 0);
-    chunk_free(&cr);
+    chunk_in_free(&in);
 }
 
-static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     char err[512];
-    chunk_req_t cr;
-    if (chunk_decode(req, len, &cr)) return svc_fail_undecodable(svc, call, "Chunk", len);
-    Psc__Chunk *c = cr.c;
+    chunk_in_t in;
+    if (chunk_in_decode(iov, niov, len, &in)) {
+        chunk_in_free(&in);
+        return svc_fail_undecodable(svc, call, "Chunk", len);
+    }
+    Psc__Chunk *c = in.cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
     if (c->data.len > PSC_CHUNK_BYTES || strlen(c->name) > 200) {
         store_count_rejected(svc->store);
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "chunk of %zu bytes exceeds %zu", c->data.len,
                      PSC_CHUNK_BYTES);
-        chunk_free(&cr);
+        chunk_in_free(&in);
         return;
     }
     size_t bound = svc_reply_header_bound(c->name);
@@ -544,8 +646,9 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
     if (store_get_sync(svc->store, NULL)) {
         /* sync: contribute, then answer with the values of the next step once it is applied */
         store_sync_result_t res;
-        int rc = store_push_sync(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, c->local_step,
-                                 c->count ? c->count : 1, c->worker, psc_now(), buf + bound, &res, err, sizeof err);
+        int rc = store_push_sync(svc->store, c->name, c->offset, chunk_in_data(&in), c->data.len, c->total,
+                                 c->local_step, c->count ? c->count : 1, c->worker, psc_now(), buf + bound, &res, err,
+                                 sizeof err);
         if (rc != 0) {
             psc_rpc_fail(call, svc_status_of(rc), "%s", err);
         } else if (res.stale || res.applied) {
@@ -567,17 +670,17 @@ static void h_push_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, vo
             p->worker = c->worker;
             park(svc, p);
         }
-        chunk_free(&cr);
+        chunk_in_free(&in);
         return;
     }
-    int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, buf + bound, &version,
-                        err, sizeof err);
+    int rc = store_push_iov(svc->store, c->name, c->offset, in.seg, in.nseg, c->data.len, c->total, buf + bound,
+                            &version, err, sizeof err);
     if (rc == 0) ps_metrics_add_pull_bytes(svc->metrics, c->data.len);
     if (rc != 0)
         psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     else
         send_chunk_reply(call, buf, bound, c->name, c->offset, c->total, version, c->data.len);
-    chunk_free(&cr);
+    chunk_in_free(&in);
 }
 
 /* The replica's own step count, kept for its resumption after a restart. */
@@ -809,8 +912,8 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_ASSIGN, h_assign, svc);
     psc_rpc_server_add_method(server, PSC_M_READY, h_ready, svc);
     psc_rpc_server_add_method(server, PSC_M_PULL, h_pull, svc);
-    psc_rpc_server_add_method(server, PSC_M_PUSH, h_push, svc);
-    psc_rpc_server_add_method(server, PSC_M_PUSH_PULL, h_push_pull, svc);
+    psc_rpc_server_add_method_iov(server, PSC_M_PUSH, h_push, svc); /* tensors: read where they arrived */
+    psc_rpc_server_add_method_iov(server, PSC_M_PUSH_PULL, h_push_pull, svc);
     psc_rpc_server_add_method(server, PSC_M_STEP, h_step, svc);
     psc_rpc_server_add_method(server, PSC_M_BATCH, svc_h_batch, svc);
     psc_rpc_server_add_method(server, PSC_M_WORKER_DONE, h_worker_done, svc);

@@ -178,15 +178,22 @@ static void shape_str(char *buf, size_t len, int rank, const int64_t *shape)
  * iteration wait for a store-to-load forward: ~10 GB/s, slower than Adam's
  * update itself; tests/bench/NOTES.md.) Only a chunk that has a bad value is
  * scanned again to find where. */
+/* The finiteness scan: a float is non-finite when its exponent bits are all
+ * ones; (u & exp) + one carries into bit 31 exactly then, so OR-ing that over
+ * a block and testing bit 31 checks 4 (SSE2) or 8 (AVX2) floats an
+ * instruction, with the lanes kept in registers (NOTES.md change 2). The AVX2
+ * copy is chosen at run time like optim.c's, and halves the scan of a chunk
+ * that is in cache (a request just received). */
 typedef uint32_t scan_v4u __attribute__((vector_size(16)));
+#define SCAN_EXP 0x7f800000u
+#define SCAN_ONE 0x00800000u
 
-static size_t first_nonfinite(const void *p, size_t n)
+/* The OR of (u & exp) + one over nb blocks of 16 floats. */
+static uint32_t scan_blocks_base(const unsigned char *b, size_t nb)
 {
-    const unsigned char *b = p;
-    const scan_v4u exp = {0x7f800000u, 0x7f800000u, 0x7f800000u, 0x7f800000u};
-    const scan_v4u one = {0x00800000u, 0x00800000u, 0x00800000u, 0x00800000u};
+    const scan_v4u exp = {SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP};
+    const scan_v4u one = {SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE};
     scan_v4u a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    size_t nb = n / 16;
     for (size_t i = 0; i < nb; i++) {
         scan_v4u u0, u1, u2, u3;
         memcpy(&u0, b + 64 * i, 16);
@@ -199,18 +206,103 @@ static size_t first_nonfinite(const void *p, size_t n)
         a3 |= (u3 & exp) + one;
     }
     a0 |= a1 | a2 | a3;
-    uint32_t bad = a0[0] | a0[1] | a0[2] | a0[3];
-    for (size_t i = 16 * nb; i < n; i++) {
+    return a0[0] | a0[1] | a0[2] | a0[3];
+}
+
+#if defined(__x86_64__)
+typedef uint32_t scan_v8u __attribute__((vector_size(32)));
+
+/* The same over nb blocks of 32 floats, 8 a lane. */
+__attribute__((target("avx2"))) static uint32_t scan_blocks_avx2(const unsigned char *b, size_t nb)
+{
+    const scan_v8u exp = {SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP};
+    const scan_v8u one = {SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE};
+    scan_v8u a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (size_t i = 0; i < nb; i++) {
+        scan_v8u u0, u1, u2, u3;
+        memcpy(&u0, b + 128 * i, 32);
+        memcpy(&u1, b + 128 * i + 32, 32);
+        memcpy(&u2, b + 128 * i + 64, 32);
+        memcpy(&u3, b + 128 * i + 96, 32);
+        a0 |= (u0 & exp) + one;
+        a1 |= (u1 & exp) + one;
+        a2 |= (u2 & exp) + one;
+        a3 |= (u3 & exp) + one;
+    }
+    a0 |= a1 | a2 | a3;
+    return a0[0] | a0[1] | a0[2] | a0[3] | a0[4] | a0[5] | a0[6] | a0[7];
+}
+#endif
+
+/* The index of the first non-finite float of the n at p (any alignment), or n. */
+static size_t first_nonfinite(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint32_t bad;
+    size_t done;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) {
+        bad = scan_blocks_avx2(b, n / 32);
+        done = 32 * (n / 32);
+    } else
+#endif
+    {
+        bad = scan_blocks_base(b, n / 16);
+        done = 16 * (n / 16);
+    }
+    for (size_t i = done; i < n; i++) {
         uint32_t u;
         memcpy(&u, b + 4 * i, 4);
-        bad |= (u & 0x7f800000u) + 0x00800000u;
+        bad |= (u & SCAN_EXP) + SCAN_ONE;
     }
     if (!(bad & 0x80000000u)) return n;
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, b + 4 * i, 4);
-        if ((u & 0x7f800000u) == 0x7f800000u) return i;
+        if ((u & SCAN_EXP) == SCAN_EXP) return i;
     }
+    return n;
+}
+
+/* first_nonfinite over n floats held in segments split anywhere (a float may
+ * straddle segments): the index of the first non-finite one, or n. */
+static size_t first_nonfinite_iov(const psc_iov_t *g, int ng, size_t n)
+{
+    size_t e = 0, np = 0;
+    unsigned char part[4];
+    for (int i = 0; i < ng; i++) {
+        const unsigned char *p = g[i].base;
+        size_t left = g[i].len;
+        if (np) {
+            size_t take = PSC_MIN(4 - np, left);
+            memcpy(part + np, p, take);
+            np += take;
+            p += take;
+            left -= take;
+            if (np == 4) {
+                if (first_nonfinite(part, 1) == 0) return e;
+                e++;
+                np = 0;
+            }
+        }
+        size_t m = PSC_MIN(left / 4, n - e);
+        size_t bad = first_nonfinite(p, m);
+        if (bad < m) return e + bad;
+        e += m;
+        p += 4 * m;
+        left -= 4 * m;
+        if (left) {
+            memcpy(part, p, PSC_MIN(left, 4));
+            np = PSC_MIN(left, 4);
+        }
+    }
+    return n;
+}
+
+static size_t iov_bytes(const psc_iov_t *g, int ng)
+{
+    size_t n = 0;
+    for (int i = 0; i < ng; i++) n += g[i].len;
     return n;
 }
 
@@ -606,10 +698,11 @@ int store_create_vars(store_t *s, const char *job_id, const psc_optim_config_t *
 
 /* ---- assign, ready ---- */
 
-/* Checks (offset, len, total) against a variable; the same rules for assign and
+/* Checks (offset, len, total) against a variable and its data (ng segments
+ * holding len bytes) for non-finite values; the same rules for assign and
  * push. what: "assigned data" or "gradient". */
-static int check_chunk(const store_var_t *v, const char *what, uint64_t offset, const void *data, size_t len,
-                       uint64_t total, char *err, size_t errlen)
+static int check_chunk_iov(const store_var_t *v, const char *what, uint64_t offset, const psc_iov_t *g, int ng,
+                           size_t len, uint64_t total, char *err, size_t errlen)
 {
     if (total != v->bytes)
         return psc_seterr(err, errlen, PSC_EMISMATCH, "%s: %s is %" PRIu64 " bytes, variable is %" PRIu64 " bytes",
@@ -618,14 +711,22 @@ static int check_chunk(const store_var_t *v, const char *what, uint64_t offset, 
         return psc_seterr(err, errlen, PSC_EINVAL,
                           "%s: chunk of %zu bytes at offset %" PRIu64 " is not a wire chunk (chunks are %zu bytes)",
                           v->name, len, offset, PSC_CHUNK_BYTES);
-    if (len && !data) return psc_seterr(err, errlen, PSC_EINVAL, "%s: %s chunk has no data", v->name, what);
+    if (len && (!ng || iov_bytes(g, ng) != len))
+        return psc_seterr(err, errlen, PSC_EINVAL, "%s: %s chunk has no data", v->name, what);
     if (!v->is_step) {
-        size_t bad = first_nonfinite(data, len / 4);
+        size_t bad = first_nonfinite_iov(g, ng, len / 4);
         if (bad < len / 4)
             return psc_seterr(err, errlen, PSC_EINVAL, "%s: %s has a non-finite value at index %" PRIu64, v->name,
                               what, offset / 4 + bad);
     }
     return 0;
+}
+
+static int check_chunk(const store_var_t *v, const char *what, uint64_t offset, const void *data, size_t len,
+                       uint64_t total, char *err, size_t errlen)
+{
+    psc_iov_t one = {data, len};
+    return check_chunk_iov(v, what, offset, &one, data ? 1 : 0, len, total, err, errlen);
 }
 
 static int assign_fenced(store_t *s, const char *name, uint64_t offset, const void *data, size_t len,
@@ -760,34 +861,35 @@ int store_pull_check(store_t *s, const char *name, uint64_t offset, size_t len, 
 }
 
 /* The checks of an asynchronous push (name, ready, trainable, wire chunk,
- * finite values); the view of the variable in *view. Returns 0 or a code, not
- * yet counted as rejected. */
-static int push_check(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
-                      store_view_t *view, char *err, size_t errlen)
+ * finite values) of a gradient in ng segments; the view of the variable in
+ * *view. Returns 0 or a code, not yet counted as rejected. */
+static int push_check(store_t *s, const char *name, uint64_t offset, const psc_iov_t *g, int ng, size_t len,
+                      uint64_t total, store_view_t *view, char *err, size_t errlen)
 {
     if (!name) return psc_seterr(err, errlen, PSC_EINVAL, "push without a variable name");
     int rc = view_get(s, name, 1, view, err, errlen);
     if (rc) return rc;
     store_var_t *v = view->var;
     if (v->is_step) return psc_seterr(err, errlen, PSC_EINVAL, "%s is not trainable; use Step", v->name);
-    return check_chunk(v, "gradient", offset, grad, len, total, err, errlen);
+    return check_chunk_iov(v, "gradient", offset, g, ng, len, total, err, errlen);
 }
 
 int store_push_check(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
                      char *err, size_t errlen)
 {
     store_view_t view;
+    psc_iov_t one = {grad, len};
     fence_enter(s);
-    int rc = push_check(s, name, offset, grad, len, total, &view, err, errlen);
+    int rc = push_check(s, name, offset, &one, grad ? 1 : 0, len, total, &view, err, errlen);
     fence_leave(s);
     return rc ? reject(s, rc) : 0;
 }
 
-static int push_fenced(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len,
+static int push_fenced(store_t *s, const char *name, uint64_t offset, const psc_iov_t *g, int ng, size_t len,
                        uint64_t total, void *updated, int64_t *version, char *err, size_t errlen)
 {
     store_view_t view;
-    int rc = push_check(s, name, offset, grad, len, total, &view, err, errlen);
+    int rc = push_check(s, name, offset, g, ng, len, total, &view, err, errlen);
     if (rc) return reject(s, rc);
     store_var_t *v = view.var;
 
@@ -799,18 +901,7 @@ static int push_fenced(store_t *s, const char *name, uint64_t offset, const void
     pthread_rwlock_rdlock(&v->lock);
     pthread_mutex_lock(&v->ckl[k]);
     int64_t t = ++v->t[k];
-    if (((uintptr_t)grad & 3) == 0) {
-        optim_apply(&view.opt, w, s0, s1, grad, n, t);
-    } else {
-        /* optim_apply needs float alignment: go through a stack block. The
-         * update is element-wise, so blocks give the same result. */
-        float block[1024];
-        for (size_t i = 0; i < n; i += PSC_ARRAY_LEN(block)) {
-            size_t m = PSC_MIN(PSC_ARRAY_LEN(block), n - i);
-            memcpy(block, (const char *)grad + 4 * i, 4 * m);
-            optim_apply(&view.opt, w + i, s0 ? s0 + i : NULL, s1 ? s1 + i : NULL, block, m, t);
-        }
-    }
+    optim_apply_iov(&view.opt, w, s0, s1, g, ng, n, t); /* any alignment, straight from the segments */
     ver = __atomic_add_fetch(&v->version, 1, __ATOMIC_RELAXED);
     if (updated) memcpy(updated, w, len);
     pthread_mutex_unlock(&v->ckl[k]);
@@ -825,13 +916,20 @@ static int push_fenced(store_t *s, const char *name, uint64_t offset, const void
     return 0;
 }
 
+int store_push_iov(store_t *s, const char *name, uint64_t offset, const psc_iov_t *g, int ng, size_t len,
+                   uint64_t total, void *updated, int64_t *version, char *err, size_t errlen)
+{
+    fence_enter(s);
+    int rc = push_fenced(s, name, offset, g, ng, len, total, updated, version, err, errlen);
+    fence_leave(s);
+    return rc;
+}
+
 int store_push(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
                void *updated, int64_t *version, char *err, size_t errlen)
 {
-    fence_enter(s);
-    int rc = push_fenced(s, name, offset, grad, len, total, updated, version, err, errlen);
-    fence_leave(s);
-    return rc;
+    psc_iov_t one = {grad, len};
+    return store_push_iov(s, name, offset, &one, grad ? 1 : 0, len, total, updated, version, err, errlen);
 }
 
 /* ---- global_step ---- */

@@ -67,6 +67,7 @@
 #define PSC_STORE_H
 
 #include "job_spec.h"
+#include "psc.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -145,6 +146,11 @@ int store_push_check(store_t *s, const char *name, uint64_t offset, const void *
  * PSC_ENOTFOUND, PSC_EMISMATCH, PSC_EINVAL (non-finite, misaligned), PSC_ENOTREADY. */
 int store_push(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
                void *updated, int64_t *version, char *err, size_t errlen);
+/* store_push with the gradient in ng segments that together hold len bytes,
+ * split anywhere and at any alignment (a request as gRPC's slices hold it):
+ * checked and applied straight from them, without a copy. */
+int store_push_iov(store_t *s, const char *name, uint64_t offset, const psc_iov_t *g, int ng, size_t len,
+                   uint64_t total, void *updated, int64_t *version, char *err, size_t errlen);
 
 /* Adds inc (>= 0) to global_step and returns the new value in *value.
  * PSC_ENOTFOUND when this shard holds no global_step. */

@@ -33,6 +33,7 @@
 struct psc_rpc_server {
     const char *path[MAX_METHODS];
     psc_rpc_handler_fn fn[MAX_METHODS];
+    psc_rpc_handler_iov_fn fn_iov[MAX_METHODS]; /* _iov methods: the request in segments */
     void *arg[MAX_METHODS];
     int n;
 };
@@ -49,6 +50,13 @@ void psc_rpc_server_add_method(psc_rpc_server_t *s, const char *path, psc_rpc_ha
     if (s->n == MAX_METHODS) abort();
     s->path[s->n] = path;
     s->fn[s->n] = fn;
+    s->arg[s->n++] = arg;
+}
+void psc_rpc_server_add_method_iov(psc_rpc_server_t *s, const char *path, psc_rpc_handler_iov_fn fn, void *arg)
+{
+    if (s->n == MAX_METHODS) abort();
+    s->path[s->n] = path;
+    s->fn_iov[s->n] = fn;
     s->arg[s->n++] = arg;
 }
 void psc_rpc_server_add_service(psc_rpc_server_t *s, const char *service) { (void)s, (void)service; }
@@ -104,6 +112,29 @@ const char *psc_rpc_call_peer(psc_rpc_call_t *c)
 
 static void noop(void *arg) { (void)arg; }
 
+/* Calls an _iov method as gRPC would: the request split into segments of 1 to
+ * 29 bytes (a float straddles most boundaries), each its own allocation of
+ * exactly its size, so a read past a segment is caught. */
+static void call_in_segments(struct psc_rpc_server *server, int m, psc_rpc_call_t *c, const uint8_t *req, size_t len)
+{
+    psc_iov_t iov[4096];
+    int n = 0;
+    size_t at = 0;
+    while (at < len && n < 4095) {
+        size_t k = 1 + (size_t)(n * 7 + len) % 29;
+        if (k > len - at || n == 4094) k = len - at;
+        uint8_t *seg = malloc(k);
+        memcpy(seg, req + at, k);
+        iov[n].base = seg;
+        iov[n++].len = k;
+        at += k;
+    }
+    const void *owned[4096];
+    for (int i = 0; i < n; i++) owned[i] = iov[i].base; /* the handler may trim the entries */
+    server->fn_iov[m](c, iov, n, len, server->arg[m]);
+    for (int i = 0; i < n; i++) free((void *)owned[i]);
+}
+
 static void run(const uint8_t *data, size_t size)
 {
     store_t *store = store_create();
@@ -123,7 +154,10 @@ static void run(const uint8_t *data, size_t size)
         p += len;
         psc_rpc_call_t *c = calloc(1, sizeof *c);
         calls[ncalls++] = c;
-        server.fn[m](c, req, len, server.arg[m]);
+        if (server.fn_iov[m])
+            call_in_segments(&server, m, c, req, len);
+        else
+            server.fn[m](c, req, len, server.arg[m]);
         free(req);
     }
     ps_service_drain(svc);

@@ -643,6 +643,79 @@ static void test_push_unaligned_gradient(void **state)
     store_destroy(s);
 }
 
+/* Splits len bytes at p into segments of pseudo-random sizes 1..max_seg
+ * (seeded), so floats straddle most boundaries. Returns the count. */
+static int split_bytes(const void *p, size_t len, psc_iov_t *iov, int cap, uint32_t seed, size_t max_seg)
+{
+    int n = 0;
+    size_t at = 0;
+    while (at < len) {
+        seed = seed * 1664525u + 1013904223u;
+        size_t k = 1 + (seed >> 8) % max_seg;
+        if (k > len - at || n == cap - 1) k = len - at;
+        iov[n].base = (const char *)p + at;
+        iov[n++].len = k;
+        at += k;
+    }
+    return n;
+}
+
+/* A gradient in segments split anywhere (as gRPC's slices hold a request):
+ * the same result as one buffer, bit for bit, and a non-finite value that
+ * straddles two segments is refused with its index, nothing changed. */
+static void test_push_segments(void **state)
+{
+    (void)state;
+    char err[256];
+    psc_optim_config_t opt = {.kind = PSC_OPT_ADAM, .learning_rate = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
+                              .epsilon = 1e-7f};
+    fixture_t f1, f2;
+    fixture_setup(&f1, &opt, 1);
+    fixture_setup(&f2, &opt, 1);
+    uint64_t bb = spec_bytes(&SPECS[3]), kb = spec_bytes(&SPECS[1]);
+    float *g = random_floats(bb / 4, 21);
+    static psc_iov_t iov[70000];
+    float *u1 = malloc(2 * MiB), *u2 = malloc(2 * MiB);
+    for (int rep = 0; rep < 3; rep++) {
+        /* dense/kernel (one chunk), big/kernel's 3 chunks (2, 2, 1 MiB) */
+        assert_int_equal(store_push(f1.s, "dense/kernel", 0, g, kb, kb, u1, NULL, err, sizeof err), 0);
+        int n = split_bytes(g, kb, iov, 70000, 100 + (uint32_t)rep, rep == 0 ? 7 : 4000);
+        assert_int_equal(store_push_iov(f2.s, "dense/kernel", 0, iov, n, kb, kb, u2, NULL, err, sizeof err), 0);
+        assert_memory_equal(u1, u2, kb);
+        for (uint64_t off = 0; off < bb; off += 2 * MiB) {
+            size_t len = (size_t)PSC_MIN(2 * MiB, bb - off);
+            const char *p = (const char *)g + off;
+            assert_int_equal(store_push(f1.s, "big/kernel", off, p, len, bb, u1, NULL, err, sizeof err), 0);
+            n = split_bytes(p, len, iov, 70000, 200 + (uint32_t)rep, 65536);
+            assert_int_equal(store_push_iov(f2.s, "big/kernel", off, iov, n, len, bb, u2, NULL, err, sizeof err), 0);
+            assert_memory_equal(u1, u2, len);
+        }
+    }
+    /* element 100 of dense/bias NaN, its 4 bytes in segments [..401] [402..] */
+    float bias[256];
+    memcpy(bias, g, sizeof bias);
+    bias[100] = NAN;
+    psc_iov_t two[2] = {{bias, 402}, {(const char *)bias + 402, sizeof bias - 402}};
+    store_t *s = f2.s;
+    EXPECT_REFUSED(s, PSC_EINVAL, "dense/bias: gradient has a non-finite value at index 100",
+                   store_push_iov(s, "dense/bias", 0, two, 2, sizeof bias, sizeof bias, NULL, NULL, err, sizeof err));
+    /* 1-byte segments: the last element */
+    bias[100] = g[100];
+    bias[255] = INFINITY;
+    int n = split_bytes(bias, sizeof bias, iov, 70000, 5, 1);
+    assert_int_equal(n, (int)sizeof bias);
+    EXPECT_REFUSED(s, PSC_EINVAL, "dense/bias: gradient has a non-finite value at index 255",
+                   store_push_iov(s, "dense/bias", 0, iov, n, sizeof bias, sizeof bias, NULL, NULL, err, sizeof err));
+    /* segments that hold fewer bytes than the length says */
+    EXPECT_REFUSED(s, PSC_EINVAL, "dense/bias: gradient chunk has no data",
+                   store_push_iov(s, "dense/bias", 0, two, 1, sizeof bias, sizeof bias, NULL, NULL, err, sizeof err));
+    free(u1);
+    free(u2);
+    free(g);
+    fixture_teardown(&f1);
+    fixture_teardown(&f2);
+}
+
 static void test_step(void **state)
 {
     (void)state;
@@ -2210,6 +2283,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_create_conflicts),
         cmocka_unit_test(test_checks_alone),
+        cmocka_unit_test(test_push_segments),
         cmocka_unit_test(test_create_invalid),
         cmocka_unit_test(test_invalid_requests_change_nothing),
         cmocka_unit_test(test_push_sgd_exact),

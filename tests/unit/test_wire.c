@@ -126,6 +126,19 @@ static void roundtrip(size_t data_len, const char *name)
         /* truncated: data's declared length runs past the end */
         assert_int_equal(psc_chunk_decode(msg, hlen + data_len - 1, hlen + data_len - 1, &h, &dp, &dl), -1);
     }
+    /* Prefix decode (the server's slices): any prefix that holds the header
+     * gives the header and where the data lies; a shorter one is refused. */
+    size_t off;
+    for (size_t avail = hlen; avail <= hlen + (data_len < 40 ? data_len : 40); avail++) {
+        assert_int_equal(psc_chunk_decode_prefix(msg, avail, hlen + data_len, &h, &off, &dl), 0);
+        assert_string_equal(h->name, name);
+        assert_int_equal(h->version, 77);
+        assert_int_equal(off, hlen);
+        assert_int_equal(dl, data_len);
+        psc__chunk__free_unpacked(h, NULL);
+    }
+    if (data_len) assert_int_equal(psc_chunk_decode_prefix(msg, hlen - 1, hlen + data_len, &h, &off, &dl), -1);
+    assert_int_equal(psc_chunk_decode_prefix(msg, 2, hlen + data_len, &h, &off, &dl), -1);
     free(ref);
     free(msg);
     free(data);
@@ -161,6 +174,8 @@ static void test_decode_rejects(void **state)
     buf[n++] = (2 << 3) | 0; /* offset = 5 after data */
     buf[n++] = 5;
     assert_int_equal(psc_chunk_decode(buf, n, n, &h, &dp, &dl), -1);
+    size_t off;
+    assert_int_equal(psc_chunk_decode_prefix(buf, n, n, &h, &off, &dl), -1);
     Psc__Chunk *full = psc__chunk__unpack(NULL, n, buf); /* the server's fallback path */
     assert_non_null(full);
     assert_int_equal(full->offset, 5);
