@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_step.sh — examples/s of the demo jobs (deploy/jobs/mlp.json, cnn.json):
 #   (a) the tower alone: bench_step_tower, the job's model and batch, one
-#       process, no RPC;
+#       process, no RPC; measured before and after the cluster runs (these
+#       VMs drift by 25-50 % within minutes), the mean is the reference;
 #   (b) training for real: 1 ps_server + 1 worker on 127.0.0.1 (TF_CONFIG as
 #       deploy/local_cluster.sh sets it), the job limited by "steps" to about
 #       BENCH_STEP_SECS seconds at (a)'s rate; the number is the one the worker
@@ -9,6 +10,8 @@
 #   (b') as (b) tuned for a worker that shares 2 cores with its PS:
 #       "overlap_push_pull": true (each step's push-pull runs while the next
 #       step computes) and --blas_threads 1;
+#   (b'') as (b') with --batch_tensor_bytes 0: every tensor its own call
+#       (what Batch calls save);
 #   (c) 1 ps_server + 2 workers, each with half the steps: the sum of both
 #       workers' examples/s.
 # Prints (b)/(a) (the cost of the PS round trip and the input pipeline per step,
@@ -95,17 +98,23 @@ train() {
 }
 
 printf 'bench_step: examples/s of the demo jobs; (a) tower alone (bench_step_tower), (b) 1 ps + 1 worker,\n'
-printf "(b') 1 ps + 1 worker with overlap_push_pull and --blas_threads 1, (c) 1 ps + 2 workers (sum);\n"
+printf "(b') 1 ps + 1 worker with overlap_push_pull and --blas_threads 1, (b'') the same without Batch calls,\n"
+printf "(c) 1 ps + 2 workers (sum); (a) is the mean of a run before and one after the others (both shown)\n"
 printf 'each run ~%s s on 127.0.0.1; peak RSS (VmHWM) of ps_server and worker\n' "$secs"
-printf '%-5s %5s %11s %11s %7s %11s %7s %11s %7s %8s %10s\n' model batch "(a) tower" "(b) 1w" "(b)/(a)" \
-    "(b') tuned" "(b')/(a)" "(c) 2w" "(c)/(a)" "ps MiB" "worker MiB"
+printf '%-5s %5s %17s %9s %7s %10s %8s %10s %9s %9s %7s %8s %10s\n' model batch "(a) tower (runs)" "(b) 1w" \
+    "(b)/(a)" "(b') tuned" "(b')/(a)" "(b'') no-B" "(b'')/(a)" "(c) 2w" "(c)/(a)" "ps MiB" "worker MiB"
 for job in ${BENCH_STEP_JOBS:-mlp cnn}; do
     src="$here/deploy/jobs/$job.json"
-    line=$("$bin/bench_step_tower" "$src" 3 2>/dev/null) || {
-        echo "bench_step: bench_step_tower $src failed" >&2
-        exit 1
+    tower() {
+        "$bin/bench_step_tower" "$src" 3 2>/dev/null || {
+            echo "bench_step: bench_step_tower $src failed" >&2
+            exit 1
+        }
     }
-    a=$(echo "$line" | sed -n 's/.*batch \([0-9]*\) on .* \([0-9]*\) examples\/s$/\2/p')
+    line=$(tower)
+    a1=$(echo "$line" | sed -n 's/.*batch \([0-9]*\) on .* \([0-9]*\) examples\/s$/\2/p')
+    [ -n "$a1" ] || { echo "bench_step: no rate from bench_step_tower $src" >&2; exit 1; }
+    a=$a1
     batch=$(echo "$line" | sed -n 's/.*batch \([0-9]*\) on .*/\1/p')
     steps=$(awk -v a="$a" -v b="$batch" -v s="$secs" 'BEGIN {n = int(a * s / b); print n < 20 ? 20 : n}')
     spec_for "$src" "$work/$job-1.json" "$steps"
@@ -113,12 +122,16 @@ for job in ${BENCH_STEP_JOBS:-mlp cnn}; do
     spec_for "$src" "$work/$job-1o.json" "$steps" '"overlap_push_pull": true, '
     train "$work/$job-1.json" 1 >"$work/res1"
     train "$work/$job-1o.json" 1 --blas_threads 1 >"$work/res1o"
+    train "$work/$job-1o.json" 1 --blas_threads 1 --batch_tensor_bytes 0 >"$work/res1n"
     train "$work/$job-2.json" 2 >"$work/res2"
+    a2=$(tower | sed -n 's/.*batch \([0-9]*\) on .* \([0-9]*\) examples\/s$/\2/p')
+    a=$(((a1 + a2) / 2))
     read -r b ps1 w1 <"$work/res1"
     read -r bo _ _ <"$work/res1o"
+    read -r bn _ _ <"$work/res1n"
     read -r c ps2 w2 <"$work/res2"
-    printf '%-5s %5s %11s %11s %7.2f %11s %7.2f %11s %7.2f %8s %10s\n' "$job" "$batch" "$a" "$b" \
-        "$(awk -v x="$b" -v y="$a" 'BEGIN {print x / y}')" "$bo" "$(awk -v x="$bo" -v y="$a" 'BEGIN {print x / y}')" \
-        "$c" "$(awk -v x="$c" -v y="$a" 'BEGIN {print x / y}')" "$ps1/$ps2" "$w1/$w2"
+    r() { awk -v x="$1" -v y="$a" 'BEGIN {printf "%.2f", x / y}'; }
+    printf '%-5s %5s %17s %9s %7s %10s %8s %10s %9s %9s %7s %8s %10s\n' "$job" "$batch" "$a ($a1/$a2)" "$b" "$(r "$b")" \
+        "$bo" "$(r "$bo")" "$bn" "$(r "$bn")" "$c" "$(r "$c")" "$ps1/$ps2" "$w1/$w2"
 done
 printf '(ps and worker MiB: with 1 worker / with 2 workers; steps per run = %s s at the rate of (a))\n' "$secs"

@@ -1,11 +1,16 @@
 /* bench_wire — push / pull / push-pull throughput between this process (a
  * worker's ps_client) and one real ps_server on loopback, for 4 KiB, 1 MiB,
- * 16 MiB and 64 MiB tensors, against raw TCP measured by this program in the
- * same run (a plain socket sender/receiver, 1 MiB writes). Prints MB/s and the
- * ratio to raw TCP; also the p50 latency of a 4 KiB push against a raw TCP
- * 16-byte round trip; 4 KiB pushes per second from 16 clients at once; and 2
- * workers <-> 2 ps_servers (a variable partitioned over both) against two raw
- * TCP streams at once. A measurement, not a test: it never fails on speed.
+ * 16 MiB and 64 MiB tensors, against raw TCP (a plain socket sender/receiver,
+ * 1 MiB writes). These VMs move a single number by 25-50 % from one second to
+ * the next, so every point runs in ROUNDS interleaved rounds: raw TCP, then
+ * push, pull and push-pull, each ratio taken against the raw TCP of its own
+ * round; the table shows the median MB/s and the median ratio. Also: the p50
+ * latency of a 4 KiB push against a raw TCP 16-byte round trip (median of the
+ * per-round ratios); small pushes with 16 clients in flight, one 4 KiB tensor
+ * a call and 64 of them a call (a Batch, as a worker sends a model's small
+ * tensors), in tensors applied per second; and 2 workers <-> 2 ps_servers (a
+ * variable partitioned over both) against two raw TCP streams at once. A
+ * measurement, not a test: it never fails on speed.
  *
  * usage: bench_wire [seconds-per-point]   (PSC_BIN = the build directory)
  */
@@ -161,9 +166,10 @@ static double raw_tcp_rtt_p50_us(void)
 }
 
 /* ---- psc ---- */
+#define BENCH_MAX_VARS 64
 typedef struct bench_model {
     psc_cluster_t cl;
-    psc_var_desc_t var;
+    psc_var_desc_t var[BENCH_MAX_VARS];
     psc_placed_var_t *placed;
     int nplaced;
     ps_client_t *pc;
@@ -171,23 +177,30 @@ typedef struct bench_model {
     size_t bytes;
 } bench_model_t;
 
-/* A one-variable model of `bytes` over nps PS (partitioned in nps parts when
- * nps > 1). create: this client creates the model (the first); else it joins. */
-static void model_open_on(bench_model_t *m, char *const *addrs, int nps, size_t bytes, int id, int create, int rank)
+/* A model of nvars variables of `bytes` each over nps PS (one variable
+ * partitioned in nps parts when nps > 1). create: this client creates the
+ * model (the first); else it joins. */
+static void model_open_vars(bench_model_t *m, char *const *addrs, int nps, size_t bytes, int nvars, int id,
+                            int create, int rank)
 {
     memset(m, 0, sizeof *m);
-    m->bytes = bytes;
+    m->bytes = bytes * (size_t)nvars;
     m->cl.n[PSC_JOB_PS] = nps;
     m->cl.addr[PSC_JOB_PS] = malloc((size_t)nps * sizeof(char *));
     for (int i = 0; i < nps; i++) m->cl.addr[PSC_JOB_PS][i] = addrs[i];
-    snprintf(m->var.name, sizeof m->var.name, "bench%d/kernel", id);
-    m->var.rank = 1;
-    m->var.shape[0] = (int64_t)(bytes / 4);
-    m->var.numel = m->var.shape[0];
+    PSC_ASSERT(nvars >= 1 && nvars <= BENCH_MAX_VARS);
+    for (int v = 0; v < nvars; v++) {
+        snprintf(m->var[v].name, sizeof m->var[v].name, "bench%d/v%d", id, v);
+        m->var[v].rank = 1;
+        m->var[v].shape[0] = (int64_t)(bytes / 4);
+        m->var[v].numel = m->var[v].shape[0];
+        m->var[v].layer = v;
+    }
+    bytes = m->bytes;
     char err[512];
-    PSC_ASSERT(psc_place(&m->var, 1, nps, PSC_PLACE_ROUND_ROBIN, nps > 1 ? bytes / (size_t)nps : 0, &m->placed,
+    PSC_ASSERT(psc_place(m->var, nvars, nps, PSC_PLACE_ROUND_ROBIN, nps > 1 ? bytes / (size_t)nps : 0, &m->placed,
                          &m->nplaced, err, sizeof err) == 0);
-    m->pc = ps_client_create(&m->cl, &m->var, 1, m->placed, m->nplaced, rank, 60000);
+    m->pc = ps_client_create(&m->cl, m->var, nvars, m->placed, m->nplaced, rank, 60000);
     m->w = psc_xaligned(bytes);
     m->g = psc_xaligned(bytes);
     memset(m->w, 0, bytes);
@@ -200,6 +213,11 @@ static void model_open_on(bench_model_t *m, char *const *addrs, int nps, size_t 
         fprintf(stderr, "bench_wire: %s\n", err);
         exit(1);
     }
+}
+
+static void model_open_on(bench_model_t *m, char *const *addrs, int nps, size_t bytes, int id, int create, int rank)
+{
+    model_open_vars(m, addrs, nps, bytes, 1, id, create, rank);
 }
 
 static void model_open(bench_model_t *m, const char *addr, size_t bytes, int id)
@@ -289,42 +307,91 @@ static int start_ps_or_die(it_proc_t *ps)
     return 0;
 }
 
+#define ROUNDS 3
+
+static int cmp_ratio(const void *a, const void *b) { return cmp_double(a, b); }
+
+static double median3(double *v)
+{
+    qsort(v, ROUNDS, sizeof *v, cmp_ratio);
+    return v[ROUNDS / 2];
+}
+
+/* A table row: per round, the raw TCP MB/s and each op's MB/s. */
+typedef struct row {
+    double raw[ROUNDS], op[3][ROUNDS];
+} row_t;
+
+/* Prints median MB/s (median ratio) of each op, then push+pull (a push then a
+ * pull: 2 tensors in t_push + t_pull) and the fused push-pull (both directions). */
+static void print_row(const char *name, const row_t *r)
+{
+    double mb[4][ROUNDS], ra[4][ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) {
+        double v[4] = {r->op[0][k], r->op[1][k], 2.0 / (1.0 / r->op[0][k] + 1.0 / r->op[1][k]), 2.0 * r->op[2][k]};
+        for (int j = 0; j < 4; j++) {
+            mb[j][k] = v[j];
+            ra[j][k] = v[j] / r->raw[k];
+        }
+    }
+    printf("%-8s", name);
+    for (int j = 0; j < 4; j++) printf(" %7.0f (%.2f)", median3(mb[j]), median3(ra[j]));
+    printf("\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) secs_per_point = atof(argv[1]);
     if (secs_per_point <= 0) secs_per_point = 1.0;
+    double full = secs_per_point;
+    secs_per_point = full / ROUNDS; /* each round gets its share of the point */
     static const size_t sizes[] = {4 << 10, 1 << 20, 16 << 20, 64 << 20};
-    double raw_before = raw_tcp_mbps();
-    double rtt = raw_tcp_rtt_p50_us();
-    double res[4][3], p50_push_4k = 0;
+    static const char *names[] = {"4 KiB", "1 MiB", "16 MiB", "64 MiB"};
+    row_t rows[4];
+    double lat_ratio[ROUNDS], lat_us[ROUNDS], rtt_us[ROUNDS];
     for (int i = 0; i < 4; i++) {
         /* a ps_server holds one job's model, so each size gets a fresh one */
         it_proc_t ps;
         start_ps_or_die(&ps);
         bench_model_t m;
         model_open(&m, ps.addr, sizes[i], i + 1);
-        res[i][0] = psc_mbps(&m, OP_PUSH, i == 0 ? &p50_push_4k : NULL);
-        res[i][1] = psc_mbps(&m, OP_PULL, NULL);
-        res[i][2] = psc_mbps(&m, OP_PUSH_PULL, NULL);
+        for (int k = 0; k < ROUNDS; k++) {
+            rows[i].raw[k] = raw_tcp_mbps();
+            if (i == 0) rtt_us[k] = raw_tcp_rtt_p50_us();
+            rows[i].op[0][k] = psc_mbps(&m, OP_PUSH, i == 0 ? &lat_us[k] : NULL);
+            rows[i].op[1][k] = psc_mbps(&m, OP_PULL, NULL);
+            rows[i].op[2][k] = psc_mbps(&m, OP_PUSH_PULL, NULL);
+            if (i == 0) lat_ratio[k] = lat_us[k] / rtt_us[k];
+        }
         model_close(&m);
         it_stop(&ps);
     }
-    /* small ops with requests in flight: 16 clients pushing one 4 KiB variable */
-    enum { NSMALL = 16 };
-    double small_ops;
+    /* small ops with requests in flight: 16 clients, each one call at a time:
+     * (a) one 4 KiB tensor a call; (b) 64 tensors of 4 KiB a call (one Batch) */
+    enum { NSMALL = 16, NBATCH = 64 };
+    double small_single[ROUNDS], small_batched[ROUNDS];
+    int batch_calls = 0;
     {
         it_proc_t ps;
         start_ps_or_die(&ps);
         static bench_model_t ms[NSMALL];
         char *a = ps.addr;
         for (int i = 0; i < NSMALL; i++) model_open_on(&ms[i], &a, 1, 4 << 10, 10, i == 0, i);
-        small_ops = psc_mbps_n(ms, NSMALL, OP_PUSH) * 1e6 / (4 << 10);
+        for (int k = 0; k < ROUNDS; k++) small_single[k] = psc_mbps_n(ms, NSMALL, OP_PUSH) * 1e6 / (4 << 10);
+        for (int i = 0; i < NSMALL; i++) model_close(&ms[i]);
+        it_stop(&ps);
+        start_ps_or_die(&ps);
+        a = ps.addr;
+        for (int i = 0; i < NSMALL; i++) model_open_vars(&ms[i], &a, 1, 4 << 10, NBATCH, 11, i == 0, i);
+        batch_calls = ps_client_batch_calls(ms[0].pc, NULL);
+        for (int k = 0; k < ROUNDS; k++) small_batched[k] = psc_mbps_n(ms, NSMALL, OP_PUSH) * 1e6 / (4 << 10);
         for (int i = 0; i < NSMALL; i++) model_close(&ms[i]);
         it_stop(&ps);
     }
     /* 2 workers <-> 2 PS: a variable partitioned over both, each worker moving all of it */
     static const size_t sizes2[] = {16 << 20, 64 << 20};
-    double res2[2][3];
+    static const char *names2[] = {"16 MiB", "64 MiB"};
+    row_t rows2[2];
     for (int i = 0; i < 2; i++) {
         it_proc_t ps[2];
         start_ps_or_die(&ps[0]);
@@ -332,42 +399,43 @@ int main(int argc, char **argv)
         char *addrs[2] = {ps[0].addr, ps[1].addr};
         bench_model_t mw[2];
         for (int w = 0; w < 2; w++) model_open_on(&mw[w], addrs, 2, sizes2[i], 20 + i, w == 0, w);
-        res2[i][0] = psc_mbps_n(mw, 2, OP_PUSH);
-        res2[i][1] = psc_mbps_n(mw, 2, OP_PULL);
-        res2[i][2] = psc_mbps_n(mw, 2, OP_PUSH_PULL);
+        for (int k = 0; k < ROUNDS; k++) {
+            rows2[i].raw[k] = raw_tcp_mbps_2();
+            rows2[i].op[0][k] = psc_mbps_n(mw, 2, OP_PUSH);
+            rows2[i].op[1][k] = psc_mbps_n(mw, 2, OP_PULL);
+            rows2[i].op[2][k] = psc_mbps_n(mw, 2, OP_PUSH_PULL);
+        }
         for (int w = 0; w < 2; w++) model_close(&mw[w]);
         it_stop(&ps[0]);
         it_stop(&ps[1]);
     }
-    double raw2 = raw_tcp_mbps_2();
-    double raw_after = raw_tcp_mbps();
-    double raw = (raw_before + raw_after) / 2;
 
-    printf("bench_wire: 1 worker <-> 1 ps_server on 127.0.0.1, %.1f s per point, chunks of %zu bytes\n",
-           secs_per_point, PSC_CHUNK_BYTES);
-    printf("raw TCP (1 MiB writes): %.0f MB/s (before %.0f, after %.0f)\n", raw, raw_before, raw_after);
-    printf("MB/s of tensor bytes, (ratio to raw TCP); push+pull = a push then a pull of the tensor,\n"
-           "counting the bytes of both; push-pull = one fused round, also counting the bytes of both directions\n");
+    double raw_all[ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) raw_all[k] = rows[2].raw[k];
+    printf("bench_wire: 1 worker <-> 1 ps_server on 127.0.0.1, %d interleaved rounds of %.2f s per point, chunks "
+           "of %zu bytes\n", ROUNDS, secs_per_point, PSC_CHUNK_BYTES);
+    double rmin = rows[0].raw[0], rmax = rmin;
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < ROUNDS; k++) {
+            rmin = PSC_MIN(rmin, rows[i].raw[k]);
+            rmax = PSC_MAX(rmax, rows[i].raw[k]);
+        }
+    printf("raw TCP (1 MiB writes): median %.0f MB/s in the 16 MiB rounds (every round: %.0f..%.0f)\n",
+           median3(raw_all), rmin, rmax);
+    printf("median MB/s of tensor bytes (median ratio to the raw TCP of the same round); push+pull = a push then\n"
+           "a pull of the tensor, counting the bytes of both; push-pull = one fused round, both directions\n");
     printf("%-8s %14s %14s %14s %14s\n", "tensor", "push", "pull", "push+pull", "push-pull");
-    static const char *names[] = {"4 KiB", "1 MiB", "16 MiB", "64 MiB"};
-    for (int i = 0; i < 4; i++) {
-        double both = 2.0 / (1.0 / res[i][0] + 1.0 / res[i][1]); /* 2 tensors in t_push + t_pull */
-        double fused = 2.0 * res[i][2];
-        printf("%-8s %7.0f (%.2f) %7.0f (%.2f) %7.0f (%.2f) %7.0f (%.2f)\n", names[i], res[i][0], res[i][0] / raw,
-               res[i][1], res[i][1] / raw, both, both / raw, fused, fused / raw);
-    }
-    printf("4 KiB push p50 %.0f us = %.2f x raw TCP 16-byte round trip (%.0f us)\n", p50_push_4k, p50_push_4k / rtt,
-           rtt);
-    printf("4 KiB pushes, %d clients in flight: %.0f ops/s\n", NSMALL, small_ops);
+    for (int i = 0; i < 4; i++) print_row(names[i], &rows[i]);
+    printf("4 KiB push p50 = %.2f x a raw TCP 16-byte round trip (median of rounds: %.0f us against %.0f us)\n",
+           median3(lat_ratio), median3(lat_us), median3(rtt_us));
+    printf("4 KiB tensors pushed per second, %d clients with a call in flight each: one tensor a call %.0f/s; "
+           "%d tensors a call (%d Batch call a step) %.0f/s\n",
+           NSMALL, median3(small_single), NBATCH, batch_calls, median3(small_batched));
     printf("2 workers <-> 2 ps_servers (the variable partitioned over both; sum over the workers),\n"
-           "against 2 raw TCP streams at once: %.0f MB/s\n", raw2);
+           "against 2 raw TCP streams at once (median %.0f MB/s in the 16 MiB rounds)\n",
+           median3((double[]){rows2[0].raw[0], rows2[0].raw[1], rows2[0].raw[2]}));
     printf("%-8s %14s %14s %14s %14s\n", "tensor", "push", "pull", "push+pull", "push-pull");
-    static const char *names2[] = {"16 MiB", "64 MiB"};
-    for (int i = 0; i < 2; i++) {
-        double both = 2.0 / (1.0 / res2[i][0] + 1.0 / res2[i][1]);
-        double fused = 2.0 * res2[i][2];
-        printf("%-8s %7.0f (%.2f) %7.0f (%.2f) %7.0f (%.2f) %7.0f (%.2f)\n", names2[i], res2[i][0], res2[i][0] / raw2,
-               res2[i][1], res2[i][1] / raw2, both, both / raw2, fused, fused / raw2);
-    }
+    for (int i = 0; i < 2; i++) print_row(names2[i], &rows2[i]);
+    (void)full;
     return 0;
 }
