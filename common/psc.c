@@ -178,3 +178,42 @@ char *psc_read_file(const char *path, size_t max, size_t *len)
     psc_sbuf_put(&b, "", 0);
     return psc_sbuf_take(&b, len);
 }
+
+int psc_iov_float_runs(const psc_iov_t *g, int ng, size_t n, psc_float_run_fn fn, void *arg)
+{
+    size_t e = 0;  /* elements passed */
+    unsigned char part[4];
+    size_t np = 0; /* bytes of a float that straddles segments, gathered in part */
+    for (int i = 0; i < ng; i++) {
+        const unsigned char *p = g[i].base;
+        size_t left = g[i].len;
+        if (np) {
+            size_t take = PSC_MIN(4 - np, left);
+            memcpy(part + np, p, take);
+            np += take;
+            p += take;
+            left -= take;
+            if (np == 4) {
+                PSC_ASSERT(e < n);
+                int rc = fn(arg, part, 1, e++);
+                if (rc) return rc;
+                np = 0;
+            }
+        }
+        size_t m = left / 4;
+        if (m) {
+            PSC_ASSERT(e + m <= n);
+            int rc = fn(arg, p, m, e);
+            if (rc) return rc;
+            e += m;
+            p += 4 * m;
+            left -= 4 * m;
+        }
+        if (left) {
+            memcpy(part, p, left);
+            np = left;
+        }
+    }
+    PSC_ASSERT(e == n && np == 0);
+    return 0;
+}

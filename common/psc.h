@@ -92,6 +92,15 @@ typedef struct psc_iov {
     size_t len;
 } psc_iov_t;
 
+/* Walks n little-endian float32 held in segments split anywhere (a request as
+ * gRPC's slices hold it): calls fn(arg, p, m, e) for each run of m whole floats
+ * at p (any byte alignment) that are elements e..e+m-1; a float split across
+ * segments is gathered and passed as a run of 1. Stops at the first fn that
+ * returns non-zero and returns its value; 0 after the last. The segments must
+ * hold exactly 4n bytes (asserted). */
+typedef int (*psc_float_run_fn)(void *arg, const unsigned char *p, size_t m, size_t e);
+int psc_iov_float_runs(const psc_iov_t *g, int ng, size_t n, psc_float_run_fn fn, void *arg);
+
 /* Monotonic clock in seconds. */
 double psc_now(void);
 

@@ -282,42 +282,24 @@ void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slo
     fn(c, &k, w, slot0, slot1, g, n);
 }
 
+/* optim_apply_iov's run callback: one call of the ISA's loops per run. */
+typedef struct iov_apply {
+    const psc_optim_config_t *c;
+    apply_fn fn;
+    coef_t k;
+    float *w, *s0, *s1;
+} iov_apply_t;
+
+static int apply_run(void *arg, const unsigned char *p, size_t m, size_t e)
+{
+    iov_apply_t *a = arg;
+    a->fn(a->c, &a->k, a->w + e, a->s0 ? a->s0 + e : NULL, a->s1 ? a->s1 + e : NULL, p, m);
+    return 0;
+}
+
 void optim_apply_iov(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const psc_iov_t *g, int ng,
                      size_t n, int64_t t)
 {
-    apply_fn fn = apply_for_cpu(c, slot0, slot1);
-    coef_t k = coef_of(c, t);
-    size_t e = 0;  /* elements applied */
-    unsigned char part[4];
-    size_t np = 0; /* bytes of a float that straddles segments, gathered in part */
-    for (int i = 0; i < ng; i++) {
-        const unsigned char *p = g[i].base;
-        size_t left = g[i].len;
-        if (np) {
-            size_t take = PSC_MIN(4 - np, left);
-            memcpy(part + np, p, take);
-            np += take;
-            p += take;
-            left -= take;
-            if (np == 4) {
-                PSC_ASSERT(e < n);
-                fn(c, &k, w + e, slot0 ? slot0 + e : NULL, slot1 ? slot1 + e : NULL, part, 1);
-                e++;
-                np = 0;
-            }
-        }
-        size_t m = left / 4;
-        if (m) {
-            PSC_ASSERT(e + m <= n);
-            fn(c, &k, w + e, slot0 ? slot0 + e : NULL, slot1 ? slot1 + e : NULL, p, m);
-            e += m;
-            p += 4 * m;
-            left -= 4 * m;
-        }
-        if (left) {
-            memcpy(part, p, left);
-            np = left;
-        }
-    }
-    PSC_ASSERT(e == n && np == 0);
+    iov_apply_t a = {c, apply_for_cpu(c, slot0, slot1), coef_of(c, t), w, slot0, slot1};
+    psc_iov_float_runs(g, ng, n, apply_run, &a);
 }

@@ -266,37 +266,19 @@ static size_t first_nonfinite(const void *p, size_t n)
 
 /* first_nonfinite over n floats held in segments split anywhere (a float may
  * straddle segments): the index of the first non-finite one, or n. */
+static int scan_run(void *arg, const unsigned char *p, size_t m, size_t e)
+{
+    size_t bad = first_nonfinite(p, m);
+    if (bad == m) return 0;
+    *(size_t *)arg = e + bad;
+    return 1;
+}
+
 static size_t first_nonfinite_iov(const psc_iov_t *g, int ng, size_t n)
 {
-    size_t e = 0, np = 0;
-    unsigned char part[4];
-    for (int i = 0; i < ng; i++) {
-        const unsigned char *p = g[i].base;
-        size_t left = g[i].len;
-        if (np) {
-            size_t take = PSC_MIN(4 - np, left);
-            memcpy(part + np, p, take);
-            np += take;
-            p += take;
-            left -= take;
-            if (np == 4) {
-                if (first_nonfinite(part, 1) == 0) return e;
-                e++;
-                np = 0;
-            }
-        }
-        size_t m = PSC_MIN(left / 4, n - e);
-        size_t bad = first_nonfinite(p, m);
-        if (bad < m) return e + bad;
-        e += m;
-        p += 4 * m;
-        left -= 4 * m;
-        if (left) {
-            memcpy(part, p, PSC_MIN(left, 4));
-            np = PSC_MIN(left, 4);
-        }
-    }
-    return n;
+    size_t at = n;
+    psc_iov_float_runs(g, ng, n, scan_run, &at);
+    return at;
 }
 
 static size_t iov_bytes(const psc_iov_t *g, int ng)
