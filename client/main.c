@@ -462,6 +462,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "psctl: %s\n", err);
         return PSC_EXIT_CONFIG;
     }
+    psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
     psc_tf_config_t cfg;
     psc_task_flags_t flags = {.cluster = cluster_flag, .task_index = -1, .port = -1};
     if (cluster_flag || getenv("TF_CONFIG")) {

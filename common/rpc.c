@@ -136,6 +136,14 @@ static grpc_channel_args *make_args(grpc_channel_args *args, grpc_arg *storage, 
     return args;
 }
 
+void psc_rpc_hold_for_process(void)
+{
+    static atomic_int held;
+    if (atomic_exchange(&held, 1)) return;
+    psc_tune_malloc();
+    grpc_init(); /* never released: exit() ends gRPC's threads with the process */
+}
+
 /* ---- security (psc_rpc_set_security) ---- */
 
 static struct {

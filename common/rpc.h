@@ -80,6 +80,14 @@ void psc_rpc_set_security(const psc_rpc_security_t *sec);
  * for tools that play a client breaking the servers' limit. */
 void psc_rpc_set_send_limit(long bytes);
 
+/* Keeps gRPC initialized until the process exits. A daemon or tool calls it
+ * once at start, before its first server or channel. Without it, destroying
+ * the last server or channel runs gRPC's full shutdown, which joins gRPC's
+ * executor thread, and that thread can sit out a poll of up to ~10 s first
+ * (gRPC 1.51; seen in about half of the ps_server stops under load). A
+ * process about to exit needs none of that clean-up. Idempotent. */
+void psc_rpc_hold_for_process(void);
+
 /* ---- server ---- */
 typedef struct psc_rpc_server psc_rpc_server_t;
 typedef struct psc_rpc_call psc_rpc_call_t;

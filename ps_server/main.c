@@ -193,6 +193,7 @@ int main(int argc, char **argv)
         return PSC_EXIT_IOERR;
     }
     psc_signals_block(); /* before gRPC starts its threads */
+    psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
     store_t *store = store_create();
     ps_service_t *svc = ps_service_create(store, cfg.task.index, on_shutdown_rpc, NULL);
     ps_service_set_checkpoints(svc, ckpt, (int)save_delay_ms);

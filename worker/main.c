@@ -304,6 +304,7 @@ int main(int argc, char **argv)
         return PSC_EXIT_CONFIG;
     }
     psc_signals_block();
+    psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
     psc_metrics_t *metrics = metrics_port ? psc_metrics_create() : NULL;
     if (metrics && psc_metrics_serve_for(metrics, bind, (int)metrics_port, err, sizeof err)) {
         fprintf(stderr, "worker: --metrics_port: %s\n", err);

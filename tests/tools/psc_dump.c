@@ -16,6 +16,7 @@
 #include "placement.h"
 #include "ps_client.h"
 #include "psc.h"
+#include "rpc.h"
 #include "tf_config.h"
 #include "tower.h"
 
@@ -62,6 +63,7 @@ static int diff(const char *a, const char *b)
 
 int main(int argc, char **argv)
 {
+    psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
     if (argc == 4 && strcmp(argv[1], "--diff") == 0) return diff(argv[2], argv[3]);
     int restore = argc == 5 && strcmp(argv[1], "--restore") == 0;
     if (restore) {

@@ -52,6 +52,7 @@ static int probe(const char *addr, const char *service, char *out, size_t outlen
 
 int main(int argc, char **argv)
 {
+    psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
     if (argc < 2 || argc > 4 || (argc > 2 && strlen(argv[2]) > 200)) {
         fprintf(stderr, "usage: psc_grpc_probe ADDR [SERVICE] [WAIT_MS]\n");
         return 64;

@@ -13,6 +13,7 @@
 
 int main(int argc, char **argv)
 {
+    psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
     static const struct option opts[] = {PSC_SECURITY_OPTIONS, {NULL, 0, NULL, 0}};
     psc_security_flags_t secf = {0};
     int c;
