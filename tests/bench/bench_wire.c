@@ -309,11 +309,9 @@ static int start_ps_or_die(it_proc_t *ps)
 
 #define ROUNDS 3
 
-static int cmp_ratio(const void *a, const void *b) { return cmp_double(a, b); }
-
 static double median3(double *v)
 {
-    qsort(v, ROUNDS, sizeof *v, cmp_ratio);
+    qsort(v, ROUNDS, sizeof *v, cmp_double);
     return v[ROUNDS / 2];
 }
 
@@ -343,8 +341,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1) secs_per_point = atof(argv[1]);
     if (secs_per_point <= 0) secs_per_point = 1.0;
-    double full = secs_per_point;
-    secs_per_point = full / ROUNDS; /* each round gets its share of the point */
+    secs_per_point /= ROUNDS; /* each round gets its share of the point */
     static const size_t sizes[] = {4 << 10, 1 << 20, 16 << 20, 64 << 20};
     static const char *names[] = {"4 KiB", "1 MiB", "16 MiB", "64 MiB"};
     row_t rows[4];
@@ -436,6 +433,5 @@ int main(int argc, char **argv)
            median3((double[]){rows2[0].raw[0], rows2[0].raw[1], rows2[0].raw[2]}));
     printf("%-8s %14s %14s %14s %14s\n", "tensor", "push", "pull", "push+pull", "push-pull");
     for (int i = 0; i < 2; i++) print_row(names2[i], &rows2[i]);
-    (void)full;
     return 0;
 }
