@@ -49,8 +49,8 @@ sanitize: setup
 # The concurrency tests (store, sync accumulator, metrics registry, event writer) under ThreadSanitizer.
 tsan: setup
 	cmake -S . -B build-tsan -DPSC_SANITIZE=thread -DPSC_CUDA=OFF $(CMAKE_FLAGS)
-	cmake --build build-tsan -j $(JOBS) --target test_store test_sync test_metrics test_tfevents
-	cd build-tsan && ctest --output-on-failure --no-tests=error -j $(JOBS) -R '^unit[.]test_(store|sync|metrics|tfevents)$$'
+	cmake --build build-tsan -j $(JOBS) --target test_store test_store_sync test_store_export test_sync test_metrics test_tfevents
+	cd build-tsan && ctest --output-on-failure --no-tests=error -j $(JOBS) -R '^unit[.]test_(store|store_sync|store_export|sync|metrics|tfevents)$$'
 
 # Only the libFuzzer targets (tests/fuzz), FUZZ_SECS seconds each, in build-fuzz.
 fuzz: setup

@@ -69,8 +69,13 @@
  * RocksDB), then copies under the fence and each v->lock (pulls read under
  * v->lock only). Floats are copied as raw host-order bytes (little-endian, see
  * the static assertion); int64 tensors are written and read as little-endian.
+ *
+ * Files: this one holds the table, create, assign, pull, push and global_step;
+ * store_sync.c the sync-replica mode, store_ckpt.c export and import;
+ * store_internal.h the types and helpers they share.
  */
 #include "store.h"
+#include "store_internal.h"
 
 #include "optim.h"
 #include "psc.h"
@@ -85,83 +90,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STORE_NAME_MAX 111 /* store_var_info_t.name holds 112 bytes */
-#define STORE_TENSOR_NAME_MAX (STORE_NAME_MAX + 16) /* "<var>/RMSProp_1" and the like */
-#define STORE_JOB_MAX 16
-
 /* Checkpoints hold float32 tensors as raw host bytes and store.h documents
  * them as little-endian. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "psc checkpoints assume a little-endian host");
 
-typedef struct store_var {
-    char name[STORE_NAME_MAX + 1];
-    int rank;
-    int64_t shape[PSC_MAX_RANK];
-    int is_step;
-    uint64_t bytes;  /* value bytes: numel * 4, or 8 for global_step */
-    size_t numel;    /* float elements (0 for global_step) */
-    size_t nchunks;  /* wire chunks of the value */
-
-    /* Exclusive: guards everything below. Shared: an asynchronous push or a
-     * pull, which then also holds the chunk locks of its range (ckl). */
-    pthread_rwlock_t lock;
-    pthread_mutex_t *ckl; /* (nchunks) under `lock` shared: chunk k's values, slots and t[k] */
-    float *w;             /* (numel) values, 64-byte aligned */
-    float *slot[2];       /* (numel) optimizer slots, NULL when unused */
-    int64_t *t;           /* (nchunks) pushes applied per wire chunk */
-    int64_t version;      /* atomic under `lock` shared (async push, pull), plain under exclusive */
-    int64_t step;         /* global_step value (is_step only) */
-    sync_acc_t *acc;      /* (nchunks, 1 for global_step) sync accumulators; NULL in async mode */
-    float *acc_sum;       /* (numel) the accumulators' sum buffers, one slab; NULL for global_step */
-} store_var_t;
-
-struct store {
-    pthread_rwlock_t fence; /* the push fence: updates shared, export/import exclusive (top comment) */
-    pthread_rwlock_t lock;  /* guards the fields up to `nvars` */
-    int have_job;
-    char job_id[STORE_JOB_MAX + 1];
-    int ready;
-    psc_optim_config_t opt;
-    store_var_t **vars;   /* (nvars) in creation order; owned */
-    store_var_t **sorted; /* (nvars) the same, sorted by name, for lookups */
-    int nvars;
-    store_var_t *step_var; /* the is_step variable or NULL */
-    int sync_on;           /* sync-replica mode (set once per job; store_reset clears it) */
-    store_sync_cfg_t sync; /* its config */
-
-    pthread_mutex_t presence_lock; /* guards the fields below (leaf lock) */
-    int started;                   /* a contribution arrived; last_seen is meaningful */
-    double *last_seen;             /* (N) latest contribution time per replica; allocated with sync mode */
-    unsigned char *left;           /* (N) 1 when the replica reported WorkerDone */
-
-    atomic_uint_fast64_t applied, rejected, pulls, bytes_pushed, bytes_pulled;
-    atomic_uint_fast64_t stale, timeout_applies, sync_steps;
-};
-
 /* ---- helpers ---- */
 
-static void count(atomic_uint_fast64_t *c, uint64_t n) { atomic_fetch_add_explicit(c, n, memory_order_relaxed); }
-
-static int reject(store_t *s, int code) /* every refused request goes through here */
+int store_reject(store_t *s, int code) /* every refused request goes through here */
 {
     count(&s->rejected, 1);
     return code;
 }
 
-static void put_le64(unsigned char *p, int64_t v)
-{
-    uint64_t u = (uint64_t)v;
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(u >> (8 * i));
-}
-
-static int64_t get_le64(const unsigned char *p)
-{
-    uint64_t u = 0;
-    for (int i = 0; i < 8; i++) u |= (uint64_t)p[i] << (8 * i);
-    return (int64_t)u;
-}
-
-static void shape_str(char *buf, size_t len, int rank, const int64_t *shape)
+void store_shape_str(char *buf, size_t len, int rank, const int64_t *shape)
 {
     size_t at = (size_t)snprintf(buf, len, "(");
     for (int d = 0; d < rank && at < len; d++)
@@ -327,17 +268,10 @@ static void var_free(store_var_t *v)
     free(v);
 }
 
-/* The state a data request (pull, push) sees: snapshot under the read lock. */
-typedef struct store_view {
-    store_var_t *var;
-    psc_optim_config_t opt;
-    int sync_on;
-    store_sync_cfg_t sync;
-} store_view_t;
 
 /* Resolves name for a data request. need_ready: pull/push. Returns 0 or a code
  * (not yet counted as rejected). */
-static int view_get(store_t *s, const char *name, int need_ready, store_view_t *out, char *err, size_t errlen)
+int store_view_get(store_t *s, const char *name, int need_ready, store_view_t *out, char *err, size_t errlen)
 {
     int rc = 0;
     pthread_rwlock_rdlock(&s->lock);
@@ -361,10 +295,6 @@ static int view_get(store_t *s, const char *name, int need_ready, store_view_t *
     pthread_rwlock_unlock(&s->lock);
     return rc;
 }
-
-/* The push fence, shared side: held by every update for its whole duration. */
-static void fence_enter(store_t *s) { pthread_rwlock_rdlock(&s->fence); }
-static void fence_leave(store_t *s) { pthread_rwlock_unlock(&s->fence); }
 
 /* ---- life cycle ---- */
 
@@ -495,7 +425,7 @@ static int check_spec(const store_var_spec_t *v, uint64_t *bytes, char *err, siz
     for (int d = 0; d < v->rank; d++) {
         if (v->shape[d] <= 0) {
             char sh[128];
-            shape_str(sh, sizeof sh, v->rank, v->shape);
+            store_shape_str(sh, sizeof sh, v->rank, v->shape);
             return psc_seterr(err, errlen, PSC_EINVAL, "%s: shape %s has a dimension <= 0", v->name, sh);
         }
         if ((uint64_t)v->shape[d] > max_numel / numel)
@@ -533,8 +463,8 @@ static int compare_existing(store_t *s, const char *job_id, const psc_optim_conf
         for (int d = 0; same && d < v->rank; d++) same = vars[i].shape[d] == v->shape[d];
         if (!same) {
             char a[128], b[128];
-            shape_str(a, sizeof a, vars[i].rank, vars[i].shape);
-            shape_str(b, sizeof b, v->rank, v->shape);
+            store_shape_str(a, sizeof a, vars[i].rank, vars[i].shape);
+            store_shape_str(b, sizeof b, v->rank, v->shape);
             return psc_seterr(err, errlen, PSC_EMISMATCH, "%s: shape %s differs from existing %s", v->name, a, b);
         }
     }
@@ -548,7 +478,7 @@ static int compare_existing(store_t *s, const char *job_id, const psc_optim_conf
 /* 64-byte aligned tensor of `bytes`, or NULL: sizes come from a request, so
  * running out of memory is the request's fault (PSC_ENOMEM), not a reason to
  * abort the daemon as psc_xaligned would. */
-static float *tensor_alloc(uint64_t bytes)
+float *store_tensor_alloc(uint64_t bytes)
 {
     void *p = NULL;
     if (bytes > SIZE_MAX - 63) return NULL;
@@ -578,8 +508,8 @@ static store_var_t *var_new(const store_var_spec_t *spec, uint64_t bytes, const 
     v->ckl = psc_xcalloc(v->nchunks ? v->nchunks : 1, sizeof *v->ckl);
     for (size_t k = 0; k < v->nchunks; k++) PSC_ASSERT(pthread_mutex_init(&v->ckl[k], NULL) == 0);
     int ns = optim_slot_count(opt);
-    v->w = tensor_alloc(bytes);
-    for (int k = 0; k < ns; k++) v->slot[k] = tensor_alloc(bytes);
+    v->w = store_tensor_alloc(bytes);
+    for (int k = 0; k < ns; k++) v->slot[k] = store_tensor_alloc(bytes);
     v->t = calloc(v->nchunks, sizeof *v->t);
     if (!v->w || (ns >= 1 && !v->slot[0]) || (ns >= 2 && !v->slot[1]) || !v->t) {
         var_free(v);
@@ -597,12 +527,12 @@ static int store_create_vars_unfenced(store_t *s, const char *job_id, const psc_
     int rc = 0;
     if (created) *created = 0;
     if (!job_id || !job_id[0] || strlen(job_id) > STORE_JOB_MAX)
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "job id \"%.20s\" must be 1 to %d characters",
+        return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "job id \"%.20s\" must be 1 to %d characters",
                                     job_id ? job_id : "", STORE_JOB_MAX));
-    if (!opt) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "job %s: no optimizer", job_id));
+    if (!opt) return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "job %s: no optimizer", job_id));
     if (n < 0 || (n > 0 && !vars))
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "job %s: bad variable count %d", job_id, n));
-    if ((rc = check_optim(opt, err, errlen))) return reject(s, rc);
+        return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "job %s: bad variable count %d", job_id, n));
+    if ((rc = check_optim(opt, err, errlen))) return store_reject(s, rc);
 
     /* Each spec on its own, then duplicates (via a sorted copy) and at most one
      * step counter. */
@@ -666,7 +596,7 @@ done:
     }
     free(order);
     free(bytes);
-    return rc ? reject(s, rc) : 0;
+    return rc ? store_reject(s, rc) : 0;
 }
 
 int store_create_vars(store_t *s, const char *job_id, const psc_optim_config_t *opt, const store_var_spec_t *vars,
@@ -704,7 +634,7 @@ static int check_chunk_iov(const store_var_t *v, const char *what, uint64_t offs
     return 0;
 }
 
-static int check_chunk(const store_var_t *v, const char *what, uint64_t offset, const void *data, size_t len,
+int store_check_chunk(const store_var_t *v, const char *what, uint64_t offset, const void *data, size_t len,
                        uint64_t total, char *err, size_t errlen)
 {
     psc_iov_t one = {data, len};
@@ -715,15 +645,15 @@ static int assign_fenced(store_t *s, const char *name, uint64_t offset, const vo
                          uint64_t total, char *err, size_t errlen)
 {
     store_view_t view;
-    if (!name) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "assign without a variable name"));
-    int rc = view_get(s, name, 0, &view, err, errlen);
-    if (rc) return reject(s, rc);
+    if (!name) return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "assign without a variable name"));
+    int rc = store_view_get(s, name, 0, &view, err, errlen);
+    if (rc) return store_reject(s, rc);
     store_var_t *v = view.var;
-    if ((rc = check_chunk(v, "assigned data", offset, data, len, total, err, errlen))) return reject(s, rc);
+    if ((rc = store_check_chunk(v, "assigned data", offset, data, len, total, err, errlen))) return store_reject(s, rc);
     if (v->is_step) {
         int64_t value = get_le64(data);
         if (value < 0)
-            return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: value %" PRId64 " is negative", v->name,
+            return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: value %" PRId64 " is negative", v->name,
                                         value));
         pthread_rwlock_wrlock(&v->lock);
         v->step = value;
@@ -760,7 +690,7 @@ int store_set_ready(store_t *s, const char *job_id, char *err, size_t errlen)
     else
         s->ready = 1;
     pthread_rwlock_unlock(&s->lock);
-    return rc ? reject(s, rc) : 0;
+    return rc ? store_reject(s, rc) : 0;
 }
 
 int store_is_ready(store_t *s, char *job_id)
@@ -781,7 +711,7 @@ static int pull_check(store_t *s, const char *name, uint64_t offset, size_t len,
 {
     store_view_t view;
     if (!name) return psc_seterr(err, errlen, PSC_EINVAL, "pull without a variable name");
-    int rc = view_get(s, name, 1, &view, err, errlen);
+    int rc = store_view_get(s, name, 1, &view, err, errlen);
     if (rc) return rc;
     store_var_t *v = view.var;
     /* Any byte range within one wire chunk: one lock hold copies it whole. */
@@ -802,8 +732,8 @@ static int store_pull_unfenced(store_t *s, const char *name, uint64_t offset, si
 {
     store_var_t *v;
     int rc = pull_check(s, name, offset, len, &v, err, errlen);
-    if (rc) return reject(s, rc);
-    if (len && !dst) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: pull into NULL", v->name));
+    if (rc) return store_reject(s, rc);
+    if (len && !dst) return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: pull into NULL", v->name));
     int64_t ver;
     pthread_rwlock_rdlock(&v->lock); /* global_step's writers hold it exclusive */
     if (v->is_step) {
@@ -839,7 +769,7 @@ int store_pull_check(store_t *s, const char *name, uint64_t offset, size_t len, 
     fence_enter(s);
     int rc = pull_check(s, name, offset, len, &v, err, errlen);
     fence_leave(s);
-    return rc ? reject(s, rc) : 0;
+    return rc ? store_reject(s, rc) : 0;
 }
 
 /* The checks of an asynchronous push (name, ready, trainable, wire chunk,
@@ -849,7 +779,7 @@ static int push_check(store_t *s, const char *name, uint64_t offset, const psc_i
                       uint64_t total, store_view_t *view, char *err, size_t errlen)
 {
     if (!name) return psc_seterr(err, errlen, PSC_EINVAL, "push without a variable name");
-    int rc = view_get(s, name, 1, view, err, errlen);
+    int rc = store_view_get(s, name, 1, view, err, errlen);
     if (rc) return rc;
     store_var_t *v = view->var;
     if (v->is_step) return psc_seterr(err, errlen, PSC_EINVAL, "%s is not trainable; use Step", v->name);
@@ -864,7 +794,7 @@ int store_push_check(store_t *s, const char *name, uint64_t offset, const void *
     fence_enter(s);
     int rc = push_check(s, name, offset, &one, grad ? 1 : 0, len, total, &view, err, errlen);
     fence_leave(s);
-    return rc ? reject(s, rc) : 0;
+    return rc ? store_reject(s, rc) : 0;
 }
 
 static int push_fenced(store_t *s, const char *name, uint64_t offset, const psc_iov_t *g, int ng, size_t len,
@@ -872,7 +802,7 @@ static int push_fenced(store_t *s, const char *name, uint64_t offset, const psc_
 {
     store_view_t view;
     int rc = push_check(s, name, offset, g, ng, len, total, &view, err, errlen);
-    if (rc) return reject(s, rc);
+    if (rc) return store_reject(s, rc);
     store_var_t *v = view.var;
 
     size_t e0 = (size_t)(offset / 4), n = len / 4, k = (size_t)(offset / PSC_CHUNK_BYTES);
@@ -921,9 +851,9 @@ static int step_add_fenced(store_t *s, int64_t inc, int64_t *value, char *err, s
     pthread_rwlock_rdlock(&s->lock);
     store_var_t *v = s->step_var;
     pthread_rwlock_unlock(&s->lock);
-    if (!v) return reject(s, psc_seterr(err, errlen, PSC_ENOTFOUND, "this PS holds no global_step"));
+    if (!v) return store_reject(s, psc_seterr(err, errlen, PSC_ENOTFOUND, "this PS holds no global_step"));
     if (inc < 0)
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: increment %" PRId64 " is negative", v->name, inc));
+        return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: increment %" PRId64 " is negative", v->name, inc));
     int rc = 0;
     pthread_rwlock_wrlock(&v->lock);
     if (inc > INT64_MAX - v->step) {
@@ -934,7 +864,7 @@ static int step_add_fenced(store_t *s, int64_t inc, int64_t *value, char *err, s
     }
     int64_t now = v->step;
     pthread_rwlock_unlock(&v->lock);
-    if (rc) return reject(s, rc);
+    if (rc) return store_reject(s, rc);
     if (value) *value = now;
     return 0;
 }
@@ -1014,731 +944,3 @@ void store_get_stats(store_t *s, store_stats_t *st)
 }
 
 void store_count_rejected(store_t *s) { count(&s->rejected, 1); }
-
-/* ---- sync-replica mode ---- */
-
-static int sync_cfg_check(const store_sync_cfg_t *c, char *err, size_t errlen)
-{
-    if (!c) return psc_seterr(err, errlen, PSC_EINVAL, "sync: no config");
-    if (c->replicas_to_aggregate < 1)
-        return psc_seterr(err, errlen, PSC_EINVAL, "sync: replicas_to_aggregate %d must be >= 1",
-                          c->replicas_to_aggregate);
-    if (c->total_num_replicas < 1)
-        return psc_seterr(err, errlen, PSC_EINVAL, "sync: total_num_replicas %d must be >= 1", c->total_num_replicas);
-    if (!(c->timeout_secs > 0) || !isfinite(c->timeout_secs))
-        return psc_seterr(err, errlen, PSC_EINVAL, "sync: timeout_secs %g must be finite and > 0", c->timeout_secs);
-    return 0;
-}
-
-/* 0 when want equals the config in force, else PSC_EEXISTS naming the field. */
-static int sync_cfg_compare(const store_sync_cfg_t *have, const store_sync_cfg_t *want, char *err, size_t errlen)
-{
-    if (want->replicas_to_aggregate != have->replicas_to_aggregate)
-        return psc_seterr(err, errlen, PSC_EEXISTS, "sync mode is on with replicas_to_aggregate %d; refusing %d",
-                          have->replicas_to_aggregate, want->replicas_to_aggregate);
-    if (want->total_num_replicas != have->total_num_replicas)
-        return psc_seterr(err, errlen, PSC_EEXISTS, "sync mode is on with total_num_replicas %d; refusing %d",
-                          have->total_num_replicas, want->total_num_replicas);
-    if (want->timeout_secs != have->timeout_secs)
-        return psc_seterr(err, errlen, PSC_EEXISTS, "sync mode is on with timeout_secs %g; refusing %g",
-                          have->timeout_secs, want->timeout_secs);
-    return 0;
-}
-
-static int set_sync_fenced(store_t *s, const store_sync_cfg_t *cfg, char *err, size_t errlen)
-{
-    int rc = sync_cfg_check(cfg, err, errlen);
-    if (rc) return reject(s, rc);
-
-    /* The table is immutable once published: read it, then allocate unlocked. */
-    pthread_rwlock_rdlock(&s->lock);
-    int have_job = s->have_job, on = s->sync_on;
-    store_sync_cfg_t cur = s->sync;
-    store_var_t **vars = s->vars;
-    int n = s->nvars;
-    pthread_rwlock_unlock(&s->lock);
-    if (!have_job)
-        return reject(s, psc_seterr(err, errlen, PSC_ENOTFOUND, "sync: no variables created (no job created yet)"));
-    if (on) {
-        rc = sync_cfg_compare(&cur, cfg, err, errlen);
-        return rc ? reject(s, rc) : 0;
-    }
-
-    sync_acc_t **acc = psc_xcalloc((size_t)(n ? n : 1), sizeof *acc);
-    float **sums = psc_xcalloc((size_t)(n ? n : 1), sizeof *sums);
-    double *seen = calloc((size_t)cfg->total_num_replicas, sizeof *seen);
-    unsigned char *left = calloc((size_t)cfg->total_num_replicas, 1);
-    uint64_t bytes = 0;
-    int ok = seen && left;
-    for (int i = 0; i < n && ok; i++) {
-        store_var_t *v = vars[i];
-        size_t nacc = v->is_step ? 1 : v->nchunks;
-        ok = (acc[i] = calloc(nacc, sizeof *acc[i])) != NULL;
-        if (!ok || v->is_step) continue;
-        bytes += v->bytes;
-        ok = (sums[i] = tensor_alloc(v->bytes)) != NULL;
-        for (size_t k = 0; ok && k < nacc; k++) acc[i][k].sum = sums[i] + k * (PSC_CHUNK_BYTES / 4);
-    }
-    if (!ok) {
-        rc = psc_seterr(err, errlen, PSC_ENOMEM,
-                        "sync: cannot allocate the gradient accumulators (%" PRIu64 " bytes for %d variables)", bytes,
-                        n);
-    } else {
-        pthread_rwlock_wrlock(&s->lock);
-        if (s->sync_on) {
-            rc = sync_cfg_compare(&s->sync, cfg, err, errlen); /* another call won the race */
-        } else {
-            for (int i = 0; i < n; i++) {
-                pthread_rwlock_wrlock(&vars[i]->lock);
-                vars[i]->acc = acc[i];
-                vars[i]->acc_sum = sums[i];
-                pthread_rwlock_unlock(&vars[i]->lock);
-                acc[i] = NULL;
-                sums[i] = NULL;
-            }
-            pthread_mutex_lock(&s->presence_lock);
-            s->last_seen = seen;
-            s->left = left;
-            s->started = 0;
-            pthread_mutex_unlock(&s->presence_lock);
-            seen = NULL;
-            left = NULL;
-            s->sync = *cfg;
-            s->sync_on = 1;
-        }
-        pthread_rwlock_unlock(&s->lock);
-    }
-    for (int i = 0; i < n; i++) {
-        free(acc[i]);
-        free(sums[i]);
-    }
-    free(acc);
-    free(sums);
-    free(seen);
-    free(left);
-    return rc ? reject(s, rc) : 0;
-}
-
-int store_set_sync(store_t *s, const store_sync_cfg_t *cfg, char *err, size_t errlen)
-{
-    fence_enter(s);
-    int rc = set_sync_fenced(s, cfg, err, errlen);
-    fence_leave(s);
-    return rc;
-}
-
-int store_get_sync(store_t *s, store_sync_cfg_t *cfg)
-{
-    pthread_rwlock_rdlock(&s->lock);
-    int on = s->sync_on;
-    if (on && cfg) *cfg = s->sync;
-    pthread_rwlock_unlock(&s->lock);
-    return on;
-}
-
-/* Replicas present at now; caller holds presence_lock. Before the first
- * contribution (the clock has not started) everyone who has not left is present. */
-static int presence_count_locked(store_t *s, const store_sync_cfg_t *c, double now)
-{
-    int p = 0;
-    for (int r = 0; r < c->total_num_replicas; r++)
-        if (!s->left[r] && (!s->started || now - s->last_seen[r] < c->timeout_secs)) p++;
-    return p;
-}
-
-/* A sync call at `now`: marks `worker` seen (worker >= N: nobody, a tick),
- * starts the presence clock on the first contribution, and returns needed(now).
- * Ticks do not start the clock: the service ticks from the moment sync mode is
- * on, long before slow replicas send their first gradient, and before the first
- * contribution there is nothing a tick could apply anyway. Takes only
- * presence_lock (sync mode is on: the table is published). */
-static uint32_t presence_touch(store_t *s, const store_sync_cfg_t *c, uint32_t worker, double now)
-{
-    pthread_mutex_lock(&s->presence_lock);
-    if (!s->started && worker < (uint32_t)c->total_num_replicas) {
-        s->started = 1;
-        for (int r = 0; r < c->total_num_replicas; r++) s->last_seen[r] = now;
-    }
-    /* max: calls race to this lock with `now`s read before it */
-    if (worker < (uint32_t)c->total_num_replicas && now > s->last_seen[worker]) s->last_seen[worker] = now;
-    int present = presence_count_locked(s, c, now);
-    pthread_mutex_unlock(&s->presence_lock);
-    return sync_needed(c->replicas_to_aggregate, c->total_num_replicas, present);
-}
-
-/* global_step's accumulator follows the value while it holds nothing (a
- * restore by store_assign makes older local steps stale). Caller holds v->lock. */
-static void step_align_locked(store_var_t *v)
-{
-    if (v->is_step && v->acc[0].count == 0) sync_acc_skip_to(&v->acc[0], v->step);
-}
-
-/* Applies the mean of chunk k's accumulator like an async push of that chunk
- * (global_step: value += 1) and ends the step. Caller holds v->lock; sync mode.
- * Returns the number of contributions averaged. */
-static uint32_t sync_apply_locked(store_t *s, const psc_optim_config_t *opt, store_var_t *v, size_t k,
-                                  int by_timeout)
-{
-    sync_acc_t *a = &v->acc[k];
-    uint32_t n_contrib = a->count;
-    if (v->is_step) {
-        sync_acc_mean(a, 0);
-        if (v->step < INT64_MAX) v->step++;
-        v->version++;
-        count(&s->sync_steps, 1);
-    } else {
-        size_t e0 = k * (PSC_CHUNK_BYTES / 4), n = psc_chunk_len(v->bytes, k) / 4;
-        const float *g = sync_acc_mean(a, n); /* in the 64-byte aligned slab */
-        int64_t t = ++v->t[k];
-        optim_apply(opt, v->w + e0, v->slot[0] ? v->slot[0] + e0 : NULL, v->slot[1] ? v->slot[1] + e0 : NULL, g, n,
-                    t);
-        v->version++;
-        count(&s->applied, 1);
-    }
-    if (by_timeout) count(&s->timeout_applies, 1);
-    sync_acc_advance(a);
-    return n_contrib;
-}
-
-/* One validated contribution to chunk k (grad: n floats at any alignment, or
- * NULL for global_step): the rules of sync.h. Caller holds v->lock. */
-static void sync_contribute_locked(store_t *s, const psc_optim_config_t *opt, const store_sync_cfg_t *c,
-                                   store_var_t *v, size_t k, const void *grad, size_t n, int64_t local_step,
-                                   uint32_t cnt, uint32_t needed, double now, store_sync_result_t *res)
-{
-    sync_acc_t *a = &v->acc[k];
-    step_align_locked(v);
-    switch (sync_acc_check(a, local_step)) {
-    case SYNC_STALE:
-        res->stale = 1;
-        count(&s->stale, 1);
-        return;
-    case SYNC_AHEAD:
-        /* The chunk lags: finish its pending step as the timeout would have,
-         * so no contribution is lost, then catch up with the sender. */
-        if (a->count) {
-            sync_apply_locked(s, opt, v, k, 1);
-            res->lag_applied = 1;
-        }
-        sync_acc_skip_to(a, local_step);
-        break;
-    case SYNC_CURRENT: break;
-    }
-    sync_acc_add_bytes(a, grad, n, cnt, now);
-    int late = 0;
-    if (sync_acc_due(a, needed, now, c->timeout_secs, &late)) {
-        sync_apply_locked(s, opt, v, k, late);
-        res->applied = 1;
-        res->by_timeout = late;
-    }
-}
-
-/* Checks shared by sync pushes and steps: replica rank and count. */
-static int sync_check_sender(const char *what, const store_sync_cfg_t *c, uint32_t worker, uint32_t cnt, char *err,
-                             size_t errlen)
-{
-    if (worker >= (uint32_t)c->total_num_replicas)
-        return psc_seterr(err, errlen, PSC_EINVAL, "%s: worker %u is not a replica (total_num_replicas is %d)", what,
-                          worker, c->total_num_replicas);
-    if (cnt == 0)
-        return psc_seterr(err, errlen, PSC_EINVAL, "%s: count 0 (a contribution sums at least one batch)", what);
-    return 0;
-}
-
-static int push_sync_fenced(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len,
-                            uint64_t total, int64_t local_step, uint32_t count_, uint32_t worker, double now,
-                            void *updated, store_sync_result_t *res, char *err, size_t errlen)
-{
-    store_sync_result_t own;
-    if (!res) res = &own;
-    memset(res, 0, sizeof *res);
-    store_view_t view;
-    if (!name) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "sync push without a variable name"));
-    int rc = view_get(s, name, 1, &view, err, errlen);
-    if (rc) return reject(s, rc);
-    store_var_t *v = view.var;
-    if (!view.sync_on)
-        return reject(s, psc_seterr(err, errlen, PSC_EUNSUPPORTED,
-                                    "%s: sync push, but the job is asynchronous (no sync-replica config); use Push",
-                                    v->name));
-    if (v->is_step)
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s is not trainable; use Step", v->name));
-    if ((rc = sync_check_sender(v->name, &view.sync, worker, count_, err, errlen))) return reject(s, rc);
-    if ((rc = check_chunk(v, "gradient", offset, grad, len, total, err, errlen))) return reject(s, rc);
-
-    uint32_t needed = presence_touch(s, &view.sync, worker, now);
-    size_t k = (size_t)(offset / PSC_CHUNK_BYTES);
-    int copied = 0;
-    pthread_rwlock_wrlock(&v->lock);
-    sync_contribute_locked(s, &view.opt, &view.sync, v, k, grad, len / 4, local_step, count_, needed, now, res);
-    res->step = v->acc[k].step;
-    res->version = v->version;
-    if (updated && (res->applied || res->stale)) {
-        memcpy(updated, (const char *)v->w + offset, len);
-        copied = 1;
-    }
-    pthread_rwlock_unlock(&v->lock);
-    if (!res->stale) count(&s->bytes_pushed, len);
-    if (copied) {
-        count(&s->pulls, 1);
-        count(&s->bytes_pulled, len);
-    }
-    return 0;
-}
-
-int store_push_sync(store_t *s, const char *name, uint64_t offset, const void *grad, size_t len, uint64_t total,
-                    int64_t local_step, uint32_t count_, uint32_t worker, double now, void *updated,
-                    store_sync_result_t *res, char *err, size_t errlen)
-{
-    fence_enter(s);
-    int rc = push_sync_fenced(s, name, offset, grad, len, total, local_step, count_, worker, now, updated, res, err,
-                              errlen);
-    fence_leave(s);
-    return rc;
-}
-
-static int step_sync_fenced(store_t *s, int64_t local_step, uint32_t count_, uint32_t worker, double now,
-                            store_sync_result_t *res, char *err, size_t errlen)
-{
-    store_sync_result_t own;
-    if (!res) res = &own;
-    memset(res, 0, sizeof *res);
-    pthread_rwlock_rdlock(&s->lock);
-    store_var_t *v = s->step_var;
-    int on = s->sync_on;
-    store_sync_cfg_t cfg = s->sync;
-    psc_optim_config_t opt = s->opt;
-    pthread_rwlock_unlock(&s->lock);
-    if (!on)
-        return reject(s, psc_seterr(err, errlen, PSC_EUNSUPPORTED,
-                                    "sync step, but the job is asynchronous (no sync-replica config); use an increment"));
-    if (!v) return reject(s, psc_seterr(err, errlen, PSC_ENOTFOUND, "this PS holds no global_step"));
-    int rc = sync_check_sender(v->name, &cfg, worker, count_, err, errlen);
-    if (rc) return reject(s, rc);
-
-    uint32_t needed = presence_touch(s, &cfg, worker, now);
-    pthread_rwlock_wrlock(&v->lock);
-    sync_contribute_locked(s, &opt, &cfg, v, 0, NULL, 0, local_step, count_, needed, now, res);
-    res->step = v->step;
-    res->version = v->version;
-    pthread_rwlock_unlock(&v->lock);
-    return 0;
-}
-
-int store_step_sync(store_t *s, int64_t local_step, uint32_t count_, uint32_t worker, double now,
-                    store_sync_result_t *res, char *err, size_t errlen)
-{
-    fence_enter(s);
-    int rc = step_sync_fenced(s, local_step, count_, worker, now, res, err, errlen);
-    fence_leave(s);
-    return rc;
-}
-
-static int store_chunk_read_unfenced(store_t *s, const char *name, uint64_t offset, size_t len, void *dst,
-                                     int64_t *step,
-                     int64_t *version, char *err, size_t errlen)
-{
-    store_view_t view;
-    if (!name) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "chunk read without a variable name"));
-    int rc = view_get(s, name, 1, &view, err, errlen);
-    if (rc) return reject(s, rc);
-    store_var_t *v = view.var;
-    if (offset >= v->bytes || len > v->bytes - offset)
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL,
-                                    "%s: read of %zu bytes at offset %" PRIu64 " is outside its %" PRIu64 " bytes",
-                                    v->name, len, offset, v->bytes));
-    size_t k = v->is_step ? 0 : (size_t)(offset / PSC_CHUNK_BYTES);
-    if (!v->is_step && len && (offset + len - 1) / PSC_CHUNK_BYTES != k)
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL,
-                                    "%s: read of %zu bytes at offset %" PRIu64 " crosses a wire chunk boundary",
-                                    v->name, len, offset));
-    int64_t st, ver;
-    pthread_rwlock_wrlock(&v->lock);
-    if (v->is_step) {
-        st = v->step;
-        if (dst) {
-            unsigned char le[8];
-            put_le64(le, v->step);
-            memcpy(dst, le + offset, len);
-        }
-    } else {
-        st = view.sync_on ? v->acc[k].step : v->t[k];
-        if (dst) memcpy(dst, (const char *)v->w + offset, len);
-    }
-    ver = v->version;
-    pthread_rwlock_unlock(&v->lock);
-    if (step) *step = st;
-    if (version) *version = ver;
-    return 0;
-}
-
-int store_chunk_read(store_t *s, const char *name, uint64_t offset, size_t len, void *dst, int64_t *step,
-                     int64_t *version, char *err, size_t errlen)
-{
-    fence_enter(s); /* store_reset frees what it reads */
-    int rc = store_chunk_read_unfenced(s, name, offset, len, dst, step, version, err, errlen);
-    fence_leave(s);
-    return rc;
-}
-
-typedef struct tick_item {
-    const char *name; /* the variable's: immutable until store_destroy */
-    uint64_t offset;
-    int64_t step;
-    uint32_t count;
-    int by_timeout;
-} tick_item_t;
-
-/* Applies what is due at `now`; the applied chunks go to *items_out (malloc'd,
- * *nitems_out of them; NULL when none). */
-static void sync_tick_fenced(store_t *s, double now, tick_item_t **items_out, size_t *nitems_out)
-{
-    *items_out = NULL;
-    *nitems_out = 0;
-    pthread_rwlock_rdlock(&s->lock);
-    int on = s->sync_on;
-    store_sync_cfg_t cfg = s->sync;
-    psc_optim_config_t opt = s->opt;
-    store_var_t **vars = s->vars;
-    int n = s->nvars;
-    pthread_rwlock_unlock(&s->lock);
-    if (!on) return;
-
-    uint32_t needed = presence_touch(s, &cfg, UINT32_MAX, now);
-    tick_item_t *items = NULL;
-    size_t nitems = 0, cap = 0;
-    for (int i = 0; i < n; i++) {
-        store_var_t *v = vars[i];
-        size_t nacc = v->is_step ? 1 : v->nchunks;
-        for (size_t k = 0; k < nacc; k++) {
-            int late = 0;
-            pthread_rwlock_wrlock(&v->lock);
-            step_align_locked(v);
-            if (sync_acc_due(&v->acc[k], needed, now, cfg.timeout_secs, &late)) {
-                uint32_t c = sync_apply_locked(s, &opt, v, k, late);
-                if (nitems == cap) {
-                    cap = cap ? 2 * cap : 16;
-                    items = psc_xrealloc(items, cap * sizeof *items);
-                }
-                items[nitems++] = (tick_item_t){.name = v->name,
-                                                .offset = psc_chunk_offset(k),
-                                                .step = v->is_step ? v->step : v->acc[k].step,
-                                                .count = c,
-                                                .by_timeout = late};
-            }
-            pthread_rwlock_unlock(&v->lock);
-        }
-    }
-    *items_out = items;
-    *nitems_out = nitems;
-}
-
-int store_sync_tick(store_t *s, double now,
-                    void (*fn)(void *arg, const char *name, uint64_t offset, int64_t step, uint32_t count,
-                               int by_timeout),
-                    void *arg)
-{
-    tick_item_t *items;
-    size_t nitems;
-    fence_enter(s);
-    sync_tick_fenced(s, now, &items, &nitems);
-    fence_leave(s);
-    /* No lock held, the fence included: fn may call back into the store (wake
-     * parked replies). */
-    for (size_t j = 0; fn && j < nitems; j++)
-        fn(arg, items[j].name, items[j].offset, items[j].step, items[j].count, items[j].by_timeout);
-    free(items);
-    return (int)nitems;
-}
-
-void store_sync_worker_left(store_t *s, uint32_t worker)
-{
-    fence_enter(s); /* presence is state an import resets */
-    pthread_rwlock_rdlock(&s->lock);
-    int on = s->sync_on;
-    int N = s->sync.total_num_replicas;
-    pthread_rwlock_unlock(&s->lock);
-    if (on && worker < (uint32_t)N) {
-        pthread_mutex_lock(&s->presence_lock);
-        s->left[worker] = 1;
-        pthread_mutex_unlock(&s->presence_lock);
-    }
-    fence_leave(s);
-}
-
-void store_sync_seen(store_t *s, uint32_t worker, double now)
-{
-    fence_enter(s); /* presence is state an import resets */
-    pthread_rwlock_rdlock(&s->lock);
-    int on = s->sync_on;
-    int N = s->sync.total_num_replicas;
-    pthread_rwlock_unlock(&s->lock);
-    if (on && worker < (uint32_t)N) {
-        pthread_mutex_lock(&s->presence_lock);
-        if (s->started && now > s->last_seen[worker]) s->last_seen[worker] = now;
-        pthread_mutex_unlock(&s->presence_lock);
-    }
-    fence_leave(s);
-}
-
-int store_sync_present(store_t *s, double now, uint32_t *needed)
-{
-    pthread_rwlock_rdlock(&s->lock);
-    int on = s->sync_on;
-    store_sync_cfg_t cfg = s->sync;
-    pthread_rwlock_unlock(&s->lock);
-    if (!on) {
-        if (needed) *needed = 0;
-        return 0;
-    }
-    pthread_mutex_lock(&s->presence_lock);
-    int present = presence_count_locked(s, &cfg, now);
-    pthread_mutex_unlock(&s->presence_lock);
-    if (needed) *needed = sync_needed(cfg.replicas_to_aggregate, cfg.total_num_replicas, present);
-    return present;
-}
-
-/* ---- checkpoints ---- */
-
-enum tensor_part { PART_VALUE, PART_SLOT0, PART_SLOT1, PART_T };
-
-/* One tensor of a checkpoint of this shard. */
-typedef struct store_tensor {
-    store_var_t *var;
-    enum tensor_part part;
-    char name[STORE_TENSOR_NAME_MAX + 1];
-    uint64_t len;  /* bytes */
-    void *data;    /* store_import: the fetched bytes (owned), NULL before */
-} store_tensor_t;
-
-/* TensorFlow's checkpoint name of slot k: the optimizer's name, "_1" for the
- * second (tf.compat.v1.train's slot variables "<var>/<Optimizer>[_1]"). */
-static const char *slot_suffix(const psc_optim_config_t *opt, int k)
-{
-    switch (opt->kind) {
-    case PSC_OPT_SGD: break;
-    case PSC_OPT_MOMENTUM: return "Momentum";
-    case PSC_OPT_ADAGRAD: return "Adagrad";
-    case PSC_OPT_ADAM: return k == 0 ? "Adam" : "Adam_1";          /* m, v (optim.c's slot 0, 1) */
-    case PSC_OPT_RMSPROP: return k == 0 ? "RMSProp" : "RMSProp_1"; /* ms ("rms"), mom */
-    }
-    PSC_ASSERT(!"slot without a checkpoint name");
-    return NULL;
-}
-
-/* The tensors of a checkpoint of vars[0..n), in export order, into a malloc'd
- * array of *count. The table is immutable: no lock needed. */
-static store_tensor_t *tensor_list_build(store_var_t *const *vars, int n, const psc_optim_config_t *opt,
-                                         size_t *count)
-{
-    int ns = optim_slot_count(opt);
-    size_t cap = (size_t)n * (size_t)(2 + ns), m = 0;
-    store_tensor_t *list = psc_xcalloc(cap ? cap : 1, sizeof *list);
-    for (int i = 0; i < n; i++) {
-        store_var_t *v = vars[i];
-        list[m++] = (store_tensor_t){.var = v, .part = PART_VALUE, .len = v->bytes};
-        snprintf(list[m - 1].name, sizeof list[m - 1].name, "%s", v->name);
-        if (v->is_step) continue;
-        for (int k = 0; k < ns; k++) {
-            list[m++] = (store_tensor_t){.var = v, .part = k == 0 ? PART_SLOT0 : PART_SLOT1, .len = v->bytes};
-            snprintf(list[m - 1].name, sizeof list[m - 1].name, "%s/%s", v->name, slot_suffix(opt, k));
-        }
-        list[m++] = (store_tensor_t){.var = v, .part = PART_T, .len = (uint64_t)v->nchunks * 8};
-        snprintf(list[m - 1].name, sizeof list[m - 1].name, "%s/.t", v->name);
-    }
-    *count = m;
-    return list;
-}
-
-static void tensor_list_free(store_tensor_t *list, size_t count)
-{
-    for (size_t i = 0; list && i < count; i++) free(list[i].data);
-    free(list);
-}
-
-int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, int64_t *step, char *err,
-                 size_t errlen)
-{
-    if (step) *step = -1;
-    if (!emit) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "export without an emit function"));
-
-    pthread_rwlock_wrlock(&s->fence);
-    pthread_rwlock_rdlock(&s->lock);
-    int ready = s->ready, have_job = s->have_job;
-    char job[STORE_JOB_MAX + 1];
-    memcpy(job, s->job_id, sizeof job);
-    psc_optim_config_t opt = s->opt;
-    store_var_t **vars = s->vars;
-    int n = s->nvars;
-    store_var_t *sv = s->step_var;
-    pthread_rwlock_unlock(&s->lock);
-
-    int rc = 0;
-    if (!ready) {
-        pthread_rwlock_unlock(&s->fence);
-        if (!have_job)
-            rc = psc_seterr(err, errlen, PSC_ENOTREADY, "export: model not ready (no job created yet)");
-        else
-            rc = psc_seterr(err, errlen, PSC_ENOTREADY,
-                            "export: model not ready (job %s has variables but is not marked ready yet)", job);
-        return reject(s, rc);
-    }
-    /* Under the exclusive fence nothing writes tensors: read them in place. */
-    for (int i = 0; sync_step >= 0 && i < n; i++) {
-        store_var_t *v = vars[i];
-        if (!v->acc) continue; /* async mode */
-        int64_t at = v->is_step ? v->step : -1;
-        for (size_t k = 0; !v->is_step && k < v->nchunks && at < 0; k++)
-            if (v->acc[k].step != sync_step) at = v->acc[k].step;
-        if (at >= 0 && at != sync_step) {
-            pthread_rwlock_unlock(&s->fence);
-            return psc_seterr(err, errlen, PSC_ESTALE, "export: %s is at step %" PRId64 ", not at step boundary %" PRId64,
-                              v->name, at, sync_step);
-        }
-    }
-    size_t count;
-    store_tensor_t *list = tensor_list_build(vars, n, &opt, &count);
-    size_t tmax = 1;
-    for (int i = 0; i < n; i++) tmax = PSC_MAX(tmax, vars[i]->nchunks);
-    unsigned char *le = psc_xmalloc(8 * tmax); /* global_step or one variable's t, little-endian */
-    for (size_t j = 0; j < count && !rc; j++) {
-        store_var_t *v = list[j].var;
-        const void *data = NULL;
-        switch (list[j].part) {
-        case PART_VALUE:
-            if (v->is_step) {
-                put_le64(le, v->step);
-                data = le;
-            } else {
-                data = v->w;
-            }
-            break;
-        case PART_SLOT0: data = v->slot[0]; break;
-        case PART_SLOT1: data = v->slot[1]; break;
-        case PART_T:
-            for (size_t k = 0; k < v->nchunks; k++) put_le64(le + 8 * k, v->t[k]);
-            data = le;
-            break;
-        }
-        rc = emit(arg, list[j].name, data, (size_t)list[j].len);
-        if (rc)
-            psc_seterr(err, errlen, rc, "export stopped at tensor \"%s\": %s (%d)", list[j].name,
-                       rc < 0 ? psc_strerror(rc) : "emit failed", rc);
-    }
-    if (!rc && step && sv) *step = sv->step;
-    pthread_rwlock_unlock(&s->fence);
-    free(le);
-    tensor_list_free(list, count);
-    return rc;
-}
-
-/* Checks one fetched tensor: its size, and that int64 counters are >= 0. */
-static int tensor_check_fetched(const store_tensor_t *t, size_t len, char *err, size_t errlen)
-{
-    const store_var_t *v = t->var;
-    if (len != t->len) {
-        char sh[128];
-        shape_str(sh, sizeof sh, v->rank, v->shape);
-        return psc_seterr(err, errlen, PSC_EMISMATCH,
-                          "checkpoint tensor \"%s\" is %zu bytes, expected %" PRIu64 " (variable %s, shape %s)",
-                          t->name, len, t->len, v->name, sh);
-    }
-    const unsigned char *p = t->data;
-    if (t->part == PART_VALUE && v->is_step && get_le64(p) < 0)
-        return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint tensor \"%s\": global step %" PRId64 " is negative",
-                          t->name, get_le64(p));
-    if (t->part == PART_T)
-        for (size_t k = 0; k < v->nchunks; k++)
-            if (get_le64(p + 8 * k) < 0)
-                return psc_seterr(err, errlen, PSC_ECORRUPT,
-                                  "checkpoint tensor \"%s\": update count %" PRId64 " of chunk %zu is negative",
-                                  t->name, get_le64(p + 8 * k), k);
-    return 0;
-}
-
-int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step, char *err, size_t errlen)
-{
-    if (!fetch) return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "import without a fetch function"));
-    if (sync_step < 0)
-        return reject(s, psc_seterr(err, errlen, PSC_EINVAL, "import: sync step %" PRId64 " is negative", sync_step));
-    pthread_rwlock_rdlock(&s->lock);
-    int have_job = s->have_job;
-    psc_optim_config_t opt = s->opt;
-    store_var_t **vars = s->vars;
-    int n = s->nvars;
-    pthread_rwlock_unlock(&s->lock);
-    if (!have_job)
-        return reject(s, psc_seterr(err, errlen, PSC_ENOTFOUND, "import: no variables created (no job created yet)"));
-
-    /* Phase 1, no lock held (fetch reads the disk): everything in, everything checked. */
-    size_t count;
-    store_tensor_t *list = tensor_list_build(vars, n, &opt, &count);
-    int rc = 0, refused = 0;
-    for (size_t j = 0; j < count && !rc; j++) {
-        size_t len = 0;
-        rc = fetch(arg, list[j].name, &list[j].data, &len, err, errlen);
-        if (rc == PSC_ENOTFOUND) {
-            rc = psc_seterr(err, errlen, PSC_EMISMATCH, "checkpoint has no tensor \"%s\" (variable %s)", list[j].name,
-                            list[j].var->name);
-            refused = 1;
-        } else if (!rc) {
-            if (!list[j].data && len)
-                rc = psc_seterr(err, errlen, PSC_EINVAL, "fetch of \"%s\" gave %zu bytes but no data", list[j].name,
-                                len);
-            else
-                rc = tensor_check_fetched(&list[j], len, err, errlen);
-            refused = rc != 0;
-        }
-    }
-    if (rc) {
-        tensor_list_free(list, count);
-        return refused ? reject(s, rc) : rc;
-    }
-
-    /* Phase 2, under the exclusive fence: nothing can fail any more. */
-    pthread_rwlock_wrlock(&s->fence);
-    pthread_rwlock_rdlock(&s->lock); /* sync mode cannot change: store_set_sync holds the fence */
-    int sync_on = s->sync_on;
-    int N = s->sync.total_num_replicas;
-    pthread_rwlock_unlock(&s->lock);
-    for (size_t j = 0; j < count; j++) {
-        const store_tensor_t *t = &list[j];
-        store_var_t *v = t->var;
-        const unsigned char *p = t->data;
-        /* A variable's tensors are adjacent: one v->lock hold restores all of
-         * them, so a pull or chunk read sees the variable wholly old or new. */
-        if (j == 0 || list[j - 1].var != v) pthread_rwlock_wrlock(&v->lock);
-        switch (t->part) {
-        case PART_VALUE:
-            if (v->is_step)
-                v->step = get_le64(p);
-            else
-                memcpy(v->w, p, t->len);
-            v->version++;
-            if (sync_on && v->is_step) v->acc[0] = (sync_acc_t){.step = v->step};
-            break;
-        case PART_SLOT0: memcpy(v->slot[0], p, t->len); break;
-        case PART_SLOT1: memcpy(v->slot[1], p, t->len); break;
-        case PART_T:
-            for (size_t k = 0; k < v->nchunks; k++) v->t[k] = get_le64(p + 8 * k);
-            /* A restore may move the steps backwards: set, not sync_acc_skip_to. */
-            for (size_t k = 0; sync_on && k < v->nchunks; k++)
-                v->acc[k] = (sync_acc_t){.step = sync_step, .sum = v->acc[k].sum};
-            break;
-        }
-        if (j + 1 == count || list[j + 1].var != v) pthread_rwlock_unlock(&v->lock);
-    }
-    if (sync_on) {
-        pthread_mutex_lock(&s->presence_lock);
-        s->started = 0;
-        memset(s->last_seen, 0, (size_t)N * sizeof *s->last_seen);
-        memset(s->left, 0, (size_t)N);
-        pthread_mutex_unlock(&s->presence_lock);
-    }
-    pthread_rwlock_wrlock(&s->lock);
-    s->ready = 1;
-    pthread_rwlock_unlock(&s->lock);
-    pthread_rwlock_unlock(&s->fence);
-    tensor_list_free(list, count);
-    return 0;
-}
