@@ -347,18 +347,6 @@ char *psc_safetensors_header(const psc_export_tensor_t *tensors, int ntensors, c
 
 /* ---- talking to the PS ---- */
 
-/* The PSC_E* code of a failed call. */
-static int code_error(int code)
-{
-    switch (code) {
-    case PSC_RPC_UNAVAILABLE: return PSC_EUNAVAILABLE;
-    case PSC_RPC_DEADLINE_EXCEEDED: return PSC_ETIMEOUT;
-    case PSC_RPC_FAILED_PRECONDITION: return PSC_ENOTREADY;
-    case PSC_RPC_NOT_FOUND: return PSC_ENOTFOUND;
-    default: return PSC_ERPC;
-    }
-}
-
 typedef struct export_ctx {
     const psc_cluster_t *cluster;
     int nps;
@@ -386,12 +374,11 @@ static int status_all(export_ctx_t *x, char *err, size_t errlen)
         ops[i].hdr_len = len;
     }
     if (psc_rpc_run(ops, (size_t)P, (size_t)P, x->timeout_ms)) {
-        int bad = -1, nbad = 0;
-        for (int i = 0; i < P; i++)
-            if (ops[i].code != PSC_RPC_OK && nbad++ == 0) bad = i;
+        int bad = (int)psc_rpc_first_failure(ops, (size_t)P), nbad = 0;
+        for (int i = 0; i < P; i++) nbad += ops[i].code != PSC_RPC_OK;
         char more[64] = "";
         if (nbad > 1) snprintf(more, sizeof more, " (and %d more PS)", nbad - 1);
-        rc = psc_seterr(err, errlen, code_error(ops[bad].code), "ps %d (%s): Status failed: %s: %s%s", bad,
+        rc = psc_seterr(err, errlen, psc_rpc_code_errno(ops[bad].code), "ps %d (%s): Status failed: %s: %s%s", bad,
                         ps_addr(x, bad), psc_rpc_code_name(ops[bad].code), ops[bad].msg, more);
         goto out;
     }
@@ -477,14 +464,9 @@ static int pull_run(const export_ctx_t *x, pull_chunk_t *chunks, psc_rpc_op_t *o
 {
     int rc = 0;
     if (psc_rpc_run(ops, n, EXPORT_IN_FLIGHT, x->timeout_ms)) {
-        size_t bad = n; /* UNAVAILABLE first: it explains the others */
-        for (size_t i = 0; i < n; i++) {
-            if (ops[i].code == PSC_RPC_OK) continue;
-            if (bad == n || ops[i].code == PSC_RPC_UNAVAILABLE) bad = i;
-            if (ops[i].code == PSC_RPC_UNAVAILABLE) break;
-        }
+        size_t bad = psc_rpc_first_failure(ops, n);
         const psc_export_piece_t *p = &x->pieces[chunks[bad].piece];
-        rc = psc_seterr(err, errlen, code_error(ops[bad].code),
+        rc = psc_seterr(err, errlen, psc_rpc_code_errno(ops[bad].code),
                         "ps %d (%s): Pull of %s at byte %" PRIu64 " failed: %s: %s", p->ps, ps_addr(x, p->ps), p->name,
                         chunks[bad].offset, psc_rpc_code_name(ops[bad].code), ops[bad].msg);
     }

@@ -84,7 +84,7 @@ static int call(const cli_t *c, const char *addr, const char *method, const void
     const char *m = strrchr(method, '/');
     fprintf(stderr, "psctl: %s on %s failed: %s: %s\n", m ? m + 1 : method, addr, psc_rpc_code_name(op->code),
             op->msg);
-    int code = op->code == PSC_RPC_UNAVAILABLE || op->code == PSC_RPC_DEADLINE_EXCEEDED ? PSC_EXIT_UNAVAILABLE : 1;
+    int e = psc_rpc_code_errno(op->code), code = e == PSC_EUNAVAILABLE || e == PSC_ETIMEOUT ? PSC_EXIT_UNAVAILABLE : 1;
     psc_rpc_op_clear(op);
     return code;
 }

@@ -69,6 +69,21 @@ const char *psc_rpc_code_name(int code)
     return "UNKNOWN_CODE";
 }
 
+int psc_rpc_code_errno(int code)
+{
+    switch (code) {
+    case PSC_RPC_UNAVAILABLE: /* the server is down or restarting */
+    case PSC_RPC_CANCELLED:   /* dropped by a server shutting down (see rpc.h) */
+    case PSC_RPC_ABORTED: return PSC_EUNAVAILABLE;
+    case PSC_RPC_DEADLINE_EXCEEDED: return PSC_ETIMEOUT;
+    case PSC_RPC_FAILED_PRECONDITION: return PSC_ENOTREADY;
+    case PSC_RPC_DATA_LOSS: return PSC_ECORRUPT;
+    case PSC_RPC_NOT_FOUND: return PSC_ENOTFOUND;
+    case PSC_RPC_ALREADY_EXISTS: return PSC_EEXISTS;
+    default: return PSC_ERPC;
+    }
+}
+
 static atomic_long send_limit = PSC_MAX_MESSAGE_BYTES;
 
 void psc_rpc_set_send_limit(long bytes) { atomic_store(&send_limit, bytes); }
@@ -955,6 +970,17 @@ int psc_rpc_health_check(psc_rpc_channel_t *ch, int timeout_ms)
     }
     psc_rpc_op_clear(&op);
     return serving;
+}
+
+size_t psc_rpc_first_failure(const psc_rpc_op_t *ops, size_t n)
+{
+    size_t bad = n;
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].code == PSC_RPC_OK) continue;
+        if (psc_rpc_code_errno(ops[i].code) == PSC_EUNAVAILABLE) return i;
+        if (bad == n) bad = i;
+    }
+    return bad;
 }
 
 void psc_rpc_op_clear(psc_rpc_op_t *op)

@@ -49,6 +49,15 @@ enum psc_rpc_code {
 
 /* "OK", "INVALID_ARGUMENT", ... */
 const char *psc_rpc_code_name(int code);
+/* The PSC_E* code a caller acts on for a failed call's PSC_RPC_* status:
+ * PSC_EUNAVAILABLE (retry later) for UNAVAILABLE, ABORTED (a restore or a step
+ * boundary moved under the call) and CANCELLED: psc's clients never cancel
+ * their own calls, so a CANCELLED call was dropped by a server going down
+ * (gRPC 1.51 cancels a call whose request is still arriving when the server
+ * shuts down, with "CANCELLED", not UNAVAILABLE). PSC_ETIMEOUT for
+ * DEADLINE_EXCEEDED, PSC_ENOTREADY for FAILED_PRECONDITION, PSC_ECORRUPT for
+ * DATA_LOSS, PSC_ENOTFOUND, PSC_EEXISTS; PSC_ERPC for the rest. */
+int psc_rpc_code_errno(int code);
 
 /* ---- security: TLS and a shared token ----
  * Set once, before the first server or channel is created; every server and
@@ -185,6 +194,11 @@ int psc_rpc_call(psc_rpc_channel_t *ch, const char *method, const void *req, siz
 
 /* Health/Check of service "" on a channel: 1 SERVING, 0 NOT_SERVING/unreachable. */
 int psc_rpc_health_check(psc_rpc_channel_t *ch, int timeout_ms);
+
+/* The failed op that explains a failed run: the first whose server went away
+ * (psc_rpc_code_errno PSC_EUNAVAILABLE, which explains the others), else the
+ * first failed one; n when every op ended OK. */
+size_t psc_rpc_first_failure(const psc_rpc_op_t *ops, size_t n);
 
 /* Releases a finished op's reply buffer. */
 void psc_rpc_op_clear(psc_rpc_op_t *op);

@@ -126,7 +126,7 @@ static int call_addr(const char *addr, const char *method, const void *req, size
     psc_rpc_op_t op;
     int rc = psc_rpc_call(ch, method, req, len, timeout_ms, 0, &op);
     if (rc)
-        rc = psc_seterr(err, errlen, op.code == PSC_RPC_UNAVAILABLE ? PSC_EUNAVAILABLE : PSC_ERPC, "%s on %s: %s: %s",
+        rc = psc_seterr(err, errlen, psc_rpc_code_errno(op.code), "%s on %s: %s: %s",
                         method, addr, psc_rpc_code_name(op.code), op.msg);
     if (rc == 0 && reply)
         *reply = op;

@@ -235,34 +235,12 @@ void ps_client_set_progress(ps_client_t *pc, int64_t replica_step) { pc->replica
 int ps_client_num_ps(const ps_client_t *pc) { return pc->num_ps; }
 int ps_client_step_ps(const ps_client_t *pc) { return pc->step_ps; }
 
-/* Formats the first failed op of a run into err. */
-/* The PSC_E* code of a failed call: what the caller can do about it. */
-static int code_error(int code)
-{
-    switch (code) {
-    case PSC_RPC_UNAVAILABLE: /* the PS is down or restarting */
-    case PSC_RPC_ABORTED:     /* a restore or a step boundary moved under the call */
-        return PSC_EUNAVAILABLE;
-    case PSC_RPC_FAILED_PRECONDITION: return PSC_ENOTREADY;
-    case PSC_RPC_DEADLINE_EXCEEDED: return PSC_ETIMEOUT;
-    case PSC_RPC_DATA_LOSS: return PSC_ECORRUPT;
-    case PSC_RPC_NOT_FOUND: return PSC_ENOTFOUND;
-    case PSC_RPC_ALREADY_EXISTS: return PSC_EEXISTS;
-    default: return PSC_ERPC;
-    }
-}
-
-/* The first failed op's error; UNAVAILABLE first, since it explains the others. */
+/* The first failed op of a run, formatted into err; 0 if none failed. */
 static int op_error(const psc_rpc_op_t *ops, size_t n, const char *what, char *err, size_t errlen)
 {
-    size_t bad = n;
-    for (size_t i = 0; i < n; i++) {
-        if (ops[i].code == PSC_RPC_OK) continue;
-        if (bad == n || ops[i].code == PSC_RPC_UNAVAILABLE) bad = i;
-        if (ops[i].code == PSC_RPC_UNAVAILABLE) break;
-    }
+    size_t bad = psc_rpc_first_failure(ops, n);
     if (bad == n) return 0;
-    return psc_seterr(err, errlen, code_error(ops[bad].code), "%s on %s failed: %s: %s", what,
+    return psc_seterr(err, errlen, psc_rpc_code_errno(ops[bad].code), "%s on %s failed: %s: %s", what,
                       psc_rpc_channel_target(ops[bad].ch), psc_rpc_code_name(ops[bad].code), ops[bad].msg);
 }
 

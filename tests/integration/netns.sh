@@ -18,6 +18,8 @@
 #                                     — netem (delay + loss) where the kernel has it,
 #                                       else htb rate limit (queueing delay) + iptables
 #                                       statistic random drop; NET_IMPAIR_METHOD says which
+#   net_rate HOST KBIT                — htb rate limit only, both ways (undone by net_unimpair)
+#   net_backlog HOST                  — bytes queued in the host's outgoing direction
 NETNS_PREFIX="psct-$$"
 NETNS_SW="$NETNS_PREFIX-sw"
 NETNS_HOSTS=()
@@ -201,6 +203,24 @@ net_impair() {
     nsx "$h" "$ipt" -w -A OUTPUT -o eth0 -m statistic --mode random --probability "$p" -j DROP ||
         fail "$ipt statistic match (OUTPUT) on $h"
     NET_IMPAIR_METHOD="emulated (no netem in this kernel): htb rate ${rate} kbit/s each way (queueing delay) + $ipt statistic random drop ${loss} % each way"
+}
+
+# net_rate HOST KBIT — a slow link and nothing else: htb at KBIT kbit/s each way.
+net_rate() {
+    local h=$1 rate=$2 d
+    for d in "h:eth0" "sw:v-$h"; do
+        local dev=${d#*:} run=(nsx "$h")
+        [ "${d%%:*}" = sw ] && run=(ip netns exec "$NETNS_SW")
+        "${run[@]}" tc qdisc add dev "$dev" root handle 1: htb default 10 || fail "htb on $dev"
+        "${run[@]}" tc class add dev "$dev" parent 1: classid 1:10 htb rate "${rate}kbit" ceil "${rate}kbit" ||
+            fail "htb class on $dev"
+    done
+}
+
+# net_backlog HOST — bytes waiting in HOST's outgoing queue (its eth0 root qdisc):
+# under net_rate, non-zero while the host sends more than the link carries.
+net_backlog() {
+    nsx "$1" tc -s qdisc show dev eth0 | awk '$1 == "backlog" { sub(/b$/, "", $2); print $2 + 0; exit }'
 }
 
 net_unimpair() {
