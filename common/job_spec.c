@@ -15,6 +15,7 @@
 #include "job_spec.h"
 
 #include "psc.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <float.h>
@@ -588,6 +589,13 @@ static int parse_sections(const ctx_t *c, const json_t *root, psc_job_spec_t *s)
         return fail(c, "overlap_push_pull",
                     "needs asynchronous training: a sync replica computes each step at the step the PS are at");
 
+    static const char *const dtypes[] = {"float32", "bfloat16"}; /* indexed by PSC_ENC_* */
+    if ((rc = get_enum(c, root, "gradient_dtype", "", 0, dtypes, 2, &s->gradient_dtype))) return rc;
+    s->error_feedback = s->gradient_dtype == PSC_ENC_BFLOAT16;
+    if (json_object_get(root, "error_feedback") && s->gradient_dtype != PSC_ENC_BFLOAT16)
+        return fail(c, "error_feedback", "applies to rounded gradients only: set \"gradient_dtype\": \"bfloat16\"");
+    if ((rc = get_bool(c, root, "error_feedback", "", &s->error_feedback))) return rc;
+
     if ((rc = get_object(c, root, "placement", 0, &o))) return rc;
     if (o) {
         static const char *const keys[] = {"strategy", "min_shard_bytes", NULL};
@@ -674,7 +682,8 @@ static int parse_with(const ctx_t *c, const char *json, size_t len, psc_job_spec
                           je.column, je.text);
 
     static const char *const keys[] = {"model", "optimizer", "data", "batch_size_per_replica", "epochs", "steps",
-                                       "sync", "placement", "checkpoint", "seed", "overlap_push_pull", NULL};
+                                       "sync", "placement", "checkpoint", "seed", "overlap_push_pull", "gradient_dtype",
+                                       "error_feedback", NULL};
     psc_job_spec_t *s = out;
     snprintf(s->train_path, sizeof s->train_path, "%s", DEFAULT_TRAIN);
     snprintf(s->test_path, sizeof s->test_path, "%s", DEFAULT_TEST);

@@ -21,6 +21,13 @@
 #define PSC_BATCH_BYTES PSC_CHUNK_BYTES
 #define PSC_BATCH_MAX_ITEMS 4096
 
+/* Encodings of a pushed chunk's data (Chunk.encoding). Offsets, totals and
+ * chunk boundaries always count float32 bytes; a bfloat16 chunk's data holds
+ * half as many bytes, the upper 16 bits of each float32, rounded to nearest
+ * even (common/bf16.h). Pulls and replies are always float32. */
+#define PSC_ENC_FLOAT32 0
+#define PSC_ENC_BFLOAT16 1
+
 /* Number of chunks of a tensor of `total` bytes (0 bytes -> 1 empty chunk). */
 static inline size_t psc_chunk_count(uint64_t total)
 {

@@ -9,6 +9,7 @@
  */
 #include "service_internal.h"
 
+#include "bf16.h"
 #include "chunk.h"
 #include "log.h"
 #include "psc.h"
@@ -177,6 +178,7 @@ typedef struct chunk_in {
     int nseg;
     psc_iov_t one;     /* the segment of a gathered payload */
     uint8_t *gathered; /* the message or payload, when it had to be joined */
+    float *wide;       /* a bfloat16 payload widened to float32 (chunk_in_widen) */
 } chunk_in_t;
 
 /* Copies n bytes of the segments, from byte skip on, into dst; returns how many there were. */
@@ -256,6 +258,44 @@ static void chunk_in_free(chunk_in_t *in)
 {
     if (in->cr.c) chunk_free(&in->cr);
     free(in->gathered);
+    free(in->wide);
+}
+
+int svc_encoding_check(const Psc__Chunk *c, char *err, size_t errlen)
+{
+    if (c->encoding == PSC_ENC_FLOAT32) return 0;
+    if (c->encoding != PSC_ENC_BFLOAT16)
+        return psc_seterr(err, errlen, PSC_EINVAL, "%s: unknown encoding %u (0 float32, 1 bfloat16)", c->name,
+                          c->encoding);
+    if (c->data.len % 2 || c->data.len > PSC_CHUNK_BYTES / 2)
+        return psc_seterr(err, errlen, PSC_EINVAL,
+                          "%s: bfloat16 data of %zu bytes (must be even and at most half the %zu-byte chunk)",
+                          c->name, c->data.len, PSC_CHUNK_BYTES);
+    return 0;
+}
+
+/* Checks the chunk's encoding and widens a bfloat16 payload to float32 (into
+ * in->wide, one segment); c->data.len then counts float32 bytes, as the store
+ * expects. 0, or -1 with the failure sent on call. */
+static int chunk_in_widen(ps_service_t *svc, psc_rpc_call_t *call, chunk_in_t *in)
+{
+    Psc__Chunk *c = in->cr.c;
+    char err[512];
+    if (svc_encoding_check(c, err, sizeof err)) {
+        store_count_rejected(svc->store);
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "%s", err);
+        return -1;
+    }
+    if (c->encoding == PSC_ENC_FLOAT32) return 0;
+    size_t n = c->data.len / 2;
+    in->wide = psc_xmalloc(n ? n * sizeof(float) : 1);
+    psc_bf16_widen_iov(in->seg, in->nseg, in->wide, n);
+    in->one.base = in->wide;
+    in->one.len = n * sizeof(float);
+    in->seg = &in->one;
+    in->nseg = n ? 1 : 0;
+    c->data.len = n * sizeof(float);
+    return 0;
 }
 
 
@@ -597,6 +637,10 @@ static void h_push(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, v
     }
     Psc__Chunk *c = in.cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
+    if (chunk_in_widen(svc, call, &in)) {
+        chunk_in_free(&in);
+        return;
+    }
     int64_t version = 0;
     if (store_get_sync(svc->store, NULL)) {
         /* sync: a contribution to the chunk's step; the reply says if it was stale */
@@ -633,6 +677,10 @@ static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t l
     }
     Psc__Chunk *c = in.cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
+    if (chunk_in_widen(svc, call, &in)) {
+        chunk_in_free(&in);
+        return;
+    }
     if (c->data.len > PSC_CHUNK_BYTES || strlen(c->name) > 200) {
         store_count_rejected(svc->store);
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "chunk of %zu bytes exceeds %zu", c->data.len,

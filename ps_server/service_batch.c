@@ -23,12 +23,53 @@
  */
 #include "service_internal.h"
 
+#include "bf16.h"
 #include "psc.h"
 #include "wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The pushes of r as float32: each bfloat16 item's data is widened into one
+ * buffer (*wide, the caller frees it) and the item pointed at its part;
+ * *orig keeps the items' own data (batch_unwiden puts it back before the
+ * request is freed). 0, or a failure sent on call. */
+static int batch_widen(ps_service_t *svc, psc_rpc_call_t *call, Psc__BatchRequest *r, float **wide,
+                       ProtobufCBinaryData **orig)
+{
+    char err[512];
+    size_t floats = 0;
+    for (size_t i = 0; i < r->n_push; i++) {
+        const Psc__Chunk *c = r->push[i];
+        if (svc_encoding_check(c, err, sizeof err)) {
+            store_count_rejected(svc->store);
+            psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "batch push %zu: %s", i, err);
+            return -1;
+        }
+        if (c->encoding == PSC_ENC_BFLOAT16) floats += c->data.len / 2;
+    }
+    if (!floats) return 0;
+    *wide = psc_xmalloc(floats * sizeof(float));
+    *orig = psc_xcalloc(r->n_push, sizeof **orig);
+    size_t at = 0;
+    for (size_t i = 0; i < r->n_push; i++) {
+        Psc__Chunk *c = r->push[i];
+        (*orig)[i] = c->data;
+        if (c->encoding != PSC_ENC_BFLOAT16) continue;
+        size_t n = c->data.len / 2;
+        psc_bf16_widen_iov(&(psc_iov_t){c->data.data, c->data.len}, 1, *wide + at, n);
+        c->data.data = (uint8_t *)(*wide + at);
+        c->data.len = n * sizeof(float);
+        at += n;
+    }
+    return 0;
+}
+
+static void batch_unwiden(Psc__BatchRequest *r, const ProtobufCBinaryData *orig)
+{
+    for (size_t i = 0; orig && i < r->n_push; i++) r->push[i]->data = orig[i];
+}
 
 /* Checks every item of r; 0, or a failure sent on call. *pull_bytes: the sum of the pulls. */
 static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes)
@@ -102,7 +143,9 @@ void svc_h_batch(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg
     int64_t *versions = NULL;
     Psc__Chunk *chunks = NULL, **chunk_ptrs = NULL;
     uint8_t *data = NULL;
-    if (batch_check(svc, call, r, &pull_bytes)) goto out;
+    float *wide = NULL;
+    ProtobufCBinaryData *orig = NULL;
+    if (batch_widen(svc, call, r, &wide, &orig) || batch_check(svc, call, r, &pull_bytes)) goto out;
 
     versions = psc_xcalloc(r->n_push ? r->n_push : 1, sizeof *versions);
     for (size_t i = 0; i < r->n_push; i++) {
@@ -113,7 +156,7 @@ void svc_h_batch(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg
             psc_rpc_fail(call, svc_status_of(rc), "batch push %zu: %s", i, err);
             goto out;
         }
-        ps_metrics_add_push_bytes(svc->metrics, c->data.len);
+        ps_metrics_add_push_bytes(svc->metrics, orig ? orig[i].len : c->data.len);
     }
     rep.n_push_version = r->n_push;
     rep.push_version = versions;
@@ -165,5 +208,8 @@ out:
     free(chunks);
     free(chunk_ptrs);
     free(data);
+    batch_unwiden(r, orig);
+    free(orig);
+    free(wide);
     psc__batch_request__free_unpacked(r, NULL);
 }

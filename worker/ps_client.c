@@ -6,6 +6,7 @@
  */
 #include "ps_client.h"
 
+#include "bf16.h"
 #include "chunk.h"
 #include "log.h"
 #include "psc.h"
@@ -67,6 +68,11 @@ struct ps_client {
     int sync_r, sync_n;
     double sync_timeout;
     int64_t replica_step; /* this replica's steps, sent with every Step (ps_client_set_progress) */
+    /* bfloat16 pushes (ps_client_set_gradient_dtype) */
+    int64_t nelems;       /* floats in the slab */
+    int encoding;         /* PSC_ENC_* of pushed gradients */
+    uint16_t *wire16;     /* (nelems) the gradients as sent */
+    float *resid;         /* (nelems) rounding errors still to send; NULL without error feedback */
 };
 
 /* What one push round contributes (sync) and what came back. */
@@ -122,6 +128,7 @@ ps_client_t *ps_client_create(const psc_cluster_t *cluster, const psc_var_desc_t
             nchunks += psc_chunk_count((uint64_t)placed[p].numel * 4);
     }
     free(var_off);
+    pc->nelems = at;
     pc->chunks = psc_xcalloc(nchunks ? nchunks : 1, sizeof *pc->chunks);
     pc->ops = psc_xcalloc(nchunks + 1, sizeof *pc->ops);
     size_t k = 0;
@@ -215,8 +222,33 @@ int ps_client_batch_calls(const ps_client_t *pc, int *carries_step)
     return pc->nbatches;
 }
 
+void ps_client_set_gradient_dtype(ps_client_t *pc, int encoding, int error_feedback)
+{
+    PSC_ASSERT(encoding == PSC_ENC_FLOAT32 || encoding == PSC_ENC_BFLOAT16);
+    free(pc->wire16);
+    free(pc->resid);
+    pc->wire16 = NULL;
+    pc->resid = NULL;
+    pc->encoding = encoding;
+    if (encoding == PSC_ENC_BFLOAT16) {
+        pc->wire16 = psc_xmalloc((size_t)PSC_MAX(pc->nelems, 1) * sizeof *pc->wire16);
+        if (error_feedback) pc->resid = psc_xcalloc((size_t)PSC_MAX(pc->nelems, 1), sizeof *pc->resid);
+    }
+}
+
+/* What a push sends for the slab's byte range starting at slab_byte (a float32
+ * offset): the gradients themselves, or their bfloat16 encoding. */
+static const uint8_t *push_data(const ps_client_t *pc, const float *grads, size_t slab_byte)
+{
+    if (pc->encoding == PSC_ENC_BFLOAT16) return (const uint8_t *)pc->wire16 + slab_byte / 2;
+    return (const uint8_t *)grads + slab_byte;
+}
+static size_t push_len(const ps_client_t *pc, size_t len) { return pc->encoding == PSC_ENC_BFLOAT16 ? len / 2 : len; }
+
 void ps_client_destroy(ps_client_t *pc)
 {
+    free(pc->wire16);
+    free(pc->resid);
     if (!pc) return;
     for (int i = 0; i < pc->num_ps; i++) psc_rpc_channel_destroy(pc->ch[i]);
     free(pc->ch);
@@ -319,8 +351,9 @@ static void fill_batch_op(ps_client_t *pc, ps_batch_t *bt, psc_rpc_op_t *op, enu
             c->offset = pk->offset;
             c->total = (uint64_t)pv->numel * 4;
             c->worker = (uint32_t)pc->rank;
-            c->data.data = (uint8_t *)grads + pk->slab_byte;
-            c->data.len = pk->len;
+            c->encoding = (uint32_t)pc->encoding;
+            c->data.data = (uint8_t *)push_data(pc, grads, pk->slab_byte);
+            c->data.len = push_len(pc, pk->len);
             bt->push_p[j] = c;
         }
         if (kind != ROUND_PUSH) {
@@ -398,6 +431,8 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
                      round_t *rd, int64_t *global_step, char *err, size_t errlen)
 {
     int batching = pc->nbatches > 0 && !rd->sync && !ckpt;
+    if (kind != ROUND_PULL && pc->encoding == PSC_ENC_BFLOAT16)
+        psc_bf16_encode(grads, pc->resid, pc->wire16, (size_t)pc->nelems);
     const char *method = kind == ROUND_PULL ? PSC_M_PULL : kind == ROUND_PUSH ? PSC_M_PUSH : PSC_M_PUSH_PULL;
     size_t n = 0;
     for (size_t k = 0; k < pc->nchunks; k++) {
@@ -416,14 +451,15 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
             h.offset = pk->offset;
             h.total = (uint64_t)pv->numel * 4;
             h.worker = (uint32_t)pc->rank;
+            h.encoding = (uint32_t)pc->encoding;
             if (rd->sync) {
                 h.local_step = rd->local_step;
                 h.count = rd->count;
             }
             PSC_ASSERT(psc_chunk_header_bound(&h) <= HDR_CAP);
-            pk->hdr_len = psc_chunk_header_pack(&h, pk->len, pk->hdr);
-            op->body = (const uint8_t *)grads + pk->slab_byte;
-            op->body_len = pk->len;
+            op->body = push_data(pc, grads, pk->slab_byte);
+            op->body_len = push_len(pc, pk->len);
+            pk->hdr_len = psc_chunk_header_pack(&h, op->body_len, pk->hdr);
         }
         op->hdr = pk->hdr;
         op->hdr_len = pk->hdr_len;

@@ -73,6 +73,11 @@ size_t ps_client_batch_bytes(const ps_client_t *pc);
  * when they exceed PSC_BATCH_BYTES); *carries_step (if non-NULL): 1 when the
  * Step travels in one of them. */
 int ps_client_batch_calls(const ps_client_t *pc, int *carries_step);
+/* How pushes carry gradients: PSC_ENC_FLOAT32 (default) or PSC_ENC_BFLOAT16
+ * (half the bytes; the PS widens them back). With error_feedback, each
+ * element's rounding error is added to the next push's gradient (bf16.h).
+ * Not during a round. */
+void ps_client_set_gradient_dtype(ps_client_t *pc, int encoding, int error_feedback);
 int ps_client_num_ps(const ps_client_t *pc);
 /* This replica's step count, sent with every later Step: the global_step PS
  * keeps the largest per rank, so a restarted replica resumes where it was. */

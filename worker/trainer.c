@@ -21,6 +21,7 @@
 #include "tfevents.h"
 #include "tower.h"
 #include "towers.h"
+#include "wire.h"
 #include "worker_metrics.h"
 
 #include <stdio.h>
@@ -501,6 +502,12 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
              spec->batch_size);
     pc = ps_client_create(o->cluster, vars, nvars, placed, nplaced, rank, o->rpc_timeout_ms);
     if (o->batch_bytes >= 0) ps_client_set_batch_bytes(pc, (size_t)o->batch_bytes);
+    if (spec->gradient_dtype == PSC_ENC_BFLOAT16) {
+        ps_client_set_gradient_dtype(pc, PSC_ENC_BFLOAT16, spec->error_feedback);
+        PSC_INFO("gradients pushed as bfloat16 (half the bytes), %s", spec->error_feedback
+                                                                         ? "each rounding error carried into the next step"
+                                                                         : "without error feedback");
+    }
     if (spec->sync) {
         ps_client_set_sync(pc, spec->replicas_to_aggregate, spec->total_num_replicas, spec->sync_timeout_secs);
         PSC_INFO("sync replicas: R=%d of N=%d gradients per step (%d batch%s from this replica), timeout %.1f s",

@@ -4,7 +4,10 @@
  * Model on the PS: global_step, "w" (4, 3), "b" (3), optimizer SGD lr 0.5.
  * Batch calls: a bad item anywhere refuses the whole batch, nothing applied;
  * a sync PS refuses batch pushes; a valid batch applies exactly.
+ * bfloat16 pushes: an unknown encoding, odd or wrong lengths, NaN and
+ * infinity refused (alone and in a batch); valid ones applied exactly.
  */
+#include "bf16.h"
 #include "chunk.h"
 #include "it_util.h"
 #include "psc.pb-c.h"
@@ -30,11 +33,12 @@ static int call(const char *method, const void *req, size_t len, psc_rpc_op_t *o
     return op->code;
 }
 
-static int call_chunk(const char *method, const char *name, uint64_t offset, uint64_t total, const void *data,
-                      size_t len, psc_rpc_op_t *op)
+static int call_chunk_enc(const char *method, const char *name, uint64_t offset, uint64_t total, const void *data,
+                          size_t len, uint32_t encoding, psc_rpc_op_t *op)
 {
     Psc__Chunk c = PSC__CHUNK__INIT;
     c.name = (char *)name;
+    c.encoding = encoding;
     c.offset = offset;
     c.total = total;
     c.data.data = (uint8_t *)data;
@@ -45,6 +49,12 @@ static int call_chunk(const char *method, const char *name, uint64_t offset, uin
     int code = call(method, buf, n, op);
     free(buf);
     return code;
+}
+
+static int call_chunk(const char *method, const char *name, uint64_t offset, uint64_t total, const void *data,
+                      size_t len, psc_rpc_op_t *op)
+{
+    return call_chunk_enc(method, name, offset, total, data, len, PSC_ENC_FLOAT32, op);
 }
 
 static int create(int64_t w_rows, psc_rpc_op_t *op)
@@ -257,9 +267,10 @@ static void test_second_create_different_shapes(void **state)
 
 typedef struct batch_item {
     const char *name;
-    const float *g; /* push: the gradient; NULL: a pull of len bytes */
+    const void *g; /* push: the gradient; NULL: a pull of len bytes */
     size_t len;
     int64_t min_step;
+    uint32_t encoding; /* push: PSC_ENC_* (g holds bfloat16 values for PSC_ENC_BFLOAT16) */
 } batch_item_t;
 
 /* One Batch call of the items (pushes and pulls) and, with has_step, a Step
@@ -273,7 +284,8 @@ static int call_batch(const batch_item_t *items, size_t n, int has_step, int64_t
         if (items[i].g) {
             psc__chunk__init(&push[np]);
             push[np].name = (char *)items[i].name;
-            push[np].total = items[i].len;
+            push[np].encoding = items[i].encoding;
+            push[np].total = items[i].encoding == PSC_ENC_BFLOAT16 ? 2 * items[i].len : items[i].len;
             push[np].data.data = (uint8_t *)items[i].g;
             push[np].data.len = items[i].len;
             pp[np] = &push[np];
@@ -317,37 +329,37 @@ static void test_batch_bad_items(void **state)
     int64_t step0 = global_step_now();
     psc_rpc_op_t op;
     /* a good push, then a non-finite one: the first is not applied either */
-    batch_item_t a[] = {{"b", gb, sizeof gb, 0}, {"w", gw_nan, sizeof gw_nan, 0}};
+    batch_item_t a[] = {{"b", gb, sizeof gb, 0, 0}, {"w", gw_nan, sizeof gw_nan, 0, 0}};
     assert_int_equal(call_batch(a, 2, 1, 1, &op), PSC_RPC_INVALID_ARGUMENT);
     assert_msg(&op, "batch push 1");
     assert_msg(&op, "non-finite");
     psc_rpc_op_clear(&op);
     /* a good push and an unknown pull */
-    batch_item_t b[] = {{"b", gb, sizeof gb, 0}, {"dense/kernal", NULL, 12, 0}};
+    batch_item_t b[] = {{"b", gb, sizeof gb, 0, 0}, {"dense/kernal", NULL, 12, 0, 0}};
     assert_int_equal(call_batch(b, 2, 0, 0, &op), PSC_RPC_NOT_FOUND);
     assert_msg(&op, "batch pull 0");
     assert_msg(&op, "dense/kernal");
     psc_rpc_op_clear(&op);
     /* a pull past the variable's end, a pull that waits for a step */
-    batch_item_t c[] = {{"b", gb, sizeof gb, 0}, {"b", NULL, 16, 0}};
+    batch_item_t c[] = {{"b", gb, sizeof gb, 0, 0}, {"b", NULL, 16, 0, 0}};
     assert_int_equal(call_batch(c, 2, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
     psc_rpc_op_clear(&op);
-    batch_item_t d[] = {{"w", gw, sizeof gw, 0}, {"b", NULL, 12, 5}};
+    batch_item_t d[] = {{"w", gw, sizeof gw, 0, 0}, {"b", NULL, 12, 5, 0}};
     assert_int_equal(call_batch(d, 2, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
     assert_msg(&op, "min_step");
     psc_rpc_op_clear(&op);
     /* a negative step increment: the pushes before it are not applied */
-    batch_item_t e[] = {{"b", gb, sizeof gb, 0}};
+    batch_item_t e[] = {{"b", gb, sizeof gb, 0, 0}};
     assert_int_equal(call_batch(e, 1, 1, -1, &op), PSC_RPC_INVALID_ARGUMENT);
     assert_msg(&op, "batch step");
     psc_rpc_op_clear(&op);
     /* a push of global_step, a gradient of the wrong size */
     int64_t one = 1;
-    batch_item_t f[] = {{"b", gb, sizeof gb, 0}, {"global_step", (const float *)&one, 8, 0}};
+    batch_item_t f[] = {{"b", gb, sizeof gb, 0, 0}, {"global_step", (const float *)&one, 8, 0, 0}};
     assert_int_equal(call_batch(f, 2, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
     assert_msg(&op, "use Step");
     psc_rpc_op_clear(&op);
-    batch_item_t g[] = {{"w", gw, 8 * 4, 0}};
+    batch_item_t g[] = {{"w", gw, 8 * 4, 0, 0}};
     assert_int_equal(call_batch(g, 1, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
     psc_rpc_op_clear(&op);
     /* bytes that do not parse, and a batch over the item limit */
@@ -415,11 +427,11 @@ static void test_batch_sync_ps(void **state)
     assert_int_equal(call(PSC_M_READY, buf, psc__ready_request__pack(&rr, buf), &op), PSC_RPC_OK);
     psc_rpc_op_clear(&op);
     float g[3] = {1, 1, 1};
-    batch_item_t push[] = {{"b", g, sizeof g, 0}};
+    batch_item_t push[] = {{"b", g, sizeof g, 0, 0}};
     assert_int_equal(call_batch(push, 1, 0, 0, &op), PSC_RPC_FAILED_PRECONDITION);
     assert_msg(&op, "asynchronous");
     psc_rpc_op_clear(&op);
-    batch_item_t pull_b[] = {{"b", NULL, 12, 0}};
+    batch_item_t pull_b[] = {{"b", NULL, 12, 0, 0}};
     assert_int_equal(call_batch(pull_b, 1, 1, 0, &op), PSC_RPC_OK);
     Psc__BatchReply *rep = psc__batch_reply__unpack(NULL, op.reply_len, op.reply);
     assert_non_null(rep);
@@ -455,8 +467,8 @@ static void test_batch_valid(void **state)
     for (int i = 0; i < 12; i++) gw[i] = (float)i * 0.125f;
     int64_t step0 = global_step_now();
     /* b pushed twice: both applied, in order */
-    batch_item_t items[] = {{"w", gw, sizeof gw, 0}, {"b", gb, sizeof gb, 0}, {"b", gb, sizeof gb, 0},
-                            {"b", NULL, sizeof b, 0}, {"w", NULL, sizeof w, 0}};
+    batch_item_t items[] = {{"w", gw, sizeof gw, 0, 0}, {"b", gb, sizeof gb, 0, 0}, {"b", gb, sizeof gb, 0, 0},
+                            {"b", NULL, sizeof b, 0, 0}, {"w", NULL, sizeof w, 0, 0}};
     psc_rpc_op_t op;
     assert_int_equal(call_batch(items, 5, 1, 1, &op), PSC_RPC_OK);
     Psc__BatchReply *rep = psc__batch_reply__unpack(NULL, op.reply_len, op.reply);
@@ -480,6 +492,74 @@ static void test_batch_valid(void **state)
     assert_true(global_step_now() == step0 + 1);
 }
 
+/* bfloat16 pushes (Chunk.encoding 1): the data holds half the bytes, total
+ * and offset still count float32 bytes; the PS widens them exactly. */
+static void test_bfloat16_pushes(void **state)
+{
+    (void)state;
+    psc_rpc_op_t op;
+    float g[3] = {1, 1, 1}, w_before[12], b_before[3];
+    assert_int_equal(pull("w", sizeof w_before, w_before), PSC_RPC_OK);
+    assert_int_equal(pull("b", sizeof b_before, b_before), PSC_RPC_OK);
+    /* an encoding nobody knows */
+    assert_int_equal(call_chunk_enc(PSC_M_PUSH, "b", 0, 12, g, sizeof g, 7, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "unknown encoding 7");
+    psc_rpc_op_clear(&op);
+    /* odd bytes, too few values, more than half a chunk */
+    uint16_t h[3] = {0x3f80, 0xbf80, 0x4000}; /* 1, -1, 2 */
+    assert_int_equal(call_chunk_enc(PSC_M_PUSH, "b", 0, 12, h, 5, 1, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "bfloat16 data of 5 bytes");
+    psc_rpc_op_clear(&op);
+    assert_int_equal(call_chunk_enc(PSC_M_PUSH_PULL, "b", 0, 12, h, 4, 1, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "b");
+    psc_rpc_op_clear(&op);
+    size_t big = PSC_CHUNK_BYTES / 2 + 2;
+    uint8_t *zeros = calloc(1, big);
+    assert_int_equal(call_chunk_enc(PSC_M_PUSH, "w", 0, 48, zeros, big, 1, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "at most half");
+    psc_rpc_op_clear(&op);
+    free(zeros);
+    /* a NaN and an infinity in bfloat16 are refused like float32 ones */
+    uint16_t bad[3] = {0x3f80, 0x7fc0, 0x3f80};
+    assert_int_equal(call_chunk_enc(PSC_M_PUSH, "b", 0, 12, bad, sizeof bad, 1, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "non-finite");
+    psc_rpc_op_clear(&op);
+    bad[1] = 0xff80;
+    assert_int_equal(call_chunk_enc(PSC_M_PUSH_PULL, "b", 0, 12, bad, sizeof bad, 1, &op), PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    /* in a batch: the whole batch refused, the item named */
+    batch_item_t items[] = {{"b", g, sizeof g, 0, 0}, {"b", bad, sizeof bad, 0, PSC_ENC_BFLOAT16}};
+    assert_int_equal(call_batch(items, 2, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "batch push 1");
+    psc_rpc_op_clear(&op);
+    items[1].encoding = 3;
+    assert_int_equal(call_batch(items, 2, 0, 0, &op), PSC_RPC_INVALID_ARGUMENT);
+    assert_msg(&op, "unknown encoding 3");
+    psc_rpc_op_clear(&op);
+    float w[12], b[3], want[3];
+    assert_int_equal(pull("w", sizeof w, w), PSC_RPC_OK);
+    assert_int_equal(pull("b", sizeof b, b), PSC_RPC_OK);
+    assert_memory_equal(w, w_before, sizeof w);
+    assert_memory_equal(b, b_before, sizeof b);
+
+    /* valid: applied exactly as the float32 values they stand for (SGD, lr 0.5) */
+    assert_int_equal(call_chunk_enc(PSC_M_PUSH_PULL, "b", 0, 12, h, sizeof h, 1, &op), PSC_RPC_OK);
+    Psc__Chunk *c = psc__chunk__unpack(NULL, op.reply_len, op.reply);
+    assert_non_null(c);
+    assert_int_equal(c->data.len, 12); /* the reply: float32 values */
+    want[0] = b[0] - 0.5f * 1.0f, want[1] = b[1] - 0.5f * -1.0f, want[2] = b[2] - 0.5f * 2.0f;
+    assert_memory_equal(c->data.data, want, sizeof want);
+    psc__chunk__free_unpacked(c, NULL);
+    psc_rpc_op_clear(&op);
+    items[1].g = h;
+    items[1].encoding = PSC_ENC_BFLOAT16;
+    assert_int_equal(call_batch(items, 2, 0, 0, &op), PSC_RPC_OK);
+    psc_rpc_op_clear(&op);
+    assert_int_equal(pull("b", sizeof b, b), PSC_RPC_OK);
+    for (int i = 0; i < 3; i++) want[i] = (want[i] - 0.5f * g[i]) - 0.5f * psc_bf16_to_float(h[i]);
+    assert_memory_equal(b, want, sizeof want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -494,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_batch_sync_ps),
         cmocka_unit_test(test_valid_push_after_bad_ones),
         cmocka_unit_test(test_batch_valid),
+        cmocka_unit_test(test_bfloat16_pushes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,7 +8,13 @@
  * with a call per chunk. The weights must be bit-identical after every round,
  * and global_step equal. (A sync PS's refusal of batch pushes and its batch
  * pulls: test_bad_input.)
+ * bfloat16 pushes (gradient_dtype) change the bytes, never the arithmetic: the
+ * same rounds with gradients sent as bfloat16 with error feedback, batched and
+ * per chunk, give bit-identical weights to float32 pushes of the gradients
+ * rounded here the same way (bf16.h, with a residual of our own), and differ
+ * from the unrounded run.
  */
+#include "bf16.h"
 #include "it_util.h"
 #include "placement.h"
 #include "ps_client.h"
@@ -101,12 +107,20 @@ static void release_all(void)
 
 #define ROUNDS 6
 
+/* How a run sends its gradients. */
+enum grads { AS_FLOAT32, AS_BF16, PREROUNDED };
+
 /* Runs the rounds with batching on or off; snapshots[r] gets the weights
- * after round r, steps[r] global_step. */
-static void run(size_t batch_bytes, float *snap, int64_t *steps)
+ * after round r, steps[r] global_step. AS_BF16: pushes carry bfloat16 with
+ * error feedback; PREROUNDED: float32 pushes of the gradients rounded here as
+ * AS_BF16 rounds them. */
+static void run(size_t batch_bytes, enum grads how, float *snap, int64_t *steps)
 {
     ps_client_t *pc = ps_client_create(&cl, vars, NVARS, placed, nplaced, 0, 30000);
     ps_client_set_batch_bytes(pc, batch_bytes);
+    if (how == AS_BF16) ps_client_set_gradient_dtype(pc, PSC_ENC_BFLOAT16, 1);
+    float *resid = calloc((size_t)nparams, 4);
+    uint16_t *h = malloc((size_t)nparams * 2);
     int carries = 0;
     int calls = ps_client_batch_calls(pc, &carries);
     if (batch_bytes) {
@@ -127,6 +141,10 @@ static void run(size_t batch_bytes, float *snap, int64_t *steps)
     assert_true(origin.initialized);
     for (int r = 0; r < ROUNDS; r++) {
         for (int64_t i = 0; i < nparams; i++) g[i] = (float)psc_rng_uniform(&rng) * 2.0f - 1.0f;
+        if (how == PREROUNDED) {
+            psc_bf16_encode(g, resid, h, (size_t)nparams);
+            for (int64_t i = 0; i < nparams; i++) g[i] = psc_bf16_to_float(h[i]);
+        }
         int64_t gs = -1;
         int rc;
         if (r % 3 == 0) {
@@ -144,7 +162,19 @@ static void run(size_t batch_bytes, float *snap, int64_t *steps)
     }
     free(w);
     free(g);
+    free(resid);
+    free(h);
     ps_client_destroy(pc);
+}
+
+static void assert_same_runs(const float *a, const int64_t *sa, const float *b, const int64_t *sb, const char *what)
+{
+    for (int r = 0; r < ROUNDS; r++) {
+        if (memcmp(a + (size_t)r * (size_t)nparams, b + (size_t)r * (size_t)nparams, (size_t)nparams * 4))
+            fail_msg("weights after round %d differ: %s", r, what);
+        if (sa[r] != sb[r])
+            fail_msg("global_step after round %d: %lld and %lld: %s", r, (long long)sa[r], (long long)sb[r], what);
+    }
 }
 
 static void test_batched_equals_per_chunk(void **state)
@@ -153,16 +183,11 @@ static void test_batched_equals_per_chunk(void **state)
     size_t n = (size_t)nparams * ROUNDS;
     float *a = malloc(n * 4), *b = malloc(n * 4);
     int64_t sa[ROUNDS], sb[ROUNDS];
-    run(PSC_BATCH_TENSOR_BYTES, a, sa);
+    run(PSC_BATCH_TENSOR_BYTES, AS_FLOAT32, a, sa);
     release_all();
-    run(0, b, sb);
+    run(0, AS_FLOAT32, b, sb);
     release_all();
-    for (int r = 0; r < ROUNDS; r++) {
-        if (memcmp(a + (size_t)r * (size_t)nparams, b + (size_t)r * (size_t)nparams, (size_t)nparams * 4))
-            fail_msg("weights after round %d differ between batched and per-chunk calls", r);
-        if (sa[r] != sb[r]) fail_msg("global_step after round %d: %lld batched, %lld per chunk", r, (long long)sa[r],
-                                     (long long)sb[r]);
-    }
+    assert_same_runs(a, sa, b, sb, "batched and per-chunk calls");
     /* the rounds added 1, 2 (push, then the pull reads it), 0, ... */
     assert_true(sa[ROUNDS - 1] == 2 * (1 + 2 + 0));
     /* and they trained: the weights moved from round to round */
@@ -171,10 +196,33 @@ static void test_batched_equals_per_chunk(void **state)
     free(b);
 }
 
+static void test_bfloat16_pushes(void **state)
+{
+    (void)state;
+    size_t n = (size_t)nparams * ROUNDS;
+    float *want = malloc(n * 4), *got = malloc(n * 4), *plain = malloc(n * 4);
+    int64_t sw[ROUNDS], sg[ROUNDS], sp[ROUNDS];
+    run(0, PREROUNDED, want, sw);
+    release_all();
+    run(PSC_BATCH_TENSOR_BYTES, AS_BF16, got, sg);
+    release_all();
+    assert_same_runs(want, sw, got, sg, "bfloat16 pushes (batched) and float32 pushes of the same rounding");
+    run(0, AS_BF16, got, sg);
+    release_all();
+    assert_same_runs(want, sw, got, sg, "bfloat16 pushes (per chunk) and float32 pushes of the same rounding");
+    run(0, AS_FLOAT32, plain, sp);
+    release_all();
+    assert_true(memcmp(plain + n - (size_t)nparams, got + n - (size_t)nparams, (size_t)nparams * 4) != 0);
+    free(want);
+    free(got);
+    free(plain);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_per_chunk),
+        cmocka_unit_test(test_bfloat16_pushes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,7 +4,8 @@
 # 1. equivalence: 2 workers with R = N = 2, batch 32 each, SGD, data in file
 #    order, give after 12 steps the same variables as 1 worker with batch 64 over
 #    the same examples (max |diff| <= 1e-5): the defining property of synchronous
-#    data parallelism;
+#    data parallelism; the 2-worker run again with gradients pushed as bfloat16
+#    ends within 1e-3 of it, and not equal (the rounding is real);
 # 2. backup workers: 3 workers, R = 2, worker 2 slowed by --debug_step_delay_ms (4x the others):
 #    the fast two finish long before it, its replies and the PS counters show
 #    stale gradients, and the accuracy is comparable to R = N = 2;
@@ -68,6 +69,20 @@ echo "equivalence: global_step $gs1 (1 worker, batch 64) vs $gs2 (2 sync workers
 [ "$gs1" = 12 ] && [ "$gs2" = 12 ] || fail "global_step should be 12 in both runs"
 awk -v d="$(echo "$d" | awk '{print $2}')" 'BEGIN { exit !(d <= 1e-5) }' || fail "variables differ: $d"
 save_logs two
+# the same sync run with gradients pushed as bfloat16: the PS sums and applies
+# what arrives, so the variables move off the float32 run's by the rounding
+# (relative 2^-9 of each gradient), no more
+spec "$TMP/two16.json" 32 ', "steps": 12, "gradient_dtype": "bfloat16", "sync": {"replicas_to_aggregate": 2, "total_num_replicas": 2, "timeout_secs": 60}' 1280 false 1
+run_cluster 2 2 "$TMP/two16.json"
+for i in 0 1; do wait_exit "${WP[i]}" 120; [ "$EXIT_CODE" = 0 ] || fail "bfloat16 sync worker $i exited $EXIT_CODE"; done
+gs3=$("$BIN/psc_dump" "$TMP/two16.json" "$CLUSTER" "$TMP/two16.bin") || fail "dump of the bfloat16 sync run failed"
+for p in "${PSP[@]}"; do kill "$p"; wait_exit "$p" 30; done
+d16=$("$BIN/psc_dump" --diff "$TMP/two.bin" "$TMP/two16.bin")
+echo "bfloat16 gradients, sync: global_step $gs3; against float32 gradients: $d16"
+[ "$gs3" = 12 ] || fail "global_step should be 12 with bfloat16 gradients"
+awk -v d="$(echo "$d16" | awk '{print $2}')" 'BEGIN { exit !(d > 0 && d <= 1e-3) }' ||
+    fail "bfloat16 gradients: variables should differ from the float32 run's by the rounding only: $d16"
+save_logs two16
 ALL_FLAGS=()
 
 # ---- 2. backup workers ----

@@ -9,6 +9,7 @@
  */
 #include "job_spec.h"
 #include "psc.h"
+#include "wire.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -398,6 +399,37 @@ static void test_overlap_push_pull(void **state)
                  "overlap_push_pull: needs asynchronous training");
 }
 
+/* gradient_dtype / error_feedback: how pushes carry gradients; worker-side, not in the job id. */
+static void test_gradient_dtype(void **state)
+{
+    (void)state;
+    char buf[1024];
+    psc_job_spec_t s;
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"seed\": 1"), &s);
+    assert_int_equal(s.gradient_dtype, PSC_ENC_FLOAT32);
+    assert_int_equal(s.error_feedback, 0);
+    char id[sizeof s.job_id];
+    memcpy(id, s.job_id, sizeof id);
+    psc_job_spec_deinit(&s);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"seed\": 1, \"gradient_dtype\": \"bfloat16\""), &s);
+    assert_int_equal(s.gradient_dtype, PSC_ENC_BFLOAT16);
+    assert_int_equal(s.error_feedback, 1); /* on by default with bfloat16 */
+    assert_string_equal(s.job_id, id);
+    psc_job_spec_deinit(&s);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"gradient_dtype\": \"bfloat16\", \"error_feedback\": false"), &s);
+    assert_int_equal(s.error_feedback, 0);
+    psc_job_spec_deinit(&s);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"gradient_dtype\": \"float32\""), &s);
+    assert_int_equal(s.gradient_dtype, PSC_ENC_FLOAT32);
+    psc_job_spec_deinit(&s);
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"gradient_dtype\": \"float16\""), "gradient_dtype");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"gradient_dtype\": \"float16\""), "bfloat16");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"error_feedback\": true"),
+                 "error_feedback: applies to rounded gradients only");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"gradient_dtype\": \"bfloat16\", \"error_feedback\": 1"),
+                 "error_feedback: expected true or false");
+}
+
 static void test_wrong_types_and_ranges(void **state)
 {
     (void)state;
@@ -701,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_wrong_types_and_ranges),
         cmocka_unit_test(test_overlap_push_pull),
+        cmocka_unit_test(test_gradient_dtype),
         cmocka_unit_test(test_missing_and_bad_values),
         cmocka_unit_test(test_json_syntax),
         cmocka_unit_test(test_job_id),
