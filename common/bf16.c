@@ -10,25 +10,57 @@ static inline uint32_t bits_of(float f)
     return u;
 }
 
-uint16_t psc_bf16_from_float(float f)
+/* Branch-free, so that the loops below vectorize: the rounded value, or for a
+ * NaN its upper half with a mantissa bit set (a NaN whose payload sat in the
+ * low half would otherwise truncate to infinity). */
+static inline uint16_t round_bits(uint32_t u)
 {
-    uint32_t u = bits_of(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN: keep it quiet and a NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                 /* nearest, ties to even */
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* nearest, ties to even */
+    uint32_t nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
+
+uint16_t psc_bf16_from_float(float f) { return round_bits(bits_of(f)); }
+
+/* The encode loops, compiled twice (as optim.c's kernels): for the baseline
+ * ISA and for AVX2, picked at run time. */
+#define ENCODE_LOOPS(suffix, attr)                                                                                   \
+    attr static void encode_plain_##suffix(const float *restrict g, uint16_t *restrict out, size_t n)               \
+    {                                                                                                                \
+        for (size_t i = 0; i < n; i++) out[i] = round_bits(bits_of(g[i]));                                           \
+    }                                                                                                                \
+    attr static void encode_ef_##suffix(const float *restrict g, float *restrict resid, uint16_t *restrict out,      \
+                                        size_t n)                                                                    \
+    {                                                                                                                \
+        for (size_t i = 0; i < n; i++) {                                                                             \
+            float v = g[i] + resid[i];                                                                               \
+            uint16_t h = round_bits(bits_of(v));                                                                     \
+            out[i] = h;                                                                                              \
+            resid[i] = v - psc_bf16_to_float(h);                                                                     \
+        }                                                                                                            \
+    }
+
+ENCODE_LOOPS(base, )
+#if defined(__x86_64__) && defined(__GNUC__)
+ENCODE_LOOPS(avx2, __attribute__((target("avx2"))))
+#define BF16_AVX2 1
+#endif
 
 void psc_bf16_encode(const float *g, float *resid, uint16_t *out, size_t n)
 {
-    if (!resid) {
-        for (size_t i = 0; i < n; i++) out[i] = psc_bf16_from_float(g[i]);
+#ifdef BF16_AVX2
+    if (__builtin_cpu_supports("avx2")) {
+        if (resid)
+            encode_ef_avx2(g, resid, out, n);
+        else
+            encode_plain_avx2(g, out, n);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        float v = g[i] + resid[i];
-        uint16_t h = psc_bf16_from_float(v);
-        out[i] = h;
-        resid[i] = v - psc_bf16_to_float(h);
-    }
+#endif
+    if (resid)
+        encode_ef_base(g, resid, out, n);
+    else
+        encode_plain_base(g, out, n);
 }
 
 static void widen_run(const uint8_t *restrict in, float *restrict out, size_t n)

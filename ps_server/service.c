@@ -178,8 +178,25 @@ typedef struct chunk_in {
     int nseg;
     psc_iov_t one;     /* the segment of a gathered payload */
     uint8_t *gathered; /* the message or payload, when it had to be joined */
-    float *wide;       /* a bfloat16 payload widened to float32 (chunk_in_widen) */
 } chunk_in_t;
+
+/* Where a server thread widens bfloat16 chunks: one chunk's worth, kept for
+ * the thread's life (a malloc of 2 MiB per chunk would map and fault in fresh
+ * pages every time, since psc_tune_malloc returns big blocks to the kernel). */
+static pthread_key_t widen_key;
+static pthread_once_t widen_once = PTHREAD_ONCE_INIT;
+static void widen_key_make(void) { PSC_ASSERT(pthread_key_create(&widen_key, free) == 0); }
+
+static float *widen_buffer(void)
+{
+    pthread_once(&widen_once, widen_key_make);
+    float *b = pthread_getspecific(widen_key);
+    if (!b) {
+        b = psc_xmalloc(PSC_CHUNK_BYTES);
+        PSC_ASSERT(pthread_setspecific(widen_key, b) == 0);
+    }
+    return b;
+}
 
 /* Copies n bytes of the segments, from byte skip on, into dst; returns how many there were. */
 static size_t iov_gather(const psc_iov_t *iov, int niov, size_t skip, uint8_t *dst, size_t n)
@@ -258,7 +275,6 @@ static void chunk_in_free(chunk_in_t *in)
 {
     if (in->cr.c) chunk_free(&in->cr);
     free(in->gathered);
-    free(in->wide);
 }
 
 int svc_encoding_check(const Psc__Chunk *c, char *err, size_t errlen)
@@ -275,8 +291,9 @@ int svc_encoding_check(const Psc__Chunk *c, char *err, size_t errlen)
 }
 
 /* Checks the chunk's encoding and widens a bfloat16 payload to float32 (into
- * in->wide, one segment); c->data.len then counts float32 bytes, as the store
- * expects. 0, or -1 with the failure sent on call. */
+ * the thread's widen_buffer, valid until the handler returns, as one segment);
+ * c->data.len then counts float32 bytes, as the store expects. 0, or -1 with
+ * the failure sent on call. */
 static int chunk_in_widen(ps_service_t *svc, psc_rpc_call_t *call, chunk_in_t *in)
 {
     Psc__Chunk *c = in->cr.c;
@@ -287,10 +304,10 @@ static int chunk_in_widen(ps_service_t *svc, psc_rpc_call_t *call, chunk_in_t *i
         return -1;
     }
     if (c->encoding == PSC_ENC_FLOAT32) return 0;
-    size_t n = c->data.len / 2;
-    in->wide = psc_xmalloc(n ? n * sizeof(float) : 1);
-    psc_bf16_widen_iov(in->seg, in->nseg, in->wide, n);
-    in->one.base = in->wide;
+    size_t n = c->data.len / 2; /* at most a chunk (svc_encoding_check) */
+    float *wide = widen_buffer();
+    psc_bf16_widen_iov(in->seg, in->nseg, wide, n);
+    in->one.base = wide;
     in->one.len = n * sizeof(float);
     in->seg = &in->one;
     in->nseg = n ? 1 : 0;

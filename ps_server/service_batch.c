@@ -17,6 +17,9 @@
  * Restore can make an item fail (it replaces the model anyway); the call then
  * fails with that item's error, the items before it applied.
  *
+ * bfloat16 pushes (Chunk.encoding) are widened to float32 first, into one
+ * buffer for the batch, and checked and applied as float32 ones.
+ *
  * Sync replicas keep their per-chunk calls (a sync reply waits for its step,
  * chunk by chunk): a sync PS refuses a Batch with pushes or a step
  * contribution (FAILED_PRECONDITION) and serves pulls and step reads.

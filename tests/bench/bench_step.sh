@@ -12,6 +12,8 @@
 #       step computes) and --blas_threads 1;
 #   (b'') as (b') with --batch_tensor_bytes 0: every tensor its own call
 #       (what Batch calls save);
+#   (b16) as (b') with "gradient_dtype": "bfloat16" (pushes carry half the
+#       bytes, with error feedback);
 #   (c) 1 ps_server + 2 workers, each with half the steps: the sum of both
 #       workers' examples/s.
 # Prints (b)/(a) (the cost of the PS round trip and the input pipeline per step,
@@ -99,10 +101,12 @@ train() {
 
 printf 'bench_step: examples/s of the demo jobs; (a) tower alone (bench_step_tower), (b) 1 ps + 1 worker,\n'
 printf "(b') 1 ps + 1 worker with overlap_push_pull and --blas_threads 1, (b'') the same without Batch calls,\n"
+printf "(b16) as (b') with gradients pushed as bfloat16,\n"
 printf "(c) 1 ps + 2 workers (sum); (a) is the mean of a run before and one after the others (both shown)\n"
 printf 'each run ~%s s on 127.0.0.1; peak RSS (VmHWM) of ps_server and worker\n' "$secs"
-printf '%-5s %5s %17s %9s %7s %10s %8s %10s %9s %9s %7s %8s %10s\n' model batch "(a) tower (runs)" "(b) 1w" \
-    "(b)/(a)" "(b') tuned" "(b')/(a)" "(b'') no-B" "(b'')/(a)" "(c) 2w" "(c)/(a)" "ps MiB" "worker MiB"
+printf '%-5s %5s %17s %9s %7s %10s %8s %10s %9s %9s %9s %9s %7s %8s %10s\n' model batch "(a) tower (runs)" "(b) 1w" \
+    "(b)/(a)" "(b') tuned" "(b')/(a)" "(b'') no-B" "(b'')/(a)" "(b16)" "(b16)/(a)" "(c) 2w" "(c)/(a)" "ps MiB" \
+    "worker MiB"
 for job in ${BENCH_STEP_JOBS:-mlp cnn}; do
     src="$here/deploy/jobs/$job.json"
     tower() {
@@ -120,18 +124,21 @@ for job in ${BENCH_STEP_JOBS:-mlp cnn}; do
     spec_for "$src" "$work/$job-1.json" "$steps"
     spec_for "$src" "$work/$job-2.json" $((steps / 2))
     spec_for "$src" "$work/$job-1o.json" "$steps" '"overlap_push_pull": true, '
+    spec_for "$src" "$work/$job-1h.json" "$steps" '"overlap_push_pull": true, "gradient_dtype": "bfloat16", '
     train "$work/$job-1.json" 1 >"$work/res1"
     train "$work/$job-1o.json" 1 --blas_threads 1 >"$work/res1o"
     train "$work/$job-1o.json" 1 --blas_threads 1 --batch_tensor_bytes 0 >"$work/res1n"
+    train "$work/$job-1h.json" 1 --blas_threads 1 >"$work/res1h"
     train "$work/$job-2.json" 2 >"$work/res2"
     a2=$(tower | sed -n 's/.*batch \([0-9]*\) on .* \([0-9]*\) examples\/s$/\2/p')
     a=$(((a1 + a2) / 2))
     read -r b ps1 w1 <"$work/res1"
     read -r bo _ _ <"$work/res1o"
     read -r bn _ _ <"$work/res1n"
+    read -r bh _ _ <"$work/res1h"
     read -r c ps2 w2 <"$work/res2"
     r() { awk -v x="$1" -v y="$a" 'BEGIN {printf "%.2f", x / y}'; }
-    printf '%-5s %5s %17s %9s %7s %10s %8s %10s %9s %9s %7s %8s %10s\n' "$job" "$batch" "$a ($a1/$a2)" "$b" "$(r "$b")" \
-        "$bo" "$(r "$bo")" "$bn" "$(r "$bn")" "$c" "$(r "$c")" "$ps1/$ps2" "$w1/$w2"
+    printf '%-5s %5s %17s %9s %7s %10s %8s %10s %9s %9s %9s %9s %7s %8s %10s\n' "$job" "$batch" "$a ($a1/$a2)" "$b" \
+        "$(r "$b")" "$bo" "$(r "$bo")" "$bn" "$(r "$bn")" "$bh" "$(r "$bh")" "$c" "$(r "$c")" "$ps1/$ps2" "$w1/$w2"
 done
 printf '(ps and worker MiB: with 1 worker / with 2 workers; steps per run = %s s at the rate of (a))\n' "$secs"

@@ -346,6 +346,7 @@ int main(int argc, char **argv)
     static const char *names[] = {"4 KiB", "1 MiB", "16 MiB", "64 MiB"};
     row_t rows[4];
     double lat_ratio[ROUNDS], lat_us[ROUNDS], rtt_us[ROUNDS];
+    double push16[4][ROUNDS]; /* pushes of bfloat16 gradients: MB/s of the float32 tensor */
     for (int i = 0; i < 4; i++) {
         /* a ps_server holds one job's model, so each size gets a fresh one */
         it_proc_t ps;
@@ -358,6 +359,9 @@ int main(int argc, char **argv)
             rows[i].op[0][k] = psc_mbps(&m, OP_PUSH, i == 0 ? &lat_us[k] : NULL);
             rows[i].op[1][k] = psc_mbps(&m, OP_PULL, NULL);
             rows[i].op[2][k] = psc_mbps(&m, OP_PUSH_PULL, NULL);
+            ps_client_set_gradient_dtype(m.pc, PSC_ENC_BFLOAT16, 1);
+            push16[i][k] = psc_mbps(&m, OP_PUSH, NULL) / rows[i].raw[k];
+            ps_client_set_gradient_dtype(m.pc, PSC_ENC_FLOAT32, 0);
             if (i == 0) lat_ratio[k] = lat_us[k] / rtt_us[k];
         }
         model_close(&m);
@@ -423,6 +427,8 @@ int main(int argc, char **argv)
            "a pull of the tensor, counting the bytes of both; push-pull = one fused round, both directions\n");
     printf("%-8s %14s %14s %14s %14s\n", "tensor", "push", "pull", "push+pull", "push-pull");
     for (int i = 0; i < 4; i++) print_row(names[i], &rows[i]);
+    printf("push of bfloat16 gradients (gradient_dtype), float32 tensor bytes a second against raw TCP:");
+    for (int i = 0; i < 4; i++) printf(" %s %.2f%s", names[i], median3(push16[i]), i < 3 ? "," : "\n");
     printf("4 KiB push p50 = %.2f x a raw TCP 16-byte round trip (median of rounds: %.0f us against %.0f us)\n",
            median3(lat_ratio), median3(lat_us), median3(rtt_us));
     printf("4 KiB tensors pushed per second, %d clients with a call in flight each: one tensor a call %.0f/s; "

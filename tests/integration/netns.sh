@@ -207,13 +207,16 @@ net_impair() {
 
 # net_rate HOST KBIT — a slow link and nothing else: htb at KBIT kbit/s each way.
 net_rate() {
-    local h=$1 rate=$2 d
+    local h=$1 rate=$2 d q
+    # htb's quantum (bytes a class may send per round) defaults to rate / 10 and
+    # must stay within 1,514..200,000 bytes
+    q=$((rate * 1000 / 8 / 10)); [ $q -gt 200000 ] && q=200000; [ $q -lt 1514 ] && q=1514
     for d in "h:eth0" "sw:v-$h"; do
         local dev=${d#*:} run=(nsx "$h")
         [ "${d%%:*}" = sw ] && run=(ip netns exec "$NETNS_SW")
         "${run[@]}" tc qdisc add dev "$dev" root handle 1: htb default 10 || fail "htb on $dev"
-        "${run[@]}" tc class add dev "$dev" parent 1: classid 1:10 htb rate "${rate}kbit" ceil "${rate}kbit" ||
-            fail "htb class on $dev"
+        "${run[@]}" tc class add dev "$dev" parent 1: classid 1:10 htb rate "${rate}kbit" ceil "${rate}kbit" \
+            quantum "$q" || fail "htb class on $dev"
     done
 }
 
