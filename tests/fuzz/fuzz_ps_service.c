@@ -12,8 +12,9 @@
  *
  * PSC_FUZZ_VERBOSE=1 prints each call's status code.
  * PSC_FUZZ_WRITE_SEEDS=DIR: instead of fuzzing, writes the seed inputs (a
- * model created, assigned, made ready, then pushed, pulled, stepped, batched; a sync
- * model; a bad request between good ones) to DIR and exits. */
+ * model created, assigned, made ready, then pushed (float32 and bfloat16),
+ * pulled, stepped, batched; a sync model; a bad request between good ones) to
+ * DIR and exits. */
 #include "psc.h"
 #include "psc.pb-c.h"
 #include "rpc.h"
@@ -212,6 +213,26 @@ static void seed_chunk(const char *path, const char *name, uint64_t offset, uint
     SEED(path, psc__chunk, &c);
 }
 
+/* A push of the same gradient as bfloat16 (Chunk.encoding 1: half the bytes). */
+static void seed_chunk_bf16(const char *path, const char *name, const float *g, size_t n, int64_t local_step)
+{
+    uint16_t h[64];
+    if (n > 64) abort();
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &g[i], 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+    Psc__Chunk c = PSC__CHUNK__INIT;
+    c.name = (char *)name;
+    c.total = n * 4;
+    c.local_step = local_step;
+    c.encoding = PSC_ENC_BFLOAT16;
+    c.data.data = (uint8_t *)h;
+    c.data.len = n * 2;
+    SEED(path, psc__chunk, &c);
+}
+
 static void seed_model(int sync)
 {
     Psc__OptimizerSpec o = PSC__OPTIMIZER_SPEC__INIT;
@@ -249,6 +270,7 @@ static void seed_model(int sync)
     SEED(PSC_M_READY, psc__ready_request, &rr);
     seed_chunk(PSC_M_PUSH, "dense/kernel", 0, sizeof g, g, sizeof g, 0);
     seed_chunk(PSC_M_PUSH_PULL, "dense/kernel", 0, sizeof g, g, sizeof g, 1);
+    seed_chunk_bf16(PSC_M_PUSH_PULL, "dense/kernel", g, 64, 2);
     Psc__PullRequest pr = PSC__PULL_REQUEST__INIT;
     pr.name = (char *)"dense/kernel";
     pr.length = 128;
@@ -264,14 +286,19 @@ static void seed_model(int sync)
     bc.total = sizeof g;
     bc.data.data = (uint8_t *)g;
     bc.data.len = sizeof g;
-    Psc__Chunk *bcs[1] = {&bc};
+    Psc__Chunk bc16 = bc, *bcs[2] = {&bc, &bc16};
+    uint16_t h16[64];
+    for (int i = 0; i < 64; i++) h16[i] = 0x3f80; /* 1.0 */
+    bc16.encoding = PSC_ENC_BFLOAT16;
+    bc16.data.data = (uint8_t *)h16;
+    bc16.data.len = sizeof h16;
     Psc__PullRequest bp = PSC__PULL_REQUEST__INIT, *bps[1] = {&bp};
     bp.name = (char *)"dense/kernel";
     bp.length = sizeof g;
     Psc__StepRequest bst = PSC__STEP_REQUEST__INIT;
     bst.increment = sync ? 0 : 1;
     Psc__BatchRequest br = PSC__BATCH_REQUEST__INIT;
-    br.n_push = sync ? 0 : 1;
+    br.n_push = sync ? 0 : 2;
     br.push = bcs;
     br.n_pull = 1;
     br.pull = bps;
