@@ -56,15 +56,15 @@ size_t svc_reply_header_bound(const char *name);
 void svc_send_chunk_reply_sync(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
                                uint64_t total, int64_t version, size_t len, int64_t step, int stale);
 
-/* A Step that is not a sync contribution (an asynchronous increment, or a read
- * with increment 0). check: refuses a negative increment, or an increment on a
- * sync PS. add: records the sender's replica_step, checks, adds; the new value
- * in *value. */
 /* A pushed chunk's encoding and data length (wire.h's PSC_ENC_*): 0, or
  * PSC_EINVAL with err naming the problem. A bfloat16 chunk's widened length is
  * c->data.len * 2, which the store then checks like any other. */
 int svc_encoding_check(const Psc__Chunk *c, char *err, size_t errlen);
 
+/* A Step that is not a sync contribution (an asynchronous increment, or a read
+ * with increment 0). check: refuses a negative increment, or an increment on a
+ * sync PS. add: records the sender's replica_step, checks, adds; the new value
+ * in *value. */
 int svc_step_check(ps_service_t *svc, const Psc__StepRequest *r, char *err, size_t errlen);
 int svc_step_add(ps_service_t *svc, const Psc__StepRequest *r, int64_t *value, char *err, size_t errlen);
 

@@ -247,9 +247,9 @@ static size_t push_len(const ps_client_t *pc, size_t len) { return pc->encoding 
 
 void ps_client_destroy(ps_client_t *pc)
 {
+    if (!pc) return;
     free(pc->wire16);
     free(pc->resid);
-    if (!pc) return;
     for (int i = 0; i < pc->num_ps; i++) psc_rpc_channel_destroy(pc->ch[i]);
     free(pc->ch);
     free(pc->placed);

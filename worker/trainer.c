@@ -504,9 +504,8 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     if (o->batch_bytes >= 0) ps_client_set_batch_bytes(pc, (size_t)o->batch_bytes);
     if (spec->gradient_dtype == PSC_ENC_BFLOAT16) {
         ps_client_set_gradient_dtype(pc, PSC_ENC_BFLOAT16, spec->error_feedback);
-        PSC_INFO("gradients pushed as bfloat16 (half the bytes), %s", spec->error_feedback
-                                                                         ? "each rounding error carried into the next step"
-                                                                         : "without error feedback");
+        const char *ef = spec->error_feedback ? "each rounding error carried into the next step" : "no error feedback";
+        PSC_INFO("gradients pushed as bfloat16 (half the bytes), %s", ef);
     }
     if (spec->sync) {
         ps_client_set_sync(pc, spec->replicas_to_aggregate, spec->total_num_replicas, spec->sync_timeout_secs);

@@ -60,10 +60,17 @@ wait_exit "${WP[0]}" 120; [ "$EXIT_CODE" = 0 ] || fail "single worker exited $EX
 gs1=$("$BIN/psc_dump" "$TMP/one.json" "$CLUSTER" "$TMP/one.bin") || fail "dump of the single-worker run failed"
 kill "${PSP[0]}"; wait_exit "${PSP[0]}" 30
 save_logs one
-run_cluster 2 2 "$TMP/two.json"
-for i in 0 1; do wait_exit "${WP[i]}" 120; [ "$EXIT_CODE" = 0 ] || fail "sync worker $i exited $EXIT_CODE"; done
-gs2=$("$BIN/psc_dump" "$TMP/two.json" "$CLUSTER" "$TMP/two.bin") || fail "dump of the sync run failed"
-for p in "${PSP[@]}"; do kill "$p"; wait_exit "$p" 30; done
+# sync_run NAME — 2 ps + 2 sync workers train $TMP/NAME.json to the end; the
+# variables go to $TMP/NAME.bin, global_step to GS
+sync_run() {
+    local i p
+    run_cluster 2 2 "$TMP/$1.json"
+    for i in 0 1; do wait_exit "${WP[i]}" 120; [ "$EXIT_CODE" = 0 ] || fail "$1: sync worker $i exited $EXIT_CODE"; done
+    GS=$("$BIN/psc_dump" "$TMP/$1.json" "$CLUSTER" "$TMP/$1.bin") || fail "dump of the $1 run failed"
+    for p in "${PSP[@]}"; do kill "$p"; wait_exit "$p" 30; done
+}
+sync_run two
+gs2=$GS
 d=$("$BIN/psc_dump" --diff "$TMP/one.bin" "$TMP/two.bin")
 echo "equivalence: global_step $gs1 (1 worker, batch 64) vs $gs2 (2 sync workers, batch 32 each); $d"
 [ "$gs1" = 12 ] && [ "$gs2" = 12 ] || fail "global_step should be 12 in both runs"
@@ -73,10 +80,8 @@ save_logs two
 # what arrives, so the variables move off the float32 run's by the rounding
 # (relative 2^-9 of each gradient), no more
 spec "$TMP/two16.json" 32 ', "steps": 12, "gradient_dtype": "bfloat16", "sync": {"replicas_to_aggregate": 2, "total_num_replicas": 2, "timeout_secs": 60}' 1280 false 1
-run_cluster 2 2 "$TMP/two16.json"
-for i in 0 1; do wait_exit "${WP[i]}" 120; [ "$EXIT_CODE" = 0 ] || fail "bfloat16 sync worker $i exited $EXIT_CODE"; done
-gs3=$("$BIN/psc_dump" "$TMP/two16.json" "$CLUSTER" "$TMP/two16.bin") || fail "dump of the bfloat16 sync run failed"
-for p in "${PSP[@]}"; do kill "$p"; wait_exit "$p" 30; done
+sync_run two16
+gs3=$GS
 d16=$("$BIN/psc_dump" --diff "$TMP/two.bin" "$TMP/two16.bin")
 echo "bfloat16 gradients, sync: global_step $gs3; against float32 gradients: $d16"
 [ "$gs3" = 12 ] || fail "global_step should be 12 with bfloat16 gradients"
