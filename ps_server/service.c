@@ -1,5 +1,7 @@
 /* service.c — psc.ParameterServer handlers (see service.h): the data path,
- * sync parking and the life cycle; checkpoints and Release are in service_ckpt.c.
+ * sync parking and the life cycle; checkpoints and Release are in service_ckpt.c,
+ * Batch in service_batch.c, decoding Chunk requests (and widening bfloat16 ones)
+ * in service_chunk.c.
  *
  * Every handler follows one shape: unpack (protobuf-c), validate, call the store,
  * pack the reply, free the unpacked message in the same function. Tensor replies
@@ -9,7 +11,6 @@
  */
 #include "service_internal.h"
 
-#include "bf16.h"
 #include "chunk.h"
 #include "log.h"
 #include "psc.h"
@@ -133,189 +134,6 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     psc__create_request__free_unpacked(r, NULL);
 }
 
-/* A decoded Chunk request. Its data points into the request (no copy) when
- * data is the last field, as psc senders write it; any other valid encoding is
- * unpacked by protobuf-c with a copy. */
-typedef struct chunk_req {
-    Psc__Chunk *c;
-    int borrowed; /* c->data points into the request */
-} chunk_req_t;
-
-static int chunk_decode(const uint8_t *req, size_t len, chunk_req_t *out)
-{
-    const uint8_t *data;
-    size_t dlen;
-    out->borrowed = 0;
-    if (psc_chunk_decode(req, len, len, &out->c, &data, &dlen) == 0) {
-        out->c->data.data = (uint8_t *)data;
-        out->c->data.len = dlen;
-        out->borrowed = 1;
-        return 0;
-    }
-    out->c = psc__chunk__unpack(NULL, len, req);
-    return out->c ? 0 : -1;
-}
-
-static void chunk_free(chunk_req_t *r)
-{
-    if (r->borrowed) {
-        r->c->data.data = NULL;
-        r->c->data.len = 0;
-    }
-    psc__chunk__free_unpacked(r->c, NULL);
-}
-
-/* A Chunk request as gRPC's slices hold it (an _iov handler's request): the
- * header decoded from the first bytes, the payload as the segments where it
- * arrived (seg/nseg), read in place. c->data.len is the payload's length,
- * c->data.data NULL unless the payload was gathered. A message psc senders do
- * not write (data not last, a header over CHUNK_HEAD bytes) is gathered into
- * one buffer and decoded as chunk_decode does. */
-#define CHUNK_HEAD 512
-typedef struct chunk_in {
-    chunk_req_t cr;
-    psc_iov_t *seg;
-    int nseg;
-    psc_iov_t one;     /* the segment of a gathered payload */
-    uint8_t *gathered; /* the message or payload, when it had to be joined */
-} chunk_in_t;
-
-/* Where a server thread widens bfloat16 chunks: one chunk's worth, kept for
- * the thread's life (a malloc of 2 MiB per chunk would map and fault in fresh
- * pages every time, since psc_tune_malloc returns big blocks to the kernel). */
-static pthread_key_t widen_key;
-static pthread_once_t widen_once = PTHREAD_ONCE_INIT;
-static void widen_key_make(void) { PSC_ASSERT(pthread_key_create(&widen_key, free) == 0); }
-
-static float *widen_buffer(void)
-{
-    pthread_once(&widen_once, widen_key_make);
-    float *b = pthread_getspecific(widen_key);
-    if (!b) {
-        b = psc_xmalloc(PSC_CHUNK_BYTES);
-        PSC_ASSERT(pthread_setspecific(widen_key, b) == 0);
-    }
-    return b;
-}
-
-/* Copies n bytes of the segments, from byte skip on, into dst; returns how many there were. */
-static size_t iov_gather(const psc_iov_t *iov, int niov, size_t skip, uint8_t *dst, size_t n)
-{
-    size_t got = 0;
-    for (int i = 0; i < niov && got < n; i++) {
-        size_t len = iov[i].len;
-        const uint8_t *p = iov[i].base;
-        if (skip >= len) {
-            skip -= len;
-            continue;
-        }
-        p += skip;
-        len -= skip;
-        skip = 0;
-        size_t k = PSC_MIN(len, n - got);
-        memcpy(dst + got, p, k);
-        got += k;
-    }
-    return got;
-}
-
-/* 0, or -1 when the request does not parse (free `in` either way). */
-static int chunk_in_decode(psc_iov_t *iov, int niov, size_t len, chunk_in_t *in)
-{
-    memset(in, 0, sizeof *in);
-    uint8_t head[CHUNK_HEAD];
-    size_t avail = iov_gather(iov, niov, 0, head, PSC_MIN(len, sizeof head));
-    size_t off, dlen;
-    if (psc_chunk_decode_prefix(head, avail, len, &in->cr.c, &off, &dlen) == 0) {
-        /* the payload: the segments from byte off on, the first one trimmed */
-        int i = 0;
-        size_t skip = off;
-        while (i < niov && skip >= iov[i].len) skip -= iov[i++].len;
-        if (i < niov) {
-            iov[i].base = (const uint8_t *)iov[i].base + skip;
-            iov[i].len -= skip;
-        }
-        in->seg = iov + i;
-        in->nseg = niov - i;
-        in->cr.c->data.len = dlen;
-        in->cr.borrowed = 1;
-        return 0;
-    }
-    in->gathered = psc_xmalloc(len ? len : 1);
-    iov_gather(iov, niov, 0, in->gathered, len);
-    if (chunk_decode(in->gathered, len, &in->cr)) {
-        in->cr.c = NULL;
-        return -1;
-    }
-    in->one.base = in->cr.c->data.data;
-    in->one.len = in->cr.c->data.len;
-    in->seg = &in->one;
-    in->nseg = in->one.len ? 1 : 0;
-    return 0;
-}
-
-/* The payload in one buffer (the sync paths take it so): a pointer into the
- * request when it is one segment, else a copy kept in in->gathered. */
-static const void *chunk_in_data(chunk_in_t *in)
-{
-    if (in->nseg <= 1) return in->nseg ? in->seg[0].base : NULL;
-    size_t len = in->cr.c->data.len;
-    uint8_t *buf = psc_xmalloc(len);
-    iov_gather(in->seg, in->nseg, 0, buf, len);
-    free(in->gathered);
-    in->gathered = buf;
-    in->one.base = buf;
-    in->one.len = len;
-    in->seg = &in->one;
-    in->nseg = 1;
-    return buf;
-}
-
-static void chunk_in_free(chunk_in_t *in)
-{
-    if (in->cr.c) chunk_free(&in->cr);
-    free(in->gathered);
-}
-
-int svc_encoding_check(const Psc__Chunk *c, char *err, size_t errlen)
-{
-    if (c->encoding == PSC_ENC_FLOAT32) return 0;
-    if (c->encoding != PSC_ENC_BFLOAT16)
-        return psc_seterr(err, errlen, PSC_EINVAL, "%s: unknown encoding %u (0 float32, 1 bfloat16)", c->name,
-                          c->encoding);
-    if (c->data.len % 2 || c->data.len > PSC_CHUNK_BYTES / 2)
-        return psc_seterr(err, errlen, PSC_EINVAL,
-                          "%s: bfloat16 data of %zu bytes (must be even and at most half the %zu-byte chunk)",
-                          c->name, c->data.len, PSC_CHUNK_BYTES);
-    return 0;
-}
-
-/* Checks the chunk's encoding and widens a bfloat16 payload to float32 (into
- * the thread's widen_buffer, valid until the handler returns, as one segment);
- * c->data.len then counts float32 bytes, as the store expects. 0, or -1 with
- * the failure sent on call. */
-static int chunk_in_widen(ps_service_t *svc, psc_rpc_call_t *call, chunk_in_t *in)
-{
-    Psc__Chunk *c = in->cr.c;
-    char err[512];
-    if (svc_encoding_check(c, err, sizeof err)) {
-        store_count_rejected(svc->store);
-        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "%s", err);
-        return -1;
-    }
-    if (c->encoding == PSC_ENC_FLOAT32) return 0;
-    size_t n = c->data.len / 2; /* at most a chunk (svc_encoding_check) */
-    float *wide = widen_buffer();
-    psc_bf16_widen_iov(in->seg, in->nseg, wide, n);
-    in->one.base = wide;
-    in->one.len = n * sizeof(float);
-    in->seg = &in->one;
-    in->nseg = n ? 1 : 0;
-    c->data.len = n * sizeof(float);
-    return 0;
-}
-
-
 static void reply_push(psc_rpc_call_t *call, int64_t version, int stale)
 {
     Psc__PushReply rep = PSC__PUSH_REPLY__INIT;
@@ -331,14 +149,14 @@ static void h_assign(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     ps_service_t *svc = arg;
     char err[512];
     chunk_req_t cr;
-    if (chunk_decode(req, len, &cr)) return svc_fail_undecodable(svc, call, "Chunk", len);
+    if (svc_chunk_decode(req, len, &cr)) return svc_fail_undecodable(svc, call, "Chunk", len);
     Psc__Chunk *c = cr.c;
     int rc = store_assign(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, err, sizeof err);
     if (rc != 0)
         psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     else
         reply_push(call, 0, 0);
-    chunk_free(&cr);
+    svc_chunk_free(&cr);
 }
 
 static void h_ready(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
@@ -648,21 +466,21 @@ static void h_push(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, v
     ps_service_t *svc = arg;
     char err[512];
     chunk_in_t in;
-    if (chunk_in_decode(iov, niov, len, &in)) {
-        chunk_in_free(&in);
+    if (svc_chunk_in_decode(iov, niov, len, &in)) {
+        svc_chunk_in_free(&in);
         return svc_fail_undecodable(svc, call, "Chunk", len);
     }
     Psc__Chunk *c = in.cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
-    if (chunk_in_widen(svc, call, &in)) {
-        chunk_in_free(&in);
+    if (svc_chunk_in_widen(svc, call, &in)) {
+        svc_chunk_in_free(&in);
         return;
     }
     int64_t version = 0;
     if (store_get_sync(svc->store, NULL)) {
         /* sync: a contribution to the chunk's step; the reply says if it was stale */
         store_sync_result_t res;
-        int rc = store_push_sync(svc->store, c->name, c->offset, chunk_in_data(&in), c->data.len, c->total,
+        int rc = store_push_sync(svc->store, c->name, c->offset, svc_chunk_in_data(&in), c->data.len, c->total,
                                  c->local_step, c->count ? c->count : 1, c->worker, psc_now(), NULL, &res, err,
                                  sizeof err);
         if (rc != 0) {
@@ -671,7 +489,7 @@ static void h_push(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, v
             reply_push(call, res.version, res.stale);
             if (res.applied || res.lag_applied) wake_parked(svc, PARK_CHUNK, c->name, c->offset);
         }
-        chunk_in_free(&in);
+        svc_chunk_in_free(&in);
         return;
     }
     int rc = store_push_iov(svc->store, c->name, c->offset, in.seg, in.nseg, c->data.len, c->total, NULL, &version,
@@ -680,7 +498,7 @@ static void h_push(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, v
         psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     else
         reply_push(call, version, 0);
-    chunk_in_free(&in);
+    svc_chunk_in_free(&in);
 }
 
 static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
@@ -688,21 +506,21 @@ static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t l
     ps_service_t *svc = arg;
     char err[512];
     chunk_in_t in;
-    if (chunk_in_decode(iov, niov, len, &in)) {
-        chunk_in_free(&in);
+    if (svc_chunk_in_decode(iov, niov, len, &in)) {
+        svc_chunk_in_free(&in);
         return svc_fail_undecodable(svc, call, "Chunk", len);
     }
     Psc__Chunk *c = in.cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
-    if (chunk_in_widen(svc, call, &in)) {
-        chunk_in_free(&in);
+    if (svc_chunk_in_widen(svc, call, &in)) {
+        svc_chunk_in_free(&in);
         return;
     }
     if (c->data.len > PSC_CHUNK_BYTES || strlen(c->name) > 200) {
         store_count_rejected(svc->store);
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "chunk of %zu bytes exceeds %zu", c->data.len,
                      PSC_CHUNK_BYTES);
-        chunk_in_free(&in);
+        svc_chunk_in_free(&in);
         return;
     }
     size_t bound = svc_reply_header_bound(c->name);
@@ -711,7 +529,7 @@ static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t l
     if (store_get_sync(svc->store, NULL)) {
         /* sync: contribute, then answer with the values of the next step once it is applied */
         store_sync_result_t res;
-        int rc = store_push_sync(svc->store, c->name, c->offset, chunk_in_data(&in), c->data.len, c->total,
+        int rc = store_push_sync(svc->store, c->name, c->offset, svc_chunk_in_data(&in), c->data.len, c->total,
                                  c->local_step, c->count ? c->count : 1, c->worker, psc_now(), buf + bound, &res, err,
                                  sizeof err);
         if (rc != 0) {
@@ -735,7 +553,7 @@ static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t l
             p->worker = c->worker;
             park(svc, p);
         }
-        chunk_in_free(&in);
+        svc_chunk_in_free(&in);
         return;
     }
     int rc = store_push_iov(svc->store, c->name, c->offset, in.seg, in.nseg, c->data.len, c->total, buf + bound,
@@ -745,7 +563,7 @@ static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t l
         psc_rpc_fail(call, svc_status_of(rc), "%s", err);
     else
         send_chunk_reply(call, buf, bound, c->name, c->offset, c->total, version, c->data.len);
-    chunk_in_free(&in);
+    svc_chunk_in_free(&in);
 }
 
 /* The replica's own step count, kept for its resumption after a restart. */

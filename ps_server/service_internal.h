@@ -56,10 +56,48 @@ size_t svc_reply_header_bound(const char *name);
 void svc_send_chunk_reply_sync(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
                                uint64_t total, int64_t version, size_t len, int64_t step, int stale);
 
+/* ---- Chunk requests (service_chunk.c) ---- */
+
+/* A decoded Chunk request. Its data points into the request (no copy) when
+ * data is the last field, as psc senders write it; any other valid encoding is
+ * unpacked by protobuf-c with a copy. */
+typedef struct chunk_req {
+    Psc__Chunk *c;
+    int borrowed; /* c->data points into the request */
+} chunk_req_t;
+/* 0, or -1 when req does not parse. */
+int svc_chunk_decode(const uint8_t *req, size_t len, chunk_req_t *out);
+void svc_chunk_free(chunk_req_t *r);
+
+/* A Chunk request as gRPC's slices hold it (an _iov handler's request): the
+ * header decoded from the first bytes, the payload as the segments where it
+ * arrived (seg/nseg), read in place. c->data.len is the payload's length,
+ * c->data.data NULL unless the payload was gathered. A message psc senders do
+ * not write (data not last, a header over 512 bytes) is gathered into one
+ * buffer and decoded as svc_chunk_decode does. */
+typedef struct chunk_in {
+    chunk_req_t cr;
+    psc_iov_t *seg;
+    int nseg;
+    psc_iov_t one;     /* the segment of a gathered payload */
+    uint8_t *gathered; /* the message or payload, when it had to be joined */
+} chunk_in_t;
+/* 0, or -1 when the request does not parse (free `in` either way). The handler
+ * may trim iov's entries; the bytes are gRPC's. */
+int svc_chunk_in_decode(psc_iov_t *iov, int niov, size_t len, chunk_in_t *in);
+/* The payload in one buffer (the sync paths take it so): a pointer into the
+ * request when it is one segment, else a copy kept in in->gathered. */
+const void *svc_chunk_in_data(chunk_in_t *in);
+void svc_chunk_in_free(chunk_in_t *in);
 /* A pushed chunk's encoding and data length (wire.h's PSC_ENC_*): 0, or
  * PSC_EINVAL with err naming the problem. A bfloat16 chunk's widened length is
  * c->data.len * 2, which the store then checks like any other. */
 int svc_encoding_check(const Psc__Chunk *c, char *err, size_t errlen);
+/* Checks the chunk's encoding and widens a bfloat16 payload to float32 (into a
+ * per-thread buffer, valid until the handler returns, as one segment);
+ * c->data.len then counts float32 bytes, as the store expects. 0, or -1 with
+ * the failure sent on call. */
+int svc_chunk_in_widen(ps_service_t *svc, psc_rpc_call_t *call, chunk_in_t *in);
 
 /* A Step that is not a sync contribution (an asynchronous increment, or a read
  * with increment 0). check: refuses a negative increment, or an increment on a
