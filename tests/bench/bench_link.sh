@@ -15,8 +15,8 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 export PSC_BIN=$(cd "${1:-${PSC_BIN:-$here/build}}" && pwd)
 source "$here/tests/integration/lib.sh"
 source "$here/tests/integration/netns.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "bench_link: SKIP: no dataset-fashion-mnist"; FAILED=0; exit 77; }
-command -v tc >/dev/null 2>&1 || { echo "bench_link: SKIP: no tc (iproute2)"; FAILED=0; exit 77; }
+require_dataset
+netns_require_tc
 netns_require
 mbit=${BENCH_LINK_MBIT:-1000} steps=${BENCH_LINK_STEPS:-400}
 for h in ps0 w0; do netns_host "$h"; done

@@ -28,6 +28,12 @@ trap cleanup EXIT
 # a CI excerpt of the output's end still names it
 fail() { FAIL_MSG="$*"; echo "FAIL: $*" >&2; exit 1; }
 pass() { FAILED=0; echo "PASS: $*"; }
+skip() { echo "SKIP: $*"; FAILED=0; exit 77; }
+
+# require_dataset — skips (77) where Fashion-MNIST is not installed.
+require_dataset() {
+    [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
+}
 
 # cluster NPS NWORKERS — picks ports, sets CLUSTER (JSON) and PS_ADDR / WORKER_ADDR arrays.
 cluster() {

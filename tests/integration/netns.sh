@@ -27,7 +27,10 @@ declare -A NETNS_IP=()
 NETNS_NEXT_IP=2
 NETNS_MADE=0
 
-_netns_skip() { echo "SKIP: $*"; FAILED=0; exit 77; }
+_netns_skip() { skip "$@"; }
+
+# netns_require_tc — skips (77) without tc, which the link impairments need.
+netns_require_tc() { command -v tc >/dev/null 2>&1 || _netns_skip "no tc (Debian package iproute2)"; }
 
 netns_cleanup() {
     local h

@@ -11,7 +11,7 @@
 # 3. a 9 MiB request (over the 8 MiB limit) gets RESOURCE_EXHAUSTED from the
 #    server; the PS is still up, and its resident memory is printed.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 
 cat >"$TMP/job.json" <<'JSON'
 {"model": {"input_shape": [28, 28, 1],

@@ -20,7 +20,7 @@
 # 5. PS killed during a save: the save never commits and the previous
 #    checkpoint is the one restored.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 
 # spec FILE EPOCHS EXTRA — a small MLP with Adam (slots to save), checkpoints every 40 steps, keep 3.
 spec() { small_spec "$1" "$2" 11 ', "placement": {"strategy": "round_robin", "min_shard_bytes": 40000},

@@ -8,7 +8,7 @@
 # evaluates within 10 s of worker 1's end instead of waiting out
 # --wait_workers_secs (30 s here; before the fix it did).
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 cat >"$TMP/job.json" <<JSON
 {"model": {"input_shape": [28, 28, 1],
            "layers": [{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"},

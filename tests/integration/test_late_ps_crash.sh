@@ -8,7 +8,7 @@
 # without the model and restores the latest checkpoint on every PS; worker 1
 # rides the outage out; both exit 0.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 small_spec "$TMP/job.json" 1 5 ', "placement": {"strategy": "round_robin", "min_shard_bytes": 40000},
  "checkpoint": {"every_steps": 50, "keep": 5}'
 cluster 2 2

@@ -17,7 +17,7 @@
 #    with a one-line message naming the address.
 # No curl needed: the scrapes go through bash's /dev/tcp.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 PROMTOOL=/opt/psc/promtool
 [ -x "$PROMTOOL" ] || fail "$PROMTOOL not found: run deploy/setup.sh (it installs promtool, which this test needs)"
 

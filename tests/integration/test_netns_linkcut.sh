@@ -21,7 +21,7 @@
 #    (never more: no update applied twice); accuracy >= 0.70.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/netns.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 netns_require
 T_START=$(date +%s)
 for h in ps0 ps1 w0 w1; do netns_host "$h"; done

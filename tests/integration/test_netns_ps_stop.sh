@@ -16,8 +16,8 @@
 # worker stops on SIGTERM with 143 and no "training failed".
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/netns.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
-command -v tc >/dev/null 2>&1 || { echo "SKIP: no tc (Debian package iproute2)"; FAILED=0; exit 77; }
+require_dataset
+netns_require_tc
 netns_require
 T_START=$(date +%s)
 for h in ps0 w0; do netns_host "$h"; done

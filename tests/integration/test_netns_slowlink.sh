@@ -21,13 +21,13 @@
 # promptly.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/netns.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
-command -v tc >/dev/null 2>&1 || { echo "SKIP: no tc (Debian package iproute2)"; FAILED=0; exit 77; }
+require_dataset
+netns_require_tc
 netns_require
 T_START=$(date +%s)
 for h in ps0 w0 w1 w2; do netns_host "$h"; done
 if ! netns_has_netem && ! _netns_iptables w2 >/dev/null; then
-    echo "SKIP: no netem qdisc in this kernel and no working iptables (Debian package iptables) to drop packets"; FAILED=0; exit 77
+    skip "no netem qdisc in this kernel and no working iptables (Debian package iptables) to drop packets"
 fi
 ns_cluster "ps0" "w0 w1 w2"
 

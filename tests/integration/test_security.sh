@@ -14,8 +14,8 @@
 #    and an export of the variables is byte-identical to the one before;
 # 4. the token appears in no log and no output of any program.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
-command -v openssl >/dev/null || { echo "SKIP: openssl not installed"; FAILED=0; exit 77; }
+require_dataset
+command -v openssl >/dev/null || skip "openssl not installed"
 
 # ---- certificates: a CA, a node certificate for 127.0.0.1/localhost, a rogue CA ----
 P=$TMP/pki; mkdir -p "$P"

@@ -26,7 +26,7 @@
 #   test images: a smaller test set adds its own noise to the comparison).
 # It prints the faults, the recoveries seen and the global steps rolled back.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 T_START=$(date +%s)
 # PSC_SOAK_KEEP=DIR: copy every log there at the end (to study a replayed schedule)
 [ -n "${PSC_SOAK_KEEP:-}" ] && trap 'mkdir -p "$PSC_SOAK_KEEP"; cp "$TMP"/*.log* "$TMP"/*.out* "$PSC_SOAK_KEEP"/ 2>/dev/null; cleanup' EXIT

@@ -17,7 +17,7 @@
 #    accuracy equal to the printed one; `psctl eval` of job 1's weights equals
 #    job 1's own evaluation.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 
 spec() { small_spec "$1" "$2" "$3" ', "placement": {"min_shard_bytes": 40000}'"${4:-}"; } # spec FILE EPOCHS SEED [EXTRA]
 spec "$TMP/a.json" 1 1 ', "checkpoint": {"every_steps": 30}'

@@ -9,8 +9,8 @@
 # checkpoint dir. The chief retries, restores the latest checkpoint on every
 # PS, and every process exits 0. Needs gdb and ps_server's symbol h_create.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
-command -v gdb >/dev/null 2>&1 || { echo "SKIP: needs gdb"; FAILED=0; exit 77; }
+require_dataset
+command -v gdb >/dev/null 2>&1 || skip "needs gdb"
 small_spec "$TMP/job.json" 2 5 ', "placement": {"strategy": "round_robin", "min_shard_bytes": 40000},
  "checkpoint": {"every_steps": 25, "keep": 5}'
 cluster 2 2

@@ -13,7 +13,7 @@
 #    of silence it no longer counts, a step needs 1 gradient, the other finishes,
 #    the chief stops waiting for the dead one, every live process exits 0.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 
 # spec FILE BATCH SYNC_JSON EXTRA — an MLP spec; SYNC_JSON "" for async.
 spec() {

@@ -11,7 +11,7 @@
 # 0.70 leaves room for the nondeterminism of asynchronous updates while still
 # failing any broken gradient, optimizer or transport.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 
 spec=$TMP/job.json
 cat >"$spec" <<'JSON'

@@ -9,7 +9,7 @@
 # Why 0.70: chance is 0.10; this slice and schedule measured 0.77-0.80 (README
 # "Tests"), and a broken conv/pool gradient or tower average stays far below.
 source "$(dirname "$0")/lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: dataset-fashion-mnist not installed"; FAILED=0; exit 77; }
+require_dataset
 
 spec=$TMP/cnn.json
 cat >"$spec" <<'JSON'
