@@ -14,9 +14,11 @@
  * else TF_CONFIG's cluster; --chief HOST:PORT alone is enough for train,
  * attach, stop and checkpoint.
  * Exit codes: 0 done, 1 the job failed or the cluster refused, 64 usage,
- * 69 unreachable, 78 bad cluster configuration, 130 cancelled with Ctrl-C.
+ * 69 unreachable, 77 credentials refused (token or certificate), 78 bad
+ * cluster configuration, 130 cancelled with Ctrl-C.
  */
 #include "export.h"
+#include "log.h"
 #include "psc.h"
 #include "psc.pb-c.h"
 #include "rpc.h"
@@ -32,13 +34,25 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { OPT_CHIEF = 1000, OPT_CLUSTER, OPT_REASON, OPT_TIMEOUT, OPT_DETACH, OPT_FORMAT, OPT_OUT, OPT_HELP, OPT_VERSION };
+enum {
+    OPT_CHIEF = 1000,
+    OPT_CLUSTER,
+    OPT_REASON,
+    OPT_TIMEOUT,
+    OPT_DETACH,
+    OPT_FORMAT,
+    OPT_OUT,
+    OPT_LOG_LEVEL,
+    OPT_HELP,
+    OPT_VERSION
+};
 
 typedef struct cli {
     const char *chief;      /* the chief's address */
     psc_cluster_t cluster;  /* when known (--cluster or TF_CONFIG) */
     int have_cluster;
     int timeout_ms;         /* per call */
+    int timeout_set;        /* --timeout_secs given: it bounds checkpoint and eval too */
     const char *reason, *format, *out;
     int detach;
 } cli_t;
@@ -66,11 +80,23 @@ static void usage(FILE *f)
             "options:\n"
             "  --cluster FILE|JSON   the cluster (a cluster object or a TF_CONFIG document); default TF_CONFIG\n"
             "  --chief HOST:PORT     the chief's address (default: from the cluster)\n"
-            "  --timeout_secs S      deadline of each call to the cluster (default 30; checkpoint 300)\n"
+            "  --timeout_secs S      deadline of each call to the cluster (default 30; checkpoint and eval 300)\n"
             "  --tls_ca FILE, --tls_cert FILE, --tls_key FILE, --tls_server_name NAME, --auth_token_file FILE\n"
             "                        TLS and the shared token, as for the daemons (see the README, Security)\n"
+            "  --log_level LEVEL     debug shows gRPC's own log lines (default info: psc's messages only)\n"
             "  --help, --version\n"
-            "Exit codes: 0 done, 1 job failed or refused, 64 usage, 69 unreachable, 78 bad cluster or TLS/token files,\n130 cancelled.\n");
+            "Exit codes: 0 done, 1 job failed or refused, 64 usage, 69 unreachable, 77 token or certificate refused,\n"
+            "78 bad cluster or TLS/token files, 130 cancelled.\n");
+}
+
+/* psctl's exit code for a call that failed with gRPC status `code`: 69 when a
+ * member is unreachable (or slow), 77 when it refused the credentials, 1 for
+ * any other refusal (the message says which). */
+static int exit_code_of(int code)
+{
+    int e = psc_rpc_code_errno(code);
+    if (e == PSC_EPERM) return PSC_EXIT_NOPERM;
+    return e == PSC_EUNAVAILABLE || e == PSC_ETIMEOUT ? PSC_EXIT_UNAVAILABLE : 1;
 }
 
 /* One call to addr; fills *op (caller clears). Returns 0 or an exit code after printing why. */
@@ -84,7 +110,10 @@ static int call(const cli_t *c, const char *addr, const char *method, const void
     const char *m = strrchr(method, '/');
     fprintf(stderr, "psctl: %s on %s failed: %s: %s\n", m ? m + 1 : method, addr, psc_rpc_code_name(op->code),
             op->msg);
-    int e = psc_rpc_code_errno(op->code), code = e == PSC_EUNAVAILABLE || e == PSC_ETIMEOUT ? PSC_EXIT_UNAVAILABLE : 1;
+    int code = exit_code_of(op->code);
+    if (code == PSC_EXIT_NOPERM)
+        fprintf(stderr, "psctl: %s refused psctl's credentials: give the cluster's token (--auth_token_file) and, "
+                        "with mutual TLS, a certificate it trusts (--tls_cert, --tls_key)\n", addr);
     psc_rpc_op_clear(op);
     return code;
 }
@@ -135,6 +164,23 @@ static void fmt_secs(char *buf, size_t len, double s)
         snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
 }
 
+/* "loss L accuracy A", or "loss - accuracy -" before the first progress period. */
+static void fmt_loss(char *buf, size_t len, const Psc__JobStatusReply *s)
+{
+    if (s->has_loss)
+        snprintf(buf, len, "loss %.4f accuracy %.4f", s->loss, s->accuracy);
+    else
+        snprintf(buf, len, "loss - accuracy -");
+}
+
+/* The job's checkpoint failures, when there were any (stderr). */
+static void show_checkpoint_failures(const Psc__JobStatusReply *s)
+{
+    if (s->checkpoint_failures)
+        fprintf(stderr, "psctl: job %s: %u checkpoint%s committed, %u failed; the last failure: %s\n", s->job_id,
+                s->checkpoints, s->checkpoints == 1 ? "" : "s", s->checkpoint_failures, s->checkpoint_error);
+}
+
 /* One progress line: a bar on a terminal, plain text otherwise. */
 static void show_progress(const Psc__JobStatusReply *s, int tty)
 {
@@ -143,11 +189,11 @@ static void show_progress(const Psc__JobStatusReply *s, int tty)
     char eta[32], el[32];
     fmt_secs(eta, sizeof eta, rate > 0 ? (double)(s->max_steps - s->step) / rate : -1);
     fmt_secs(el, sizeof el, s->elapsed_secs);
-    char line[256];
-    snprintf(line, sizeof line,
-             "epoch %d/%d step %lld/%lld global_step %lld loss %.4f accuracy %.4f examples/s %.0f elapsed %s ETA %s",
-             s->epoch, s->epochs, (long long)s->step, (long long)s->max_steps, (long long)s->global_step, s->loss,
-             s->accuracy, s->examples_per_sec, el, eta);
+    char line[256], la[64];
+    fmt_loss(la, sizeof la, s);
+    snprintf(line, sizeof line, "epoch %d/%d step %lld/%lld global_step %lld %s examples/s %.0f elapsed %s ETA %s",
+             s->epoch, s->epochs, (long long)s->step, (long long)s->max_steps, (long long)s->global_step, la,
+             s->examples_per_sec, el, eta);
     if (tty) {
         char bar[21];
         int fill = (int)(frac * 20 + 0.5);
@@ -192,6 +238,7 @@ static int follow(const cli_t *c)
         if (done) {
             if (tty && last_line > 0) fprintf(stderr, "\n");
             int code = 0;
+            show_checkpoint_failures(s);
             if (!strcmp(s->state, "succeeded")) {
                 fprintf(stderr, "psctl: job %s succeeded: %lld steps, global_step %lld, %.1f s\n", s->job_id,
                         (long long)s->step, (long long)s->global_step, s->elapsed_secs);
@@ -204,6 +251,7 @@ static int follow(const cli_t *c)
                 code = 1;
             } else {
                 fprintf(stderr, "psctl: job %s failed: %s\n", s->job_id, s->error);
+                if (s->evaluated) printf("test accuracy: %.4f\ntest loss: %.4f\n", s->test_accuracy, s->test_loss);
                 code = 1;
             }
             psc__job_status_reply__free_unpacked(s, NULL);
@@ -286,7 +334,7 @@ static int cmd_checkpoint(const cli_t *c)
     uint8_t *buf = psc_xmalloc(len + 1);
     psc__checkpoint_request__pack(&req, buf);
     psc_rpc_op_t op;
-    int rc = call(c, c->chief, PSC_M_WORKER_CHECKPOINT, buf, len, c->timeout_ms > 30000 ? c->timeout_ms : 300000, &op);
+    int rc = call(c, c->chief, PSC_M_WORKER_CHECKPOINT, buf, len, c->timeout_set ? c->timeout_ms : 300000, &op);
     free(buf);
     if (rc) return rc;
     Psc__CheckpointReply *r = psc__checkpoint_reply__unpack(NULL, op.reply_len, op.reply);
@@ -303,7 +351,7 @@ static int cmd_eval(const cli_t *c)
     uint8_t buf[8];
     psc_rpc_op_t op;
     int rc = call(c, c->chief, PSC_M_WORKER_EVAL, buf, psc__eval_request__pack(&req, buf),
-                  PSC_MAX(c->timeout_ms, 300000), &op);
+                  c->timeout_set ? c->timeout_ms : 300000, &op);
     if (rc) return rc;
     Psc__EvalReply *r = psc__eval_reply__unpack(NULL, op.reply_len, op.reply);
     psc_rpc_op_clear(&op);
@@ -313,6 +361,18 @@ static int cmd_eval(const cli_t *c)
     printf("test accuracy: %.4f\ntest loss: %.4f\n", r->test_accuracy, r->test_loss);
     psc__eval_reply__free_unpacked(r, NULL);
     return 0;
+}
+
+/* The more telling of two exit codes: 77 over 69 over 1 over 0. */
+static int worse(int a, int b)
+{
+    static const int order[] = {0, 1, PSC_EXIT_UNAVAILABLE, PSC_EXIT_NOPERM};
+    int ra = 0, rb = 0;
+    for (int i = 0; i < (int)PSC_ARRAY_LEN(order); i++) {
+        if (order[i] == a) ra = i;
+        if (order[i] == b) rb = i;
+    }
+    return rb > ra ? b : a;
 }
 
 static int cmd_status(const cli_t *c)
@@ -334,26 +394,52 @@ static int cmd_status(const cli_t *c)
             printf("  %-9s %d  %-22s %s\n", psc_job_type_name((enum psc_job_type)t), i, addr,
                    ok ? "SERVING" : "UNREACHABLE");
         }
+    /* the exit code: 77 when a member refused psctl's credentials, else 69
+     * when one is unreachable, else 1 when one refused, else 0 */
+    int worst = bad ? PSC_EXIT_UNAVAILABLE : 0;
     Psc__JobStatusReply *s;
-    if (job_status(c, &s) == 0) {
+    int rc = job_status(c, &s);
+    if (rc == 0) {
         printf("job: %s %s", s->job_id[0] ? s->job_id : "-", s->state);
-        if (strcmp(s->state, "idle") != 0)
-            printf(" (epoch %d/%d, step %lld/%lld, global_step %lld, loss %.4f)", s->epoch, s->epochs,
-                   (long long)s->step, (long long)s->max_steps, (long long)s->global_step, s->loss);
+        if (strcmp(s->state, "idle") != 0) {
+            char la[64];
+            fmt_loss(la, sizeof la, s);
+            printf(" (epoch %d/%d, step %lld/%lld, global_step %lld, %s)", s->epoch, s->epochs, (long long)s->step,
+                   (long long)s->max_steps, (long long)s->global_step, la);
+        }
         if (s->evaluated) printf(" test accuracy %.4f", s->test_accuracy);
         if (s->error[0]) printf(": %s", s->error);
         printf("\n");
+        if (s->checkpoints || s->checkpoint_failures) {
+            printf("checkpoints: %u committed, %u failed", s->checkpoints, s->checkpoint_failures);
+            if (s->checkpoint_failures) printf(" (last failure: %s)", s->checkpoint_error);
+            printf("\n");
+        }
         psc__job_status_reply__free_unpacked(s, NULL);
+    } else if (rc == 1) { /* a refusal: in-cluster mode answers FAILED_PRECONDITION (see above) */
+        printf("job: - (the chief %s has no standalone job; see above)\n", c->chief ? c->chief : "-");
+    } else {
+        printf("job: unknown (the chief %s did not answer; see above)\n", c->chief ? c->chief : "-");
+        worst = worse(worst, rc);
     }
     for (int i = 0; i < c->cluster.n[PSC_JOB_PS]; i++) {
         const char *addr = c->cluster.addr[PSC_JOB_PS][i];
         Psc__StatusRequest req = PSC__STATUS_REQUEST__INIT;
         uint8_t buf[8];
         psc_rpc_op_t op;
-        if (!addr || call(c, addr, PSC_M_STATUS, buf, psc__status_request__pack(&req, buf), 0, &op)) continue;
+        if (!addr) continue;
+        if ((rc = call(c, addr, PSC_M_STATUS, buf, psc__status_request__pack(&req, buf), 0, &op))) {
+            printf("ps %d %s: unknown (see above)\n", i, addr);
+            worst = worse(worst, rc);
+            continue;
+        }
         Psc__StatusReply *r = psc__status_reply__unpack(NULL, op.reply_len, op.reply);
         psc_rpc_op_clear(&op);
-        if (!r) continue;
+        if (!r) {
+            printf("ps %d %s: the status does not parse\n", i, addr);
+            worst = worse(worst, 1);
+            continue;
+        }
         printf("ps %d %s: job %s%s%s", i, addr, r->job_id[0] ? r->job_id : "-", r->ready ? " ready" : "",
                r->sync ? " sync" : "");
         if (r->has_global_step) printf(" global_step %lld", (long long)r->global_step);
@@ -368,7 +454,7 @@ static int cmd_status(const cli_t *c)
         }
         psc__status_reply__free_unpacked(r, NULL);
     }
-    return bad ? PSC_EXIT_UNAVAILABLE : 0;
+    return worst;
 }
 
 static int cmd_export(const cli_t *c)
@@ -402,6 +488,7 @@ int main(int argc, char **argv)
         {"detach", no_argument, NULL, OPT_DETACH},
         {"format", required_argument, NULL, OPT_FORMAT},
         {"out", required_argument, NULL, OPT_OUT},
+        {"log_level", required_argument, NULL, OPT_LOG_LEVEL},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
         PSC_SECURITY_OPTIONS,
@@ -425,12 +512,22 @@ int main(int argc, char **argv)
                 return PSC_EXIT_USAGE;
             }
             c.timeout_ms = (int)(t * 1000);
+            c.timeout_set = 1;
             break;
         }
         case OPT_DETACH: c.detach = 1; break;
         case OPT_FORMAT: c.format = optarg; break;
         case 'o':
         case OPT_OUT: c.out = optarg; break;
+        case OPT_LOG_LEVEL: {
+            enum psc_log_level lv;
+            if (psc_log_parse_level(optarg, &lv)) {
+                fprintf(stderr, "psctl: --log_level: expected debug|info|warn|error, got \"%s\"\n", optarg);
+                return PSC_EXIT_USAGE;
+            }
+            psc_log_set_level(lv);
+            break;
+        }
         case OPT_HELP: usage(stdout); return 0;
         case OPT_VERSION: printf("psctl (psc) %s\n", PSC_VERSION); return 0;
         default:

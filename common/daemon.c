@@ -20,8 +20,13 @@ static void fill(sigset_t *set)
     sigaddset(set, SIGUSR1);
 }
 
+static pthread_t waiter; /* the thread that blocked the signals and collects them (main) */
+static int have_waiter;
+
 void psc_signals_block(void)
 {
+    waiter = pthread_self();
+    have_waiter = 1;
     sigset_t set;
     fill(&set);
     PSC_ASSERT(pthread_sigmask(SIG_BLOCK, &set, NULL) == 0);
@@ -38,7 +43,17 @@ int psc_signals_wait(void)
     return sig;
 }
 
-void psc_signals_wake(void) { kill(getpid(), SIGUSR1); }
+/* Directed at main: a signal sent to the process goes to any thread that does
+ * not block it, and threads that libraries start before main blocks the
+ * signals (OpenBLAS's pool starts when the library loads) do not: SIGUSR1's
+ * default action there ended the worker with 138 instead of waking main. */
+void psc_signals_wake(void)
+{
+    if (have_waiter)
+        pthread_kill(waiter, SIGUSR1);
+    else
+        kill(getpid(), SIGUSR1);
+}
 
 int psc_parse_int(const char *s, long lo, long hi, long *out)
 {

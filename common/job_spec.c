@@ -8,9 +8,15 @@
  * defines the model and its training math (shapes, layers, loss, optimizer,
  * placement, seed), printed with fixed formats so that equal specs hash equally.
  *
+ * Validation happens in two places: parsing refuses everything that the text
+ * alone shows wrong, the layers against model.input_shape included (the walk of
+ * model_spec.c), so a Submit of a bad spec is refused too; psc_job_spec_check
+ * adds what needs the cluster (sync.total_num_replicas) and
+ * psc_job_spec_check_data what needs the task's file system (data.train/test).
+ *
  * Invariants: on error *out is zeroed and owns nothing; layer names are unique and
- * match [A-Za-z0-9_.-]{1,63}. psc_model_variables/psc_model_shapes live in
- * model_spec.c.
+ * match [A-Za-z0-9_.-]{1,63}. psc_model_variables/psc_model_shapes/psc_model_check
+ * live in model_spec.c.
  */
 #include "job_spec.h"
 
@@ -25,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_TRAIN "/usr/share/datasets/fashion-mnist/train"
 #define DEFAULT_TEST "/usr/share/datasets/fashion-mnist/t10k"
@@ -708,6 +715,12 @@ static int parse_with(const ctx_t *c, const char *json, size_t len, psc_job_spec
     if ((rc = get_object(c, root, "optimizer", 1, &o))) goto out;
     if ((rc = parse_optimizer(c, o, &s->optimizer))) goto out;
     if ((rc = parse_sections(c, root, s))) goto out;
+    /* the layers against the input shape: refused here, not by a worker minutes later */
+    char merr[384];
+    if (psc_model_check(s, merr, sizeof merr)) {
+        rc = fail(c, "", "%s", merr);
+        goto out;
+    }
     compute_job_id(s);
 
 out:
@@ -748,4 +761,83 @@ void psc_job_spec_deinit(psc_job_spec_t *s)
     if (!s) return;
     free(s->layers);
     memset(s, 0, sizeof *s);
+}
+
+/* ---- checks at start ---- */
+
+/* The cluster checks of psc_job_spec_check, with messages starting with pfx. */
+static int check_cluster(const char *pfx, const psc_job_spec_t *s, const psc_cluster_t *cluster, char *err,
+                         size_t errlen)
+{
+    char merr[384];
+    if (psc_model_check(s, merr, sizeof merr)) return psc_seterr(err, errlen, PSC_ECONFIG, "%s%s", pfx, merr);
+    if (cluster->n[PSC_JOB_PS] < 1)
+        return psc_seterr(err, errlen, PSC_ECONFIG, "cluster: no ps task; a job needs at least one ps_server");
+    int replicas = psc_cluster_num_replicas(cluster);
+    if (replicas < 1)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "cluster: no chief or worker task; a job needs at least one training replica");
+    if (s->sync && s->total_num_replicas != replicas)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "%ssync.total_num_replicas is %d but the cluster has %d training replica%s "
+                          "(chief + workers): set it to %d",
+                          pfx, s->total_num_replicas, replicas, replicas == 1 ? "" : "s", replicas);
+    return 0;
+}
+
+int psc_job_spec_check(const psc_job_spec_t *s, const psc_cluster_t *cluster, char *err, size_t errlen)
+{
+    return check_cluster("job spec: ", s, cluster, err, errlen);
+}
+
+/* 0 when PATH.gz or PATH is readable (the reader tries .gz first); else PATH's errno. */
+static int idx_file_readable(const char *path)
+{
+    char gz[600];
+    snprintf(gz, sizeof gz, "%s.gz", path);
+    if (access(gz, R_OK) == 0) return 0;
+    if (access(path, R_OK) == 0) return 0;
+    return errno ? errno : ENOENT;
+}
+
+static int check_idx_pair(const char *pfx, const char *key, const char *prefix, char *err, size_t errlen)
+{
+    static const char *const suffixes[] = {"-images-idx3-ubyte", "-labels-idx1-ubyte"};
+    for (size_t i = 0; i < PSC_ARRAY_LEN(suffixes); i++) {
+        char path[560];
+        snprintf(path, sizeof path, "%s%s", prefix, suffixes[i]);
+        int e = idx_file_readable(path);
+        if (e)
+            return psc_seterr(err, errlen, PSC_ECONFIG, "%s%s: cannot read %s[.gz]: %s", pfx, key, path,
+                              strerror(e));
+    }
+    return 0;
+}
+
+static int check_data(const char *pfx, const psc_job_spec_t *s, int train, int test, char *err, size_t errlen)
+{
+    int rc;
+    if (train && (rc = check_idx_pair(pfx, "data.train", s->train_path, err, errlen))) return rc;
+    if (test && (rc = check_idx_pair(pfx, "data.test", s->test_path, err, errlen))) return rc;
+    return 0;
+}
+
+int psc_job_spec_check_data(const psc_job_spec_t *s, int train, int test, char *err, size_t errlen)
+{
+    return check_data("job spec: ", s, train, test, err, errlen);
+}
+
+int psc_job_spec_load_checked(const char *path, const psc_cluster_t *cluster, int train, int test,
+                              psc_job_spec_t *out, char *err, size_t errlen)
+{
+    int rc = psc_job_spec_load(path, out, err, errlen);
+    if (rc) return rc;
+    size_t plen = strlen(path) + 16;
+    char *pfx = psc_xmalloc(plen);
+    snprintf(pfx, plen, "job spec %s: ", path);
+    rc = check_cluster(pfx, out, cluster, err, errlen);
+    if (!rc) rc = check_data(pfx, out, train, test, err, errlen);
+    free(pfx);
+    if (rc) psc_job_spec_deinit(out);
+    return rc;
 }

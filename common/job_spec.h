@@ -10,6 +10,8 @@
 #ifndef PSC_JOB_SPEC_H
 #define PSC_JOB_SPEC_H
 
+#include "tf_config.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -84,11 +86,38 @@ typedef struct psc_job_spec {
     char job_id[17]; /* 16 hex digits: FNV-1a of the canonical model+optimizer+seed (same spec => same id) */
 } psc_job_spec_t;
 
-/* Parses JSON text into *out. Returns 0, or PSC_ECONFIG with `err` naming the key. */
+/* Parses JSON text into *out. Besides keys, types and ranges it checks everything
+ * that does not depend on the cluster: the layers against model.input_shape
+ * (psc_model_check: conv2d/max_pool2d need an image, a valid window must fit its
+ * feature map, dense needs a flatten after an image, the output must be >= 2
+ * logits). Returns 0, or PSC_ECONFIG with `err` naming the key. */
 int psc_job_spec_parse(const char *json, psc_job_spec_t *out, char *err, size_t errlen);
 /* Reads and parses a file ("job spec FILE: cannot read: ..." on I/O errors). */
 int psc_job_spec_load(const char *path, psc_job_spec_t *out, char *err, size_t errlen);
 void psc_job_spec_deinit(psc_job_spec_t *s);
+
+/* Checks a parsed spec against the cluster it is to run on, as every task does at
+ * start (ps_server and worker with --job_spec; the chief's Submit): the model
+ * (psc_model_check, again: a hand-built spec is not parsed), at least one ps task
+ * and one training replica, and with "sync" sync.total_num_replicas = the number of
+ * training replicas (chief + workers, psc_cluster_num_replicas). replicas_to_aggregate
+ * may be any R >= 1: R < N gives backup workers, R > N several batches per replica.
+ * Returns 0, or PSC_ECONFIG with "job spec: <key>: ..." (or "cluster: ...") in err.
+ * Reads the file system not at all. Thread-safe (reads only its arguments). */
+int psc_job_spec_check(const psc_job_spec_t *s, const psc_cluster_t *cluster, char *err, size_t errlen);
+
+/* Checks that the IDX files of data.train (train != 0) and of data.test (test != 0)
+ * can be read: PREFIX-images-idx3-ubyte and PREFIX-labels-idx1-ubyte, each as
+ * itself or with .gz (what the worker's reader tries). access(2) only: a corrupt
+ * file is found when the worker loads it. Returns 0, or PSC_ECONFIG with
+ * "job spec: data.train: cannot read PATH[.gz]: <reason>" in err. */
+int psc_job_spec_check_data(const psc_job_spec_t *s, int train, int test, char *err, size_t errlen);
+
+/* What a program started with --job_spec FILE does: psc_job_spec_load, then
+ * psc_job_spec_check against `cluster`, then psc_job_spec_check_data(train, test),
+ * every message starting "job spec FILE: ". On error *out holds nothing to free. */
+int psc_job_spec_load_checked(const char *path, const psc_cluster_t *cluster, int train, int test,
+                              psc_job_spec_t *out, char *err, size_t errlen);
 
 const char *psc_optim_name(enum psc_optim_kind k);
 const char *psc_activation_name(enum psc_activation a);
@@ -108,6 +137,12 @@ typedef struct psc_var_desc {
  * (free()). Checks that the layers fit together (e.g. dense after an image needs a
  * flatten). Returns 0 or PSC_ECONFIG naming the layer. */
 int psc_model_variables(const psc_job_spec_t *spec, psc_var_desc_t **out, int *nout, char *err, size_t errlen);
+
+/* Checks that the layers fit model.input_shape and each other (the walk of
+ * psc_model_variables, without allocating). 0 or PSC_ECONFIG naming the layer,
+ * e.g. "model.layers[0] (conv2d): conv2d needs an image input: model.input_shape
+ * [h, w, c], got [784]" (no "job spec: " prefix). */
+int psc_model_check(const psc_job_spec_t *spec, char *err, size_t errlen);
 
 /* Output shape (h, w, c) of each layer, for the towers: shapes[i] is the output of
  * layer i (rank-1 outputs have h = w = 1). `shapes` holds num_layers entries. */

@@ -78,6 +78,7 @@ static int model_walk(const psc_job_spec_t *spec, psc_var_desc_t *vars, int *nva
 {
     char a[64];
     int h, w, c, flat;
+    int flat_since = -1; /* the layer that made the activation flat; -1: a rank-1 input */
     if (spec->input_rank == 1) {
         h = w = 1;
         c = spec->input_shape[0];
@@ -137,6 +138,7 @@ static int model_walk(const psc_job_spec_t *spec, psc_var_desc_t *vars, int *nva
             /* (h, w, c) -> (1, 1, h*w*c): the same memory, read as one vector. */
             c = h * w * c; /* fits: every activation was checked against INT32_MAX */
             h = w = 1;
+            if (!flat) flat_since = i;
             flat = 1;
             break;
         }
@@ -145,11 +147,17 @@ static int model_walk(const psc_job_spec_t *spec, psc_var_desc_t *vars, int *nva
             int conv = L->type == PSC_LAYER_CONV2D;
             const int *k = conv ? L->kernel_size : L->pool_size;
             const char *kname = conv ? "kernel_size" : "pool_size";
+            if (flat && flat_since < 0)
+                return psc_seterr(err, errlen, PSC_ECONFIG,
+                                  "model.layers[%d] (%s): %s needs an image input: model.input_shape [h, w, c], got "
+                                  "[%d]",
+                                  i, nm, layer_type_name(L->type), c);
             if (flat)
                 return psc_seterr(err, errlen, PSC_ECONFIG,
-                                  "model.layers[%d] (%s): input is %s; %s needs an image input (h, w, c): give "
-                                  "model.input_shape 3 sizes and no flatten or dense before it",
-                                  i, nm, show_shape(flat, h, w, c, a, sizeof a), layer_type_name(L->type));
+                                  "model.layers[%d] (%s): input is %s, flat since model.layers[%d] (%s); %s needs an "
+                                  "image input (h, w, c): put it before any flatten or dense layer",
+                                  i, nm, show_shape(flat, h, w, c, a, sizeof a), flat_since,
+                                  spec->layers[flat_since].name, layer_type_name(L->type));
             if (k[0] < 1 || k[1] < 1)
                 return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): %s must be positive, got (%d, %d)",
                                   i, nm, kname, k[0], k[1]);
@@ -232,6 +240,11 @@ int psc_model_variables(const psc_job_spec_t *spec, psc_var_desc_t **out, int *n
     *out = vars;
     *nout = n;
     return 0;
+}
+
+int psc_model_check(const psc_job_spec_t *spec, char *err, size_t errlen)
+{
+    return model_walk(spec, NULL, NULL, NULL, err, errlen);
 }
 
 int psc_model_shapes(const psc_job_spec_t *spec, int (*shapes)[3], char *err, size_t errlen)

@@ -30,7 +30,8 @@
     X(UNSUPPORTED, "not supported")                                   \
     X(CANCELLED, "cancelled")                                         \
     X(STALE, "stale")                                                 \
-    X(UNAVAILABLE, "unavailable, worth retrying")
+    X(UNAVAILABLE, "unavailable, worth retrying")                     \
+    X(PERM, "credentials refused (token or certificate)")
 
 enum {
     PSC_OK = 0,
@@ -113,6 +114,7 @@ double psc_now(void);
 #define PSC_EXIT_DATAERR 65
 #define PSC_EXIT_UNAVAILABLE 69
 #define PSC_EXIT_IOERR 74
+#define PSC_EXIT_NOPERM 77
 #define PSC_EXIT_SOFTWARE 70
 #define PSC_EXIT_CONFIG 78
 

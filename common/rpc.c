@@ -41,6 +41,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include <pthread.h>
@@ -69,6 +70,11 @@ const char *psc_rpc_code_name(int code)
     return "UNKNOWN_CODE";
 }
 
+/* The one mapping between gRPC status codes and psc's error codes, both ways.
+ * It round-trips every code a psc daemon sends (NOT_FOUND, FAILED_PRECONDITION,
+ * ALREADY_EXISTS, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, DATA_LOSS, INTERNAL,
+ * UNAVAILABLE, DEADLINE_EXCEEDED, UNAUTHENTICATED), so a daemon that relays
+ * another's refusal (the chief relaying a PS) keeps its code. */
 int psc_rpc_code_errno(int code)
 {
     switch (code) {
@@ -80,7 +86,34 @@ int psc_rpc_code_errno(int code)
     case PSC_RPC_DATA_LOSS: return PSC_ECORRUPT;
     case PSC_RPC_NOT_FOUND: return PSC_ENOTFOUND;
     case PSC_RPC_ALREADY_EXISTS: return PSC_EEXISTS;
+    case PSC_RPC_INVALID_ARGUMENT:
+    case PSC_RPC_OUT_OF_RANGE: return PSC_EINVAL;
+    case PSC_RPC_RESOURCE_EXHAUSTED: return PSC_ENOMEM;
+    case PSC_RPC_INTERNAL: return PSC_EIO;
+    case PSC_RPC_UNAUTHENTICATED:
+    case PSC_RPC_PERMISSION_DENIED: return PSC_EPERM;
     default: return PSC_ERPC;
+    }
+}
+
+int psc_rpc_status_of(int rc)
+{
+    switch (rc) {
+    case PSC_ENOTFOUND: return PSC_RPC_NOT_FOUND;
+    case PSC_ENOTREADY:
+    case PSC_EUNSUPPORTED: return PSC_RPC_FAILED_PRECONDITION;
+    case PSC_EEXISTS: return PSC_RPC_ALREADY_EXISTS;
+    case PSC_EINVAL:
+    case PSC_ECONFIG:
+    case PSC_EMISMATCH: return PSC_RPC_INVALID_ARGUMENT;
+    case PSC_ENOMEM: return PSC_RPC_RESOURCE_EXHAUSTED;
+    case PSC_ESTALE: return PSC_RPC_ABORTED;
+    case PSC_ECORRUPT: return PSC_RPC_DATA_LOSS;
+    case PSC_EUNAVAILABLE: return PSC_RPC_UNAVAILABLE;
+    case PSC_ETIMEOUT: return PSC_RPC_DEADLINE_EXCEEDED;
+    case PSC_ECANCELLED: return PSC_RPC_CANCELLED;
+    case PSC_EPERM: return PSC_RPC_UNAUTHENTICATED;
+    default: return PSC_RPC_INTERNAL; /* PSC_EIO, PSC_ERPC and anything new */
     }
 }
 
@@ -151,12 +184,36 @@ static grpc_channel_args *make_args(grpc_channel_args *args, grpc_arg *storage, 
     return args;
 }
 
+/* gRPC's own log lines (gpr_log, e.g. "E1125 12:00:00.1 123 chttp2_server.cc:1045] UNKNOWN:No address
+ * added out of total 1 resolved" before psc's "cannot bind" line) go through psc's logger at DEBUG: shown
+ * only with --log_level debug, never above psc's own one-line messages. gRPC filters them first by
+ * GRPC_VERBOSITY (default ERROR; GRPC_VERBOSITY=debug with --log_level debug shows all of them). An
+ * assertion failure, right before gRPC aborts the process, stays an ERROR. */
+static void grpc_log_to_psc(gpr_log_func_args *a)
+{
+    const char *file = a->file ? strrchr(a->file, '/') : NULL;
+    file = file ? file + 1 : a->file ? a->file : "?";
+    const char *msg = a->message ? a->message : "";
+    enum psc_log_level level = strncmp(msg, "assertion failed", 16) == 0 ? PSC_LOG_ERROR : PSC_LOG_DEBUG;
+    psc_log(level, "grpc %s %s:%d] %s", gpr_log_severity_string(a->severity), file, a->line, msg);
+}
+
+static void grpc_log_install(void) { gpr_set_log_function(grpc_log_to_psc); }
+
+/* grpc_init, with gRPC's logging routed through psc's logger first. */
+static void rpc_grpc_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, grpc_log_install);
+    psc_tune_malloc();
+    grpc_init();
+}
+
 void psc_rpc_hold_for_process(void)
 {
     static atomic_int held;
     if (atomic_exchange(&held, 1)) return;
-    psc_tune_malloc();
-    grpc_init(); /* never released: exit() ends gRPC's threads with the process */
+    rpc_grpc_init(); /* never released: exit() ends gRPC's threads with the process */
 }
 
 /* ---- security (psc_rpc_set_security) ---- */
@@ -214,11 +271,12 @@ static grpc_server_credentials *server_creds(void)
     return c;
 }
 
-static grpc_channel_credentials *channel_creds(char **server_name, char **token)
+static grpc_channel_credentials *channel_creds(char **server_name, char **token, int *tls)
 {
     grpc_channel_credentials *c;
     pthread_mutex_lock(&sec.lock);
-    if (sec.ca || sec.cert) {
+    *tls = sec.ca || sec.cert;
+    if (*tls) {
         grpc_ssl_pem_key_cert_pair pair = {sec.key, sec.cert};
         c = grpc_ssl_credentials_create(sec.ca, sec.cert && sec.key ? &pair : NULL, NULL, NULL);
         *server_name = dup_or_null(sec.server_name);
@@ -482,8 +540,7 @@ psc_rpc_server_t *psc_rpc_server_create(const char *addr, int threads, char *err
         psc_seterr(err, errlen, PSC_EINVAL, "address too long");
         return NULL;
     }
-    psc_tune_malloc();
-    grpc_init();
+    rpc_grpc_init();
     psc_rpc_server_t *s = psc_xcalloc(1, sizeof *s);
     snprintf(s->addr, sizeof s->addr, "%s", addr);
     s->nthreads = threads;
@@ -771,17 +828,17 @@ struct psc_rpc_channel {
     grpc_channel *ch;
     char target[256];
     char *token; /* "Bearer ..." sent with every call; NULL: none */
+    int tls;     /* connects with TLS */
 };
 
 psc_rpc_channel_t *psc_rpc_channel_create(const char *target)
 {
-    psc_tune_malloc();
-    grpc_init();
+    rpc_grpc_init();
     psc_rpc_channel_t *c = psc_xcalloc(1, sizeof *c);
     snprintf(c->target, sizeof c->target, "%s", target);
     grpc_arg storage[10];
     char *server_name;
-    grpc_channel_credentials *creds = channel_creds(&server_name, &c->token);
+    grpc_channel_credentials *creds = channel_creds(&server_name, &c->token, &c->tls);
     grpc_channel_args args_storage;
     grpc_channel_args *args = make_args(&args_storage, storage, 0);
     if (server_name) {
@@ -873,6 +930,34 @@ static int start_call(client_call_t *cc, psc_rpc_op_t *op, grpc_completion_queue
     return 0;
 }
 
+/* A failed connection that is likely a TLS mismatch gets a hint, since gRPC
+ * reports it only as UNAVAILABLE "Socket closed", "Ssl handshake failed" or
+ * "Peer name X is not in peer certificate": a TLS channel that reached the
+ * server (the TCP connect worked; refused or unresolvable addresses are not
+ * TLS's doing), or a plaintext channel whose connection the server closed at
+ * once (what a TLS listener does to a plaintext client). The hint is kept
+ * whole: gRPC's redundant "failed to connect..." prefix goes first if the
+ * message is too long. */
+static void add_tls_hint(psc_rpc_op_t *op, int tls)
+{
+    static const char hint[] =
+        " (TLS handshake failed? check --tls_ca, --tls_cert/--tls_key, --tls_server_name and that both sides use TLS)";
+    static const char prefix[] = "failed to connect to all addresses; last error: ";
+    const char *m = op->msg;
+    if (op->code != PSC_RPC_UNAVAILABLE || strstr(m, "TLS handshake failed?")) return;
+    int tls_said = strstr(m, "Ssl handshake failed") || strstr(m, "ssl handshake failed") ||
+                   strstr(m, "is not in peer certificate") || strstr(m, "Handshake failed");
+    int connect_failed = strncmp(m, prefix, sizeof prefix - 1) == 0;
+    int tcp_failed = strstr(m, "Failed to connect to remote host") || strstr(m, "DNS resolution failed") ||
+                     strstr(m, "Connection refused") || strstr(m, "No route to host");
+    if (!tls_said && !(connect_failed && !tcp_failed && (tls || strstr(m, "Socket closed")))) return;
+    char text[sizeof op->msg];
+    size_t room = sizeof text - sizeof hint; /* for gRPC's message, the NUL included in sizeof hint */
+    if (strlen(m) > room && connect_failed) m += sizeof prefix - 1;
+    snprintf(text, sizeof text, "%.*s%s", (int)room, m, hint);
+    memcpy(op->msg, text, sizeof text);
+}
+
 static void end_call(client_call_t *cc, int success)
 {
     psc_rpc_op_t *op = cc->op;
@@ -885,6 +970,7 @@ static void end_call(client_call_t *cc, int success)
             char *d = grpc_slice_to_c_string(cc->details);
             snprintf(op->msg, sizeof op->msg, "%s", d[0] ? d : (cc->error_string ? cc->error_string : ""));
             gpr_free(d);
+            add_tls_hint(op, op->ch->tls);
         } else if (cc->recv_bb) {
             op->reply = bb_copy_split(cc->recv_bb, op->reply_body, op->reply_body_len, &op->reply_len,
                                       &op->reply_total);

@@ -56,8 +56,14 @@ const char *psc_rpc_code_name(int code);
  * (gRPC 1.51 cancels a call whose request is still arriving when the server
  * shuts down, with "CANCELLED", not UNAVAILABLE). PSC_ETIMEOUT for
  * DEADLINE_EXCEEDED, PSC_ENOTREADY for FAILED_PRECONDITION, PSC_ECORRUPT for
- * DATA_LOSS, PSC_ENOTFOUND, PSC_EEXISTS; PSC_ERPC for the rest. */
+ * DATA_LOSS, PSC_ENOTFOUND, PSC_EEXISTS, PSC_EINVAL for INVALID_ARGUMENT and
+ * OUT_OF_RANGE, PSC_ENOMEM for RESOURCE_EXHAUSTED, PSC_EIO for INTERNAL,
+ * PSC_EPERM for UNAUTHENTICATED and PERMISSION_DENIED; PSC_ERPC for the rest. */
 int psc_rpc_code_errno(int code);
+/* The PSC_RPC_* status a server answers for a PSC_E* failure: the inverse of
+ * psc_rpc_code_errno for every code a psc daemon sends, so a refusal relayed
+ * from one daemon through another keeps its code; INTERNAL for the rest. */
+int psc_rpc_status_of(int rc);
 
 /* ---- security: TLS and a shared token ----
  * Set once, before the first server or channel is created; every server and

@@ -442,18 +442,41 @@ int psc_cluster_parse(const char *json, psc_cluster_t *out, char *err, size_t er
     return parse_cluster_text(json, "--cluster: ", out, err, errlen);
 }
 
-/* Checks the task against the cluster. idx_src names where the index came from
- * ("TF_CONFIG: task.index" or "--task_index:"). */
-static int check_task(const psc_cluster_t *c, psc_task_t t, const char *idx_src, char *err, size_t errlen)
+/* Where the task's type and index came from, so that a task that does not fit
+ * the cluster is reported in the terms the user wrote. */
+enum task_src { TASK_SRC_ENV = 0, TASK_SRC_FLAG };
+
+/* Checks the task against the cluster. With both parts from TF_CONFIG:
+ * "TF_CONFIG: task.index 3 out of range (cluster has 2 worker tasks)"; with a
+ * part from the flags the message names the flags: "--job chief: the cluster has
+ * no chief task", "--task_index 3 out of range: the cluster has 2 worker tasks". */
+static int check_task(const psc_cluster_t *c, psc_task_t t, enum task_src type_src, enum task_src idx_src, char *err,
+                      size_t errlen)
 {
+    const char *tn = job_names[t.type];
     int n = c->n[t.type];
+    if (t.index < n && c->addr[t.type][t.index]) return 0;
+    if (type_src == TASK_SRC_ENV && idx_src == TASK_SRC_ENV) {
+        if (t.index >= n)
+            return psc_seterr(err, errlen, PSC_ECONFIG, "TF_CONFIG: task.index %d out of range (cluster has %d %s task%s)",
+                              t.index, n, tn, n == 1 ? "" : "s");
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "TF_CONFIG: task.index %d is not in the cluster (no address for %s %d in the sparse cluster)",
+                          t.index, tn, t.index);
+    }
+    if (n == 0 && type_src == TASK_SRC_FLAG)
+        return psc_seterr(err, errlen, PSC_ECONFIG, "--job %s: the cluster has no %s task", tn, tn);
+    /* the index names the flag when it came from one, else TF_CONFIG's key and the --job flag */
+    char what[96];
+    if (idx_src == TASK_SRC_FLAG)
+        snprintf(what, sizeof what, "--task_index %d", t.index);
+    else
+        snprintf(what, sizeof what, "TF_CONFIG's task.index %d (with --job %s)", t.index, tn);
     if (t.index >= n)
-        return psc_seterr(err, errlen, PSC_ECONFIG, "%s %d out of range (cluster has %d %s task%s)", idx_src, t.index,
-                          n, job_names[t.type], n == 1 ? "" : "s");
-    if (!c->addr[t.type][t.index])
-        return psc_seterr(err, errlen, PSC_ECONFIG, "%s %d is not in the cluster (no address for %s %d in the sparse "
-                          "cluster)", idx_src, t.index, job_names[t.type], t.index);
-    return 0;
+        return psc_seterr(err, errlen, PSC_ECONFIG, "%s out of range: the cluster has %d %s task%s%s", what, n, tn,
+                          n == 1 ? "" : "s", idx_src == TASK_SRC_FLAG ? "" : " (pass --task_index)");
+    return psc_seterr(err, errlen, PSC_ECONFIG, "%s is not in the cluster: the sparse cluster has no address for %s %d",
+                      what, tn, t.index);
 }
 
 int psc_tf_config_parse(const char *json, psc_tf_config_t *out, char *err, size_t errlen)
@@ -470,7 +493,7 @@ int psc_tf_config_parse(const char *json, psc_tf_config_t *out, char *err, size_
         rc = psc_seterr(err, errlen, PSC_ECONFIG, "TF_CONFIG: task.%s is missing", d.has_type ? "index" : "type");
     } else if (d.has_type) {
         psc_task_t t = {d.type, d.index};
-        rc = check_task(&d.cluster, t, "TF_CONFIG: task.index", err, errlen);
+        rc = check_task(&d.cluster, t, TASK_SRC_ENV, TASK_SRC_ENV, err, errlen);
     }
     if (rc) {
         psc_cluster_deinit(&d.cluster);
@@ -522,7 +545,7 @@ int psc_config_resolve(const char *tf_config_env, const psc_task_flags_t *flags,
         if ((rc = parse_doc(tf_config_env, "TF_CONFIG: ", &d, err, errlen))) return rc;
     }
     const char *cluster_src = d.has_cluster ? "TF_CONFIG: " : NULL;
-    const char *idx_src = "TF_CONFIG: task.index";
+    enum task_src type_src = TASK_SRC_ENV, idx_src = TASK_SRC_ENV;
 
     if (flags->cluster) {
         psc_cluster_t c;
@@ -539,6 +562,7 @@ int psc_config_resolve(const char *tf_config_env, const psc_task_flags_t *flags,
             goto fail;
         }
         d.has_type = 1;
+        type_src = TASK_SRC_FLAG;
     }
     if (flags->task_index != -1) {
         if (flags->task_index < 0) {
@@ -548,7 +572,7 @@ int psc_config_resolve(const char *tf_config_env, const psc_task_flags_t *flags,
         }
         d.index = flags->task_index;
         d.has_index = 1;
-        idx_src = "--task_index:";
+        idx_src = TASK_SRC_FLAG;
     }
     if (flags->port != -1) {
         if (flags->port < 0 || flags->port > 65535) {
@@ -568,7 +592,7 @@ int psc_config_resolve(const char *tf_config_env, const psc_task_flags_t *flags,
     }
     if (d.has_type && d.has_index) {
         psc_task_t t = {d.type, d.index};
-        if ((rc = check_task(&d.cluster, t, idx_src, err, errlen))) goto fail;
+        if ((rc = check_task(&d.cluster, t, type_src, idx_src, err, errlen))) goto fail;
     } else if (require_task) {
         rc = psc_seterr(err, errlen, PSC_ECONFIG, "no task: set TF_CONFIG's task or pass --job and --task_index%s",
                         d.has_type ? " (task index missing)" : d.has_index ? " (task type missing)" : "");

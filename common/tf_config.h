@@ -55,7 +55,10 @@ int psc_cluster_parse(const char *json, psc_cluster_t *out, char *err, size_t er
 
 /* Combines the TF_CONFIG environment value (may be NULL) with the flags:
  * flags win. require_task: a task (type and index) must result. Validates the
- * index against the cluster. Returns 0 or PSC_ECONFIG. */
+ * task against the cluster, naming where it came from: "TF_CONFIG: task.index 3
+ * out of range (...)" when both parts came from TF_CONFIG, else the flags:
+ * "--task_index 3 out of range: the cluster has 2 worker tasks", "--job chief:
+ * the cluster has no chief task". Returns 0 or PSC_ECONFIG. */
 int psc_config_resolve(const char *tf_config_env, const psc_task_flags_t *flags, int require_task,
                        psc_tf_config_t *out, char *err, size_t errlen);
 

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include <rocksdb/c.h>
@@ -50,6 +51,7 @@ struct ckpt_db {
     rocksdb_readoptions_t *rplain; /* latest state: writers, under wlock */
     pthread_mutex_t wlock;         /* serializes prepare, commit, discard */
     char *dir;
+    char *write_failed;            /* under wlock: the first failed write's error; no write after it */
 };
 
 typedef struct ckpt_entry {
@@ -521,6 +523,7 @@ void ckpt_close(ckpt_db_t *db)
     rocksdb_readoptions_destroy(db->rplain);
     rocksdb_options_destroy(db->opts);
     pthread_mutex_destroy(&db->wlock);
+    free(db->write_failed);
     free(db->dir);
     free(db);
 }
@@ -530,10 +533,35 @@ void ckpt_close(ckpt_db_t *db)
 static int write_batch(ckpt_db_t *db, rocksdb_writebatch_t *b, const char *what, uint64_t id, char *err,
                        size_t errlen)
 {
+    /* After a failed write (a full disk, an I/O error) RocksDB 7.8 must not be
+     * written again through the same handle: its WAL writer asserts on the
+     * next sync (seen as an abort of the ps_server on a full disk). Every
+     * later write is refused, naming the first failure, until the ps_server
+     * restarts; reads (restores, listings) go on. */
+    if (db->write_failed)
+        return psc_seterr(err, errlen, PSC_EIO,
+                          "checkpoint %" PRIu64 ": %s refused: an earlier write to %s failed (%s); fix the disk and "
+                          "restart this ps_server to write checkpoints again",
+                          id, what, db->dir, db->write_failed);
+    /* The common case of a failing write, a full disk, is refused before
+     * RocksDB sees it (the batch goes to the WAL, later to a table file). */
+    size_t need = 0;
+    rocksdb_writebatch_data(b, &need);
+    struct statvfs fs;
+    if (statvfs(db->dir, &fs) == 0) {
+        uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize, want = 2 * (uint64_t)need + (64u << 10);
+        if (avail < want)
+            return psc_seterr(err, errlen, PSC_EIO,
+                              "checkpoint %" PRIu64 ": %s needs about %" PRIu64 " KiB in %s, which has %" PRIu64
+                              " KiB free (no space left on device): free space there or give this ps_server a "
+                              "bigger --checkpoint_dir",
+                              id, what, want >> 10, db->dir, avail >> 10);
+    }
     char *e = NULL;
     rocksdb_write(db->rdb, db->wsync, b, &e);
     if (!e) return 0;
     int rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint %" PRIu64 ": %s in %s failed: %s", id, what, db->dir, e);
+    db->write_failed = psc_xstrdup(e);
     rocksdb_free(e);
     return rc;
 }

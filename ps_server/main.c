@@ -34,8 +34,9 @@ static void usage(FILE *f)
             "  --job TYPE           task type (must be ps; default from TF_CONFIG, else ps)\n"
             "  --task_index N       index of this ps task\n"
             "  --port P             port to listen on (default: the port of this task's address)\n"
-            "  --threads N          RPC polling threads (default: number of CPUs, at most 8)\n"
-            "  --job_spec FILE      job spec to validate at start (in-cluster mode; optional)\n"
+            "  --threads N          RPC polling threads, 1..64 (default: number of CPUs, at most 8)\n"
+            "  --job_spec FILE      job spec to validate at start against the cluster (in-cluster mode;\n"
+            "                       optional): a bad one exits 78 naming the key\n"
             "  --grace_ms MS        on shutdown, time in-flight calls get before cancellation (default 2000)\n"
             "  --checkpoint_dir DIR this shard's checkpoints (a RocksDB, created if missing; default: none,\n"
             "                       checkpoint requests are refused)\n"
@@ -47,7 +48,7 @@ static void usage(FILE *f)
             "  --help               this text\n"
             "  --version            print the version\n"
             "Exit codes: 0 stopped cleanly, 64 usage, 69 cannot bind (--port or --metrics_port),\n"
-            "74 cannot open --checkpoint_dir, 78 bad configuration (TLS files and the token included).\n");
+            "74 cannot open --checkpoint_dir, 78 bad configuration (TLS files, the token and --job_spec included).\n");
 }
 
 static void on_shutdown_rpc(void *arg)
@@ -162,9 +163,9 @@ int main(int argc, char **argv)
         psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
     }
-    if (job_spec_path) {
+    if (job_spec_path) { /* the whole spec, against this cluster; the PS reads no data */
         psc_job_spec_t spec;
-        if (psc_job_spec_load(job_spec_path, &spec, err, sizeof err)) {
+        if (psc_job_spec_load_checked(job_spec_path, &cfg.cluster, 0, 0, &spec, err, sizeof err)) {
             fprintf(stderr, "ps_server: %s\n", err);
             psc_tf_config_deinit(&cfg);
             return PSC_EXIT_CONFIG;
@@ -186,6 +187,9 @@ int main(int argc, char **argv)
         psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
     }
+    if (secf.tls_ca && !secf.tls_client_auth) /* a ps_server only listens: nothing else would read the CA */
+        PSC_WARN("--tls_ca has no effect without --tls_client_auth: a ps_server makes no connections, and its "
+                 "listener verifies clients against the CA only when --tls_client_auth requires client certificates");
     ckpt_db_t *ckpt = NULL;
     if (ckpt_dir && ckpt_open(ckpt_dir, &ckpt, err, sizeof err)) {
         fprintf(stderr, "ps_server: --checkpoint_dir: %s\n", err);

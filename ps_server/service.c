@@ -1,7 +1,8 @@
 /* service.c — psc.ParameterServer handlers (see service.h): the data path,
  * sync parking and the life cycle; checkpoints and Release are in service_ckpt.c,
  * Batch in service_batch.c, decoding Chunk requests (and widening bfloat16 ones)
- * in service_chunk.c.
+ * in service_chunk.c, the checkpoint fence (which parks the requests that change
+ * the model while an async checkpoint is cut) in service_fence.c.
  *
  * Every handler follows one shape: unpack (protobuf-c), validate, call the store,
  * pack the reply, free the unpacked message in the same function. Tensor replies
@@ -144,7 +145,7 @@ static void reply_push(psc_rpc_call_t *call, int64_t version, int stale)
     psc_rpc_reply(call, buf, n);
 }
 
-static void h_assign(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+static void assign_apply(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     char err[512];
@@ -157,6 +158,14 @@ static void h_assign(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     else
         reply_push(call, 0, 0);
     svc_chunk_free(&cr);
+}
+
+/* Assign, Push, PushPull: behind the checkpoint fence (service_fence.c) */
+static void h_assign(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    if (!svc_fence_enter(arg, call, req, len, assign_apply)) return;
+    assign_apply(call, req, len, arg);
+    svc_fence_leave(arg);
 }
 
 static void h_ready(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
@@ -342,9 +351,11 @@ static void *reaper_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&svc->reaper_cond, &svc->reaper_lock, &ts);
+        if (!svc->reaper_kick) pthread_cond_timedwait(&svc->reaper_cond, &svc->reaper_lock, &ts);
+        svc->reaper_kick = 0;
         if (svc->reaper_stop) break;
         pthread_mutex_unlock(&svc->reaper_lock);
+        svc_fence_tick(svc, psc_now()); /* async checkpoints: a released fence's pushes, an expired lease */
         store_sync_cfg_t cfg;
         if (store_get_sync(svc->store, &cfg)) {
             double now = psc_now();
@@ -411,7 +422,11 @@ void svc_fail_parked(ps_service_t *svc, int draining, int code, const char *msg)
     }
 }
 
-void ps_service_drain(ps_service_t *svc) { svc_fail_parked(svc, 1, PSC_RPC_UNAVAILABLE, "is shutting down"); }
+void ps_service_drain(ps_service_t *svc)
+{
+    svc_fail_parked(svc, 1, PSC_RPC_UNAVAILABLE, "is shutting down");
+    svc_fence_fail_all(svc, 1, PSC_RPC_UNAVAILABLE, "is shutting down");
+}
 
 static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
@@ -461,7 +476,7 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     psc__pull_request__free_unpacked(r, NULL);
 }
 
-static void h_push(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
+static void push_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     char err[512];
@@ -501,7 +516,14 @@ static void h_push(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, v
     svc_chunk_in_free(&in);
 }
 
-static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
+static void h_push(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
+{
+    if (!svc_fence_enter_iov(arg, call, iov, niov, len, push_apply)) return;
+    push_apply(call, iov, niov, len, arg);
+    svc_fence_leave(arg);
+}
+
+static void push_pull_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     char err[512];
@@ -566,6 +588,13 @@ static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t l
     svc_chunk_in_free(&in);
 }
 
+static void h_push_pull(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
+{
+    if (!svc_fence_enter_iov(arg, call, iov, niov, len, push_pull_apply)) return;
+    push_pull_apply(call, iov, niov, len, arg);
+    svc_fence_leave(arg);
+}
+
 /* The replica's own step count, kept for its resumption after a restart. */
 static void note_replica_step(ps_service_t *svc, const Psc__StepRequest *r)
 {
@@ -594,12 +623,33 @@ int svc_step_add(ps_service_t *svc, const Psc__StepRequest *r, int64_t *value, c
     return rc ? rc : store_step_add(svc->store, r->increment, value, err, errlen);
 }
 
+static void step_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_service_t *svc, int fenced);
+
+static void step_apply(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    step_run(call, req, len, arg, 0);
+}
+
 static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
-    ps_service_t *svc = arg;
+    step_run(call, req, len, arg, 1);
+}
+
+/* A Step; fenced: an increment or a contribution goes through the checkpoint
+ * fence (a read does not). */
+static void step_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_service_t *svc, int fenced)
+{
     char err[512];
     Psc__StepRequest *r = psc__step_request__unpack(NULL, len, req);
     if (!r) return svc_fail_undecodable(svc, call, "StepRequest", len);
+    if (fenced && (r->increment != 0 || r->count > 0)) {
+        if (!svc_fence_enter(svc, call, req, len, step_apply)) {
+            psc__step_request__free_unpacked(r, NULL);
+            return;
+        }
+    } else {
+        fenced = 0;
+    }
     int64_t value = 0;
     if (store_get_sync(svc->store, NULL) && r->count > 0) {
         note_replica_step(svc, r);
@@ -626,6 +676,7 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
             park(svc, p);
         }
         psc__step_request__free_unpacked(r, NULL);
+        if (fenced) svc_fence_leave(svc);
         return;
     }
     int rc = svc_step_add(svc, r, &value, err, sizeof err);
@@ -638,6 +689,7 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         psc_rpc_reply(call, buf, psc__step_reply__pack(&rep, buf));
     }
     psc__step_request__free_unpacked(r, NULL);
+    if (fenced) svc_fence_leave(svc);
 }
 
 static void h_worker_done(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
@@ -701,6 +753,7 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     rep.n_replica_steps = PSC_MIN(svc->max_rank, PSC_ARRAY_LEN(progress));
     memcpy(progress, svc->replica_steps, rep.n_replica_steps * sizeof *progress);
     rep.replica_steps = progress;
+    rep.restored_step = svc->restored_step;
     rep.workers_done = svc->workers_done;
     for (uint32_t w = 0; w < PS_MAX_WORKERS && rep.n_done_workers < PSC_ARRAY_LEN(done_ranks); w++)
         if (svc->done[w]) done_ranks[rep.n_done_workers++] = w;
@@ -764,6 +817,7 @@ ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdo
     pthread_mutex_init(&svc->park_lock, NULL);
     pthread_mutex_init(&svc->reaper_lock, NULL);
     pthread_cond_init(&svc->reaper_cond, NULL);
+    svc_fence_init(&svc->fence);
     PSC_ASSERT(pthread_create(&svc->reaper, NULL, reaper_main, svc) == 0);
     svc->reaper_running = 1;
     return svc;
@@ -785,6 +839,7 @@ void ps_service_destroy(ps_service_t *svc)
     pthread_mutex_destroy(&svc->park_lock);
     pthread_mutex_destroy(&svc->reaper_lock);
     pthread_cond_destroy(&svc->reaper_cond);
+    svc_fence_deinit(&svc->fence);
     free(svc);
 }
 
@@ -807,6 +862,8 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_RESTORE, svc_h_restore, svc);
     psc_rpc_server_add_method(server, PSC_M_LIST_CKPT, svc_h_list_checkpoints, svc);
     psc_rpc_server_add_method(server, PSC_M_RELEASE, svc_h_release, svc);
+    psc_rpc_server_add_method(server, PSC_M_FENCE, svc_h_fence, svc); /* last: the fuzzer's seeds index methods */
+    psc_rpc_server_add_method(server, PSC_M_UNFENCE, svc_h_unfence, svc);
     ps_metrics_observe_server(svc->metrics, server);
 }
 

@@ -17,6 +17,10 @@
  * Restore can make an item fail (it replaces the model anyway); the call then
  * fails with that item's error, the items before it applied.
  *
+ * While an async checkpoint fences the PS, a batch with pushes or a step
+ * increment is parked whole and runs when the fence is released (one that only
+ * reads runs at once).
+ *
  * bfloat16 pushes (Chunk.encoding) are widened to float32 first, into one
  * buffer for the batch, and checked and applied as float32 ones.
  *
@@ -134,12 +138,34 @@ static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
     return 0;
 }
 
+static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_service_t *svc, int fenced);
+
+static void batch_apply(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    batch_run(call, req, len, arg, 0);
+}
+
 void svc_h_batch(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
-    ps_service_t *svc = arg;
+    batch_run(call, req, len, arg, 1);
+}
+
+/* A Batch; fenced: one with pushes or a step increment or contribution goes
+ * through the checkpoint fence (service_fence.c; a parked one is unpacked
+ * again when it runs), one that only reads does not. */
+static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_service_t *svc, int fenced)
+{
     char err[512];
     Psc__BatchRequest *r = psc__batch_request__unpack(NULL, len, req);
     if (!r) return svc_fail_undecodable(svc, call, "BatchRequest", len);
+    if (fenced && (r->n_push || (r->step && (r->step->increment != 0 || r->step->count > 0)))) {
+        if (!svc_fence_enter(svc, call, req, len, batch_apply)) {
+            psc__batch_request__free_unpacked(r, NULL);
+            return;
+        }
+    } else {
+        fenced = 0;
+    }
     size_t pull_bytes = 0;
     Psc__BatchReply rep = PSC__BATCH_REPLY__INIT;
     Psc__StepReply step_rep = PSC__STEP_REPLY__INIT;
@@ -215,4 +241,5 @@ out:
     free(orig);
     free(wide);
     psc__batch_request__free_unpacked(r, NULL);
+    if (fenced) svc_fence_leave(svc);
 }

@@ -50,12 +50,21 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
     if (!r) return svc_fail_undecodable(svc, call, "SaveRequest", len);
     if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
     double t0 = psc_now();
+    /* async, one cut: the chief's Fence (service_fence.c) holds every PS
+     * still; the copy happens under it, then it is released here */
+    int rc = r->fence ? svc_fence_pin(svc, r->fence, err, sizeof err) : 0;
+    if (rc) {
+        PSC_WARN("checkpoint %llu: %s", (unsigned long long)r->id, err);
+        psc_rpc_fail(call, svc_status_of(rc), "checkpoint %llu: %s", (unsigned long long)r->id, err);
+        goto out;
+    }
     /* phase 1: copy the shard into the writer behind the push fence (in sync
      * mode only at step boundary r->step), then write it outside the fence */
     int64_t held = -1;
     ckpt_writer_t *w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
-    int rc = store_export(svc->store, emit_to_writer, w, store_get_sync(svc->store, NULL) ? r->step : -1, &held, err,
-                          sizeof err);
+    rc = store_export(svc->store, emit_to_writer, w, store_get_sync(svc->store, NULL) ? r->step : -1, &held, err,
+                      sizeof err);
+    double fence_ms = r->fence ? svc_fence_unpin(svc, r->fence) : 0;
     if (rc) {
         ckpt_abort(w);
         if (rc != PSC_ESTALE) PSC_WARN("checkpoint %llu: export failed: %s", (unsigned long long)r->id, err);
@@ -85,7 +94,8 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
     rep.step = info.step;
     rep.tensors = info.ntensors;
     rep.bytes = info.bytes;
-    uint8_t buf[48];
+    rep.fence_ms = fence_ms;
+    uint8_t buf[64];
     psc_rpc_reply(call, buf, psc__save_reply__pack(&rep, buf));
 out:
     psc__save_request__free_unpacked(r, NULL);
@@ -148,6 +158,10 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     }
     /* replies parked on steps of the abandoned timeline would never come */
     svc_fail_parked(svc, 0, PSC_RPC_ABORTED, "restored a checkpoint: pull again");
+    svc_fence_fail_all(svc, 0, PSC_RPC_ABORTED, "restored a checkpoint: pull again");
+    pthread_mutex_lock(&svc->lock);
+    svc->restored_step = info.step; /* replicas that have not reported a step resume after their share of it */
+    pthread_mutex_unlock(&svc->lock);
     PSC_INFO("restored checkpoint %llu of job %s: step %lld, %u tensors", (unsigned long long)r->id, r->job_id,
              (long long)info.step, info.ntensors);
     Psc__RestoreReply rep = PSC__RESTORE_REPLY__INIT;
@@ -221,11 +235,13 @@ void svc_h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     }
     psc__release_request__free_unpacked(r, NULL);
     svc_fail_parked(svc, 0, PSC_RPC_ABORTED, "released the job");
+    svc_fence_fail_all(svc, 0, PSC_RPC_ABORTED, "released the job");
     store_reset(svc->store);
     pthread_mutex_lock(&svc->lock);
     memset(svc->done, 0, sizeof svc->done);
     svc->workers_done = 0;
     memset(svc->replica_steps, 0, sizeof svc->replica_steps);
+    svc->restored_step = 0;
     svc->max_rank = 0;
     pthread_mutex_unlock(&svc->lock);
     svc->last_present = 0;

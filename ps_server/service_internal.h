@@ -1,6 +1,7 @@
 /* service_internal.h — what the parts of the psc.ParameterServer service
  * share (service.c: data path, sync parking, life cycle; service_ckpt.c:
- * checkpoints and Release). Not for other modules. */
+ * checkpoints and Release; service_fence.c: the checkpoint fence). Not for
+ * other modules. */
 #ifndef PSC_PS_SERVICE_INTERNAL_H
 #define PSC_PS_SERVICE_INTERNAL_H
 
@@ -17,6 +18,34 @@
 
 #define PS_MAX_WORKERS 4096
 
+/* ---- the checkpoint fence (service_fence.c) ---- */
+
+/* What a parked request runs when the fence is released: the handler's body,
+ * which skips the admission (the fence) and answers the call. */
+typedef void (*svc_apply_fn)(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+typedef void (*svc_apply_iov_fn)(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg);
+
+enum svc_fence_state {
+    SVC_FENCE_OPEN,      /* requests apply on arrival */
+    SVC_FENCE_HELD,      /* requests that change the model park */
+    SVC_FENCE_RELEASING, /* the reaper replays the parked ones; new ones still park behind them */
+    SVC_FENCE_CLOSED,    /* draining for shutdown: nothing parks any more */
+};
+
+typedef struct svc_fence {
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* applying fell to 0, or a replayed entry was answered */
+    enum svc_fence_state state;
+    int applying;        /* admitted requests still applying */
+    int replaying;       /* the reaper applies an unlinked parked entry */
+    int saving;          /* a Save copies under the fence: the lease waits for it */
+    uint64_t id;         /* the Fence's id (its checkpoint) */
+    double since, expires, lease_ms;
+    struct fenced *head, *tail; /* parked, arrival order */
+    size_t n, bytes;
+    uint32_t parked;     /* parked since the fence was taken */
+} svc_fence_t;
+
 struct ps_service {
     store_t *store;
     int task_index;
@@ -26,6 +55,7 @@ struct ps_service {
     unsigned char done[PS_MAX_WORKERS]; /* WorkerDone seen per replica rank */
     uint32_t workers_done;
     int64_t replica_steps[PS_MAX_WORKERS]; /* Step.replica_step per rank (max seen) */
+    int64_t restored_step; /* the step of the checkpoint last restored (0: none since Release) */
     uint32_t max_rank;                     /* 1 + the largest rank that reported steps */
     /* sync replicas: replies waiting for a step to be applied (see "parking") */
     pthread_mutex_t park_lock;
@@ -36,12 +66,14 @@ struct ps_service {
     pthread_mutex_t reaper_lock;
     pthread_cond_t reaper_cond;
     int reaper_stop;
+    int reaper_kick; /* wake up now (a released fence has pushes to replay) */
     uint32_t last_present;
     /* checkpoints (--checkpoint_dir); NULL db: none */
     ckpt_db_t *ckpt;
     int debug_save_delay_ms;
     uint64_t incarnation;
     ps_metrics_t *metrics; /* ps_service_set_metrics; NULL: none */
+    svc_fence_t fence;     /* async checkpoints: the push fence (service_fence.c) */
 };
 
 /* The gRPC status of a PSC_E* code. */
@@ -105,6 +137,30 @@ int svc_chunk_in_widen(ps_service_t *svc, psc_rpc_call_t *call, chunk_in_t *in);
  * in *value. */
 int svc_step_check(ps_service_t *svc, const Psc__StepRequest *r, char *err, size_t errlen);
 int svc_step_add(ps_service_t *svc, const Psc__StepRequest *r, int64_t *value, char *err, size_t errlen);
+
+/* The fence: admission of a request that changes the model (a gradient, an
+ * assignment, a step increment or contribution). 1: go on (apply it, then
+ * svc_fence_leave); 0: the request was parked (a copy of its bytes; fn runs it
+ * when the fence is released and answers the call) or failed; return. */
+int svc_fence_enter(ps_service_t *svc, psc_rpc_call_t *call, const uint8_t *req, size_t len, svc_apply_fn fn);
+int svc_fence_enter_iov(ps_service_t *svc, psc_rpc_call_t *call, const psc_iov_t *iov, int niov, size_t len,
+                        svc_apply_iov_fn fn);
+void svc_fence_leave(ps_service_t *svc);
+void svc_fence_init(svc_fence_t *f);
+void svc_fence_deinit(svc_fence_t *f); /* nothing parked any more */
+/* The reaper thread: releases a fence whose lease ran out (WARN) and replays
+ * the parked requests of a released fence, in arrival order. */
+void svc_fence_tick(ps_service_t *svc, double now);
+/* Fails every parked request with code and "ps_server N <msg>" and opens the
+ * fence (Release, Restore); closing: for good (the drain before a shutdown). */
+void svc_fence_fail_all(ps_service_t *svc, int closing, int code, const char *msg);
+/* Save under fence id: pin keeps the lease from running out during the copy
+ * (0, or PSC_ESTALE when id is not held); unpin releases the fence, returning
+ * how long it was held in ms (-1: it was not held any more). */
+int svc_fence_pin(ps_service_t *svc, uint64_t id, char *err, size_t errlen);
+double svc_fence_unpin(ps_service_t *svc, uint64_t id);
+void svc_h_fence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+void svc_h_unfence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 
 /* service_batch.c: psc.ParameterServer/Batch */
 void svc_h_batch(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);

@@ -45,6 +45,8 @@ control_t *control_create(int is_chief, const char *chief_addr)
     control_t *c = psc_xcalloc(1, sizeof *c);
     c->is_chief = is_chief;
     snprintf(c->chief_addr, sizeof c->chief_addr, "%s", chief_addr ? chief_addr : "(unknown)");
+    /* no request outlives its job: closed until a job opens it (chief.c) */
+    snprintf(c->closed, sizeof c->closed, "no job has run on this cluster yet");
     pthread_mutex_init(&c->lock, NULL);
     return c;
 }
@@ -214,12 +216,18 @@ static void h_submit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "%s", err);
         goto out;
     }
+    if (psc_job_spec_check(&spec, c->cluster, err, sizeof err)) { /* against this cluster, before anything starts */
+        psc_job_spec_deinit(&spec);
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "%s", err);
+        goto out;
+    }
     char job_id[17];
     snprintf(job_id, sizeof job_id, "%s", spec.job_id);
     psc_job_spec_deinit(&spec);
     PSC_INFO("job %s submitted by %s", job_id, psc_rpc_call_peer(call));
-    if (release_ps(c, err, sizeof err)) {
-        psc_rpc_fail(call, PSC_RPC_UNAVAILABLE, "cannot prepare the parameter servers: %s", err);
+    int rc = release_ps(c, err, sizeof err);
+    if (rc) {
+        psc_rpc_fail(call, psc_rpc_status_of(rc), "cannot prepare the parameter servers: %s", err);
         goto out;
     }
     /* what still runs elsewhere belongs to the last job (the evaluator's last
@@ -231,7 +239,6 @@ static void h_submit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     size_t slen = psc__start_request__get_packed_size(&sr);
     uint8_t *sbuf = psc_xmalloc(slen + 1);
     psc__start_request__pack(&sr, sbuf);
-    int rc = 0;
     for (int k = 0; rc == 0 && k < targets(c); k++) {
         const char *addr = target_addr(c, k);
         if (!addr) continue;
@@ -241,8 +248,7 @@ static void h_submit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     if (rc == 0) rc = runner_start(c->runner, r->spec_json, NULL, err, sizeof err);
     if (rc) {
         cancel_others(c);
-        psc_rpc_fail(call, rc == PSC_EUNAVAILABLE ? PSC_RPC_UNAVAILABLE : PSC_RPC_FAILED_PRECONDITION,
-                     "job %s not started: %s", job_id, err);
+        psc_rpc_fail(call, psc_rpc_status_of(rc), "job %s not started: %s", job_id, err);
         goto out;
     }
     Psc__SubmitReply rep = PSC__SUBMIT_REPLY__INIT;
@@ -265,7 +271,7 @@ static void h_start(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *
     if (!no_standalone(c, call)) {
         int rc = runner_start(c->runner, r->spec_json, NULL, err, sizeof err);
         if (rc) {
-            psc_rpc_fail(call, rc == PSC_EEXISTS ? PSC_RPC_FAILED_PRECONDITION : PSC_RPC_INVALID_ARGUMENT, "%s", err);
+            psc_rpc_fail(call, psc_rpc_status_of(rc), "%s", err);
         } else {
             Psc__StartReply rep = PSC__START_REPLY__INIT;
             uint8_t buf[8];
@@ -319,6 +325,10 @@ static void h_job_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
     rep.global_step = st.state == RUNNER_SUCCEEDED && st.result.global_step ? st.result.global_step
                                                                              : st.progress.global_step;
     rep.loss = st.progress.loss;
+    rep.has_loss = st.progress.has_loss;
+    rep.checkpoints = (uint32_t)st.progress.checkpoints;
+    rep.checkpoint_failures = (uint32_t)st.progress.checkpoint_failures;
+    rep.checkpoint_error = st.progress.checkpoint_error;
     rep.accuracy = st.progress.accuracy;
     rep.examples_per_sec = st.progress.examples_per_sec;
     rep.elapsed_secs = st.elapsed_secs;
@@ -352,7 +362,7 @@ static void h_eval(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     int64_t step = 0;
     int rc = runner_evaluate(c->runner, &res, &step, err, sizeof err);
     if (rc) {
-        psc_rpc_fail(call, rc == PSC_ENOTFOUND ? PSC_RPC_FAILED_PRECONDITION : PSC_RPC_UNAVAILABLE, "%s", err);
+        psc_rpc_fail(call, rc == PSC_ENOTFOUND ? PSC_RPC_FAILED_PRECONDITION : psc_rpc_status_of(rc), "%s", err);
         return;
     }
     Psc__EvalReply rep = PSC__EVAL_REPLY__INIT;
@@ -388,8 +398,7 @@ void control_answer(control_t *c, int rc, uint64_t id, int64_t step, const char 
     if (!c) return;
     waiting_t *all = take_all(c);
     if (rc) {
-        fail_all(all, rc == PSC_ENOTREADY || rc == PSC_EUNSUPPORTED ? PSC_RPC_FAILED_PRECONDITION : PSC_RPC_UNAVAILABLE,
-                 msg);
+        fail_all(all, psc_rpc_status_of(rc), msg); /* the PS's own code, relayed */
         return;
     }
     Psc__CheckpointReply rep = PSC__CHECKPOINT_REPLY__INIT;

@@ -55,23 +55,24 @@ static void usage(FILE *f)
             "or worker 0 without one) initializes the model, evaluates it at the end and prints\n"
             "\"test accuracy: A\" on stdout. Task type evaluator: evaluates every new checkpoint.\n\n"
             "  --cluster FILE|JSON      cluster spec or a TF_CONFIG document (overrides TF_CONFIG)\n"
-            "  --job TYPE               chief | worker (default from TF_CONFIG)\n"
+            "  --job TYPE               chief | worker | evaluator (default from TF_CONFIG)\n"
             "  --task_index N           index of this task\n"
             "  --port P                 port of this task's health service (default: its address's port)\n"
             "  --job_spec FILE          the job (JSON, see README \"Job spec\"): in-cluster mode, train it and exit;\n"
-            "                           without it, standalone-client mode: wait for jobs from psctl\n"
+            "                           without it, standalone-client mode: wait for jobs from psctl. Checked\n"
+            "                           whole at start (model, cluster, data files): a bad one exits 78\n"
             "  --wait_model_secs S      non-chief: how long to wait for the chief's model (default 120)\n"
             "  --wait_workers_secs S    chief: how long to wait for the other replicas at the end (default 600)\n"
             "  --rpc_timeout_ms MS      deadline of each RPC (default 30000)\n"
             "  --retry_secs S           how long to retry unavailable parameter servers (a PS restarting)\n"
             "                           before failing (default 300)\n"
             "  --log_every_secs S       progress line period (default 5)\n"
-            "  --prefetch N             batches prepared ahead by the input thread (default 2)\n"
+            "  --prefetch N             batches prepared ahead by the input thread, 1..64 (default 2)\n"
             "  --debug_step_delay_ms MS testing: sleep MS in every step (simulates a slow replica)\n"
             "  --devices LIST           towers: cpu, cpu,cpu, gpu, gpu:0,gpu:1 (default: every visible GPU,\n"
             "                           else one CPU tower); the batch is split across them\n"
-            "  --blas_threads N         threads of a CPU tower's matrix products (default 0: OpenBLAS's own\n"
-            "                           choice, one per core; 1 is faster where a PS shares the cores)\n"
+            "  --blas_threads N         threads of a CPU tower's matrix products, 0..1024 (default 0:\n"
+            "                           OpenBLAS's own choice, one per core; 1 is faster where a PS shares the cores)\n"
             "  --batch_tensor_bytes N   asynchronous rounds and pulls: tensors of at most N bytes on one PS travel\n"
             "                           together in one Batch call (default 262144, at most 2097152; 0: a call per\n"
             "                           tensor)\n"
@@ -279,9 +280,15 @@ int main(int argc, char **argv)
         psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
     }
+    /* The whole spec at start, against this cluster and the data this task reads:
+     * replicas the training set, the chief and the evaluator the test set. */
     psc_job_spec_t spec;
     memset(&spec, 0, sizeof spec);
-    if (job_spec_path && psc_job_spec_load(job_spec_path, &spec, err, sizeof err)) {
+    int is_chief = psc_task_is_chief(&cfg.cluster, cfg.task);
+    int reads_train = psc_task_replica_rank(&cfg.cluster, cfg.task) >= 0;
+    int reads_test = is_chief || cfg.task.type == PSC_JOB_EVALUATOR;
+    if (job_spec_path && psc_job_spec_load_checked(job_spec_path, &cfg.cluster, reads_train, reads_test, &spec, err,
+                                                   sizeof err)) {
         fprintf(stderr, "worker: %s\n", err);
         psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
@@ -303,6 +310,9 @@ int main(int argc, char **argv)
         psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
     }
+    if (secf.tls_ca && !secf.tls_client_auth)
+        PSC_WARN("--tls_ca verifies only the servers this worker connects to: without --tls_client_auth its own "
+                 "listener accepts clients that present no certificate");
     psc_signals_block();
     psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
     psc_metrics_t *metrics = metrics_port ? psc_metrics_create() : NULL;
@@ -311,7 +321,8 @@ int main(int argc, char **argv)
         psc_metrics_destroy(metrics);
         return PSC_EXIT_UNAVAILABLE;
     }
-    to->metrics = worker_metrics_create(metrics, psc_job_type_name(cfg.task.type));
+    /* the role label: "chief" for worker 0 acting as chief too (README "Metrics") */
+    to->metrics = worker_metrics_create(metrics, psc_job_type_name(is_chief ? PSC_JOB_CHIEF : cfg.task.type));
     psc_rpc_server_t *server = psc_rpc_server_create(bind, 1, err, sizeof err);
     if (!server) {
         fprintf(stderr, "worker: %s\n", err);
@@ -322,7 +333,7 @@ int main(int argc, char **argv)
     const char *chief_addr = cl->n[PSC_JOB_CHIEF] > 0 ? cl->addr[PSC_JOB_CHIEF][0]
                              : cl->n[PSC_JOB_WORKER] > 0 ? cl->addr[PSC_JOB_WORKER][0]
                                                          : NULL;
-    control_t *control = control_create(psc_task_is_chief(cl, cfg.task), chief_addr);
+    control_t *control = control_create(is_chief, chief_addr);
     control_register(control, server);
     if (psc_rpc_server_start(server, err, sizeof err) < 0) {
         fprintf(stderr, "worker: %s\n", err);

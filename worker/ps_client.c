@@ -558,6 +558,46 @@ static void optim_to_proto(const psc_optim_config_t *o, Psc__OptimizerSpec *p)
     p->decay = o->decay;
 }
 
+/* The variables named in a partial re-initialization's warning; the rest are counted. */
+#define PS_CLIENT_REINIT_NAMES 20
+
+/* Some PS hold the model and the others lost it, with no checkpoint to restore:
+ * the lost shards start again from initial values while the surviving ones keep
+ * their training (throwing that away too would lose more). The model is then a
+ * mix, so each lost PS gets one WARN naming its variables; its bit is set in
+ * origin->reinitialized_ps (the first 64 PS) and origin->reinitialized counts them. */
+static void warn_partial_reinit(const ps_client_t *pc, const int *ready, int nready, ps_model_origin_t *origin)
+{
+    char kept[128];
+    size_t kat = 0;
+    for (int i = 0, shown = 0; i < pc->num_ps && shown < PS_CLIENT_REINIT_NAMES; i++)
+        if (ready[i] && kat < sizeof kept)
+            kat += (size_t)snprintf(kept + kat, sizeof kept - kat, "%s%d", shown++ ? ", " : "", i);
+    for (int i = 0; i < pc->num_ps; i++) {
+        if (ready[i]) continue;
+        origin->reinitialized++;
+        if (i < 64) origin->reinitialized_ps |= UINT64_C(1) << i;
+        char names[1024];
+        size_t at = 0;
+        int n = 0, shown = 0;
+        names[0] = '\0';
+        for (int p = 0; p < pc->nplaced; p++) {
+            const psc_placed_var_t *pv = &pc->placed[p];
+            if (pv->ps != i) continue;
+            n++;
+            if (shown == PS_CLIENT_REINIT_NAMES || at + strlen(pv->name) + 3 > sizeof names) continue;
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", shown++ ? ", " : "", pv->name);
+        }
+        char more[48] = "";
+        if (n > shown) snprintf(more, sizeof more, " and %d more", n - shown);
+        PSC_WARN("ps %d lost its shard and there is no checkpoint to restore: re-initialized its %d variable%s "
+                 "(%s%s) to initial values, while ps %s%s keep%s trained values: the model is now a mix; to avoid "
+                 "this, give every ps a --checkpoint_dir and checkpoint early (checkpoint.every_steps in the job spec)",
+                 i, n, n == 1 ? "" : "s", names, more, kept, nready > PS_CLIENT_REINIT_NAMES ? " and others" : "",
+                 nready == 1 ? "s its" : " their");
+    }
+}
+
 int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_config_t *opt,
                            const float *init_params, ps_model_origin_t *origin, char *err, size_t errlen)
 {
@@ -631,8 +671,7 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
     }
     /* 2a. Restore the newest checkpoint committed and intact on every PS. */
     if ((rc = restore_latest(pc, job_id, origin, err, errlen)) != 0 || origin->restored) goto out;
-    if (nready > 0)
-        PSC_WARN("%d of %d PS already hold the model and there is no checkpoint: initializing the others", nready, P);
+    if (nready > 0) warn_partial_reinit(pc, ready, nready, origin);
     origin->initialized = 1;
 
     /* 2. Assign initial values to the pieces of every PS that is not ready. */
@@ -784,28 +823,86 @@ int ps_client_ckpt_commit(ps_client_t *pc, uint64_t id, int keep, int discard, c
     return rc;
 }
 
+/* Async checkpoints, one cut: fences every PS (id = the checkpoint's id);
+ * once all have answered nothing is applied anywhere, and *cut gets
+ * global_step's value on the PS that holds it (unchanged without one). */
+static int ckpt_fence(ps_client_t *pc, const char *job_id, uint64_t id, int64_t *cut, char *err, size_t errlen)
+{
+    int P = pc->num_ps;
+    Psc__FenceRequest req = PSC__FENCE_REQUEST__INIT;
+    req.job_id = (char *)job_id;
+    req.id = id;
+    uint8_t buf[64];
+    size_t len = psc__fence_request__pack(&req, buf);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
+    int rc = run_on_all(pc, PSC_M_FENCE, buf, len, ops, "fence for a checkpoint", err, errlen);
+    if (rc == 0 && pc->step_ps >= 0) {
+        Psc__FenceReply *r = psc__fence_reply__unpack(NULL, ops[pc->step_ps].reply_len, ops[pc->step_ps].reply);
+        if (!r || !r->has_global_step)
+            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "fence reply from ps %d %s", pc->step_ps,
+                            r ? "lacks global_step" : "does not parse");
+        else
+            *cut = r->global_step;
+        if (r) psc__fence_reply__free_unpacked(r, NULL);
+    }
+    clear_ops(ops, (size_t)P);
+    free(ops);
+    return rc;
+}
+
+/* Releases fence id on every PS (those a Save released already answer
+ * released = 0); failures are only logged: a fence left behind ends with its
+ * lease. */
+static void ckpt_unfence(ps_client_t *pc, uint64_t id)
+{
+    int P = pc->num_ps;
+    Psc__UnfenceRequest req = PSC__UNFENCE_REQUEST__INIT;
+    req.id = id;
+    uint8_t buf[16];
+    size_t len = psc__unfence_request__pack(&req, buf);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
+    char err[512];
+    if (run_on_all(pc, PSC_M_UNFENCE, buf, len, ops, "unfence", err, sizeof err))
+        PSC_WARN("checkpoint %llu: %s (the fence ends with its lease)", (unsigned long long)id, err);
+    clear_ops(ops, (size_t)P);
+    free(ops);
+}
+
 int ps_client_ckpt_save(ps_client_t *pc, const char *job_id, uint64_t id, int64_t step, int keep,
                         int64_t *saved_step, char *err, size_t errlen)
 {
     int P = pc->num_ps;
+    /* async: fence every PS, then all save at the one global_step that holds
+     * still behind the fences, then release them (always); sync mode saves at
+     * a step boundary instead */
+    int fenced = !pc->sync;
+    int64_t cut = step;
+    int rc = fenced ? ckpt_fence(pc, job_id, id, &cut, err, errlen) : 0;
     Psc__SaveRequest req = PSC__SAVE_REQUEST__INIT;
     req.job_id = (char *)job_id;
     req.id = id;
-    req.step = step;
+    req.step = cut;
+    req.fence = fenced ? id : 0;
     uint8_t buf[64];
     size_t len = psc__save_request__pack(&req, buf);
     psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
-    int rc = run_on_all(pc, PSC_M_SAVE, buf, len, ops, "save checkpoint", err, errlen);
+    if (rc == 0) rc = run_on_all(pc, PSC_M_SAVE, buf, len, ops, "save checkpoint", err, errlen);
+    if (fenced) ckpt_unfence(pc, id);
     int sp = pc->step_ps >= 0 ? pc->step_ps : 0;
-    if (rc == 0) {
-        Psc__SaveReply *r = psc__save_reply__unpack(NULL, ops[sp].reply_len, ops[sp].reply);
+    double fence_ms = 0;
+    for (int i = 0; rc == 0 && i < P; i++) {
+        Psc__SaveReply *r = psc__save_reply__unpack(NULL, ops[i].reply_len, ops[i].reply);
         if (!r) {
-            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "save reply from ps %d does not parse", sp);
-        } else {
-            if (saved_step) *saved_step = r->step;
-            psc__save_reply__free_unpacked(r, NULL);
+            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "save reply from ps %d does not parse", i);
+            break;
         }
+        if (i == sp && saved_step) *saved_step = r->step;
+        fence_ms = PSC_MAX(fence_ms, r->fence_ms);
+        psc__save_reply__free_unpacked(r, NULL);
     }
+    if (rc == 0 && fenced)
+        PSC_INFO("checkpoint %llu: one cut at global_step %lld; pushes paused at most %.1f ms on a ps",
+                 (unsigned long long)id, (long long)cut, fence_ms);
     clear_ops(ops, (size_t)P);
     free(ops);
     char e2[256];
@@ -887,6 +984,7 @@ int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t
     st->replicas_present = r->replicas_present;
     st->checkpoints = r->checkpoints;
     st->incarnation = r->incarnation;
+    st->restored_step = r->restored_step;
     for (size_t i = 0; i < r->n_replica_steps && i < PSC_ARRAY_LEN(st->replica_steps); i++)
         st->replica_steps[i] = r->replica_steps[i];
     for (size_t i = 0; i < r->n_done_workers; i++)

@@ -36,6 +36,7 @@ typedef struct ps_status {
     int checkpoints;           /* started with --checkpoint_dir */
     uint64_t incarnation;      /* random per PS process: a change means it restarted */
     int64_t replica_steps[256]; /* (the global_step PS) steps each replica rank reported */
+    int64_t restored_step;      /* (the global_step PS) the step of the checkpoint the model was restored from, 0: none */
 } ps_status_t;
 
 /* How ps_client_create_model found the model. */
@@ -45,6 +46,11 @@ typedef struct ps_model_origin {
     int initialized;  /* initial values assigned (no checkpoint to restore) */
     uint64_t ckpt_id;
     int64_t step;
+    /* initialized while other PS kept their trained shards (no checkpoint to
+     * restore): the model is a mix. How many PS got initial values, and which
+     * (bit i: ps i, for the first 64); 0 when every PS started fresh. */
+    int reinitialized;
+    uint64_t reinitialized_ps;
 } ps_model_origin_t;
 
 /* Checkpoints of a job that count: committed on every PS (and, verified, intact). */
@@ -99,7 +105,9 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
 int ps_client_ckpt_list(ps_client_t *pc, const char *job_id, int verify, ps_ckpt_list_t *out, char *err,
                         size_t errlen);
 /* Takes checkpoint `id` (two phases): Save on every PS (each writes its shard
- * prepared, behind its push fence; in sync mode only at step boundary `step`);
+ * prepared; in sync mode only at step boundary `step`; in async mode one cut:
+ * every PS is fenced first (Fence), all save at the global_step that then
+ * holds still, whatever `step` says, and the fences are released (Unfence));
  * if all succeeded, Commit on every PS keeping the newest `keep`; if any failed,
  * the prepared ones are discarded and its error returned (PSC_EUNAVAILABLE when
  * a sync PS was not at the step boundary: try again at the next step).

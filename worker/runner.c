@@ -102,7 +102,7 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
         pthread_mutex_lock(&r->lock);
     }
     if (r->state == RUNNER_RUNNING) {
-        rc = psc_seterr(err, errlen, PSC_EEXISTS, "job %s is running (psctl stop cancels it)", r->spec.job_id);
+        rc = psc_seterr(err, errlen, PSC_ENOTREADY, "job %s is running (psctl stop cancels it)", r->spec.job_id);
         pthread_mutex_unlock(&r->lock);
         psc_job_spec_deinit(&spec);
         return rc;
@@ -125,6 +125,9 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
     r->progress.epochs = spec.epochs;
     r->progress.step = r->progress.max_steps = r->progress.global_step = 0;
     r->progress.loss = r->progress.accuracy = r->progress.examples_per_sec = 0;
+    r->progress.has_loss = 0;
+    r->progress.checkpoints = r->progress.checkpoint_failures = 0;
+    r->progress.checkpoint_error[0] = '\0';
     pthread_mutex_unlock(&r->progress.lock);
     if (job_id) snprintf(job_id, 17, "%s", spec.job_id);
     PSC_ASSERT(pthread_create(&r->thread, NULL, job_main, r) == 0);
@@ -162,6 +165,10 @@ void runner_status(runner_t *r, runner_status_t *out)
     out->progress.loss = r->progress.loss;
     out->progress.accuracy = r->progress.accuracy;
     out->progress.examples_per_sec = r->progress.examples_per_sec;
+    out->progress.has_loss = r->progress.has_loss;
+    out->progress.checkpoints = r->progress.checkpoints;
+    out->progress.checkpoint_failures = r->progress.checkpoint_failures;
+    memcpy(out->progress.checkpoint_error, r->progress.checkpoint_error, sizeof out->progress.checkpoint_error);
     pthread_mutex_unlock(&r->progress.lock);
     pthread_mutex_unlock(&r->lock);
 }

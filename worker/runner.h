@@ -32,7 +32,7 @@ runner_t *runner_create(const trainer_opts_t *base);
 /* Cancels a running job, waits for its thread. NULL ok. */
 void runner_destroy(runner_t *r);
 /* Starts a job from spec JSON; a job being cancelled is waited for (up to
- * 60 s). PSC_EEXISTS when a job is running (err names it), PSC_EINVAL or
+ * 60 s). PSC_ENOTREADY when a job is running (err names it), PSC_EINVAL or
  * PSC_ECONFIG when the spec is bad (err names the key). *job_id (17 bytes,
  * may be NULL) gets the new job's id. */
 int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, size_t errlen);

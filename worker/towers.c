@@ -65,7 +65,7 @@ int towers_parse_devices(const char *devices, const tower_ops_t **backend, int *
         } else {
             *backend = &tower_cpu_ops;
             devs[(*ndev)++] = 0;
-            PSC_INFO("no GPU visible (%s): training on one CPU tower",
+            PSC_INFO("no GPU visible (%s): one CPU tower",
                      cuda ? "the CUDA backend found no device" : "this build has no CUDA backend");
         }
         return 0;

@@ -23,6 +23,10 @@ typedef struct trainer_progress {
     int epoch, epochs;       /* epoch 1-based */
     int64_t step, max_steps, global_step;
     double loss, accuracy, examples_per_sec;
+    int has_loss;            /* loss and accuracy are measured (a progress period ended) */
+    int checkpoints;         /* chief: checkpoints committed on every PS */
+    int checkpoint_failures; /* chief: checkpoints tried and not taken */
+    char checkpoint_error[640]; /* the last such failure */
 } trainer_progress_t;
 
 typedef struct trainer_opts {

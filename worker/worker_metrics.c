@@ -15,7 +15,7 @@
 #define WINDOW_SECS 1.0
 
 struct worker_metrics {
-    psc_counter_t *steps, *examples, *stale, *retries;
+    psc_counter_t *steps, *examples, *stale, *retries, *ckpts, *ckpt_failures;
     psc_histogram_t *step_secs, *push_pull_secs;
     psc_gauge_t *examples_per_sec;
     pthread_mutex_t lock; /* the window below */
@@ -43,6 +43,10 @@ worker_metrics_t *worker_metrics_create(psc_metrics_t *m, const char *role)
                                    "Steps whose gradients a sync-replica PS dropped as stale.", labels);
     w->retries = psc_metrics_counter(m, "psc_worker_retries_total",
                                      "RPC retries while parameter servers were unavailable.", labels);
+    w->ckpts = psc_metrics_counter(m, "psc_worker_checkpoints_total",
+                                   "Checkpoints this chief committed on every PS.", labels);
+    w->ckpt_failures = psc_metrics_counter(m, "psc_worker_checkpoint_failures_total",
+                                           "Checkpoints this chief tried and could not take.", labels);
     pthread_mutex_init(&w->lock, NULL);
     return w;
 }
@@ -79,4 +83,9 @@ void worker_metrics_step(worker_metrics_t *w, int examples, double step_secs, do
 void worker_metrics_retry(worker_metrics_t *w)
 {
     if (w) psc_counter_inc(w->retries);
+}
+
+void worker_metrics_checkpoint(worker_metrics_t *w, int ok)
+{
+    if (w) psc_counter_inc(ok ? w->ckpts : w->ckpt_failures);
 }

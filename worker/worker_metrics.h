@@ -16,6 +16,8 @@
  *                                      steps so far
  *   psc_worker_stale_steps_total       steps whose gradients a sync PS dropped as stale
  *   psc_worker_retries_total           RPC retries while riding out unavailable PSes
+ *   psc_worker_checkpoints_total       (chief) checkpoints committed on every PS
+ *   psc_worker_checkpoint_failures_total (chief) checkpoints tried and not taken
  * Every series exists (at 0) from worker_metrics_create on.
  *
  * Threads: any thread may call worker_metrics_step and worker_metrics_retry
@@ -43,5 +45,7 @@ void worker_metrics_destroy(worker_metrics_t *w);
 void worker_metrics_step(worker_metrics_t *w, int examples, double step_secs, double push_pull_secs, int stale);
 /* One retry of an RPC to an unavailable PS. */
 void worker_metrics_retry(worker_metrics_t *w);
+/* The chief tried a checkpoint: committed on every PS (ok) or not taken. */
+void worker_metrics_checkpoint(worker_metrics_t *w, int ok);
 
 #endif

@@ -13,8 +13,11 @@
  * PSC_FUZZ_VERBOSE=1 prints each call's status code.
  * PSC_FUZZ_WRITE_SEEDS=DIR: instead of fuzzing, writes the seed inputs (a
  * model created, assigned, made ready, then pushed (float32 and bfloat16),
- * pulled, stepped, batched; a sync model; a bad request between good ones) to
- * DIR and exits. */
+ * pulled, stepped, batched; a sync model; a bad request between good ones; an
+ * async model fenced for a checkpoint while pushes of every kind arrive, then
+ * released, and fenced again with pushes left parked for the drain) to DIR and
+ * exits. The reaper thread replays a released fence's parked pushes while the
+ * next requests run, as on a server. */
 #include "psc.h"
 #include "psc.pb-c.h"
 #include "rpc.h"
@@ -317,6 +320,44 @@ static void seed_release(void)
     SEED(PSC_M_RELEASE, psc__release_request, &rel);
 }
 
+/* The checkpoint fence (async): pushes of every kind park behind a Fence, a
+ * Save under it (no --checkpoint_dir here: refused), an Unfence releases them;
+ * a second Fence is left held, its pushes parked until the drain. */
+static void seed_fence(void)
+{
+    Psc__FenceRequest fr = PSC__FENCE_REQUEST__INIT;
+    fr.job_id = (char *)"00000000000000f1";
+    fr.id = 1;
+    fr.lease_ms = 5000;
+    SEED(PSC_M_FENCE, psc__fence_request, &fr);
+    float g[64];
+    for (int i = 0; i < 64; i++) g[i] = 0.25f - 0.01f * (float)i;
+    seed_chunk(PSC_M_PUSH, "dense/kernel", 0, sizeof g, g, sizeof g, 0);
+    seed_chunk(PSC_M_PUSH_PULL, "dense/kernel", 0, sizeof g, g, sizeof g, 0);
+    seed_chunk(PSC_M_ASSIGN, "dense/kernel", 0, sizeof g, g, sizeof g, 0);
+    Psc__StepRequest st = PSC__STEP_REQUEST__INIT;
+    st.increment = 1;
+    SEED(PSC_M_STEP, psc__step_request, &st);
+    Psc__PullRequest pr = PSC__PULL_REQUEST__INIT;
+    pr.name = (char *)"dense/kernel";
+    pr.length = 64;
+    SEED(PSC_M_PULL, psc__pull_request, &pr);
+    Psc__SaveRequest sv = PSC__SAVE_REQUEST__INIT;
+    sv.job_id = fr.job_id;
+    sv.id = 1;
+    sv.fence = 1;
+    SEED(PSC_M_SAVE, psc__save_request, &sv);
+    Psc__UnfenceRequest ur = PSC__UNFENCE_REQUEST__INIT;
+    ur.id = 1;
+    SEED(PSC_M_UNFENCE, psc__unfence_request, &ur);
+    seed_chunk(PSC_M_PUSH, "dense/kernel", 0, sizeof g, g, sizeof g, 0);
+    fr.id = 2;
+    fr.lease_ms = 1;
+    SEED(PSC_M_FENCE, psc__fence_request, &fr);
+    seed_chunk(PSC_M_PUSH, "dense/kernel", 0, sizeof g, g, sizeof g, 0);
+    SEED(PSC_M_STEP, psc__step_request, &st);
+}
+
 static void write_seed(const char *dir, const char *name)
 {
     char path[1024];
@@ -349,6 +390,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     seed_chunk(PSC_M_PUSH, "nope", 0, 16, nan, sizeof nan, 0);
     seed_release();
     write_seed(dir, "bad_pushes");
+    seed_model(0);
+    seed_fence();
+    write_seed(dir, "async_fence");
     ps_service_destroy(svc);
     store_destroy(store);
     exit(0);

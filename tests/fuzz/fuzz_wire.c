@@ -52,6 +52,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     UNPACK(Psc__ShutdownReply, psc__shutdown_reply);
     UNPACK(Psc__ReleaseRequest, psc__release_request);
     UNPACK(Psc__ReleaseReply, psc__release_reply);
+    UNPACK(Psc__FenceRequest, psc__fence_request);
+    UNPACK(Psc__FenceReply, psc__fence_reply);
+    UNPACK(Psc__UnfenceRequest, psc__unfence_request);
+    UNPACK(Psc__UnfenceReply, psc__unfence_reply);
     UNPACK(Psc__CheckpointRequest, psc__checkpoint_request);
     UNPACK(Psc__CheckpointReply, psc__checkpoint_reply);
     UNPACK(Psc__SubmitRequest, psc__submit_request);

@@ -14,7 +14,8 @@
 # 3. any other path is 404;
 # 4. --metrics_port 70000 exits 64; a metrics port already in use exits 69, and
 #    so does an RPC port already in use (gRPC's SO_REUSEPORT is off)
-#    with a one-line message naming the address.
+#    with a one-line message naming the address: psc's line only, gRPC's own
+#    chttp2_server line shows (as DEBUG) only with --log_level debug.
 # No curl needed: the scrapes go through bash's /dev/tcp.
 source "$(dirname "$0")/lib.sh"
 require_dataset
@@ -82,7 +83,8 @@ while kill -0 "$W_PID" 2>/dev/null; do
     # the worker's own page while it trains (it exits at the end)
     if (exec 3<>"/dev/tcp/127.0.0.1/$WMP") 2>/dev/null; then
         http_get "$WMP" /metrics "$TMP/worker.prom"
-        v=$(value "$TMP/worker.prom" 'psc_worker_steps_total{role="worker"}')
+        # worker 0 of a cluster without a chief task is the chief: role="chief" (README "Metrics")
+        v=$(value "$TMP/worker.prom" 'psc_worker_steps_total{role="chief"}')
         [ -n "$v" ] && wsteps=$v && cp "$TMP/worker.prom" "$TMP/worker_last.prom"
     fi
     http_get "$MP" /metrics "$TMP/during.prom"
@@ -161,6 +163,17 @@ rc=$?
 set -e
 [ $rc = 69 ] || fail "a second ps_server on a port in use exited $rc, expected 69: $(cat "$TMP/busy2.log")"
 grep -q "cannot bind" "$TMP/busy2.log" || fail "the error does not say it cannot bind: $(cat "$TMP/busy2.log")"
+# only psc's line: gRPC's own "chttp2_server.cc:1045] UNKNOWN:No address added..." stays below it...
+[ "$(wc -l <"$TMP/busy2.log")" = 1 ] || fail "a port in use: expected psc's one line, got: $(cat "$TMP/busy2.log")"
+! grep -q "chttp2_server" "$TMP/busy2.log" || fail "gRPC's own log line shows at the default log level"
+# ...and shows, as a DEBUG line, with --log_level debug
+set +e
+timeout 20 "$BIN/ps_server" --cluster "{\"ps\": [\"${PS_ADDR[0]}\"], \"worker\": [\"127.0.0.1:1\"]}" --task_index 0 \
+    --log_level debug >"$TMP/busy3.out" 2>"$TMP/busy3.log"
+rc=$?
+set -e
+[ $rc = 69 ] || fail "a second ps_server (--log_level debug) on a port in use exited $rc, expected 69"
+grep -q "DEBUG .*grpc .*chttp2_server" "$TMP/busy3.log" || fail "--log_level debug does not show gRPC's line: $(cat "$TMP/busy3.log")"
 
 # the first ps_server still serves both ports, then stops cleanly
 http_get "$MP" /metrics "$TMP/last.prom"

@@ -10,7 +10,9 @@
 #    client certificate, a client certificate from another CA, a server name
 #    that is not in the certificate, no token, a wrong token: each fails
 #    (UNAUTHENTICATED for the token cases), including Shutdown and Release to
-#    the PS and Submit/Cancel to the chief; afterwards every daemon is still up
+#    the PS and Submit/Cancel to the chief; the handshake failures say that
+#    TLS is the likely cause (psc_call, and psctl for plaintext, another CA,
+#    a wrong server name); afterwards every daemon is still up
 #    and an export of the variables is byte-identical to the one before;
 # 4. the token appears in no log and no output of any program.
 source "$(dirname "$0")/lib.sh"
@@ -80,9 +82,9 @@ solo --tls_cert "$P/node.pem" --tls_key "$P/node.key"
 "$BIN/psc_health" --tls_ca "$P/ca.pem" "$SOLO" 20000 || fail "TLS-only ps not serving to a client with --tls_ca alone"
 "$BIN/psc_call" --tls_ca "$P/ca.pem" "$SOLO" /psc.ParameterServer/Status >/dev/null || fail "TLS only: a verified client is refused"
 set +e; out=$("$BIN/psc_call" "$SOLO" /psc.ParameterServer/Status); set -e
-[[ $out == UNAVAILABLE* ]] || fail "TLS only: a plaintext call got: $out"
+[[ $out == UNAVAILABLE*"(TLS handshake failed? check --tls_ca"* ]] || fail "TLS only: a plaintext call got: $out"
 set +e; out=$("$BIN/psc_call" --tls_ca "$P/rogue.pem" "$SOLO" /psc.ParameterServer/Status); set -e
-[[ $out == UNAVAILABLE* ]] || fail "TLS only: a client trusting another CA got: $out"
+[[ $out == UNAVAILABLE*"(TLS handshake failed? check --tls_ca"* ]] || fail "TLS only: a client trusting another CA got: $out"
 kill "$SOLO_PID"
 echo "token alone and TLS alone: the right client is served, the others refused"
 
@@ -115,21 +117,40 @@ knock() { # knock WHAT WANT_REGEX ADDR METHOD [flags...] — the call must fail 
     printf '  %-34s %-32s %s\n' "$what" "${method##*/}" "$(cut -c1-70 "$TMP/knock.out")"
 }
 INTRUDER=(--tls_cert "$P/intruder.pem" --tls_key "$P/intruder.key" --tls_ca "$P/ca.pem")
+HINT='TLS handshake failed\? check --tls_ca' # what a failed handshake adds to UNAVAILABLE
 PS=${PS_ADDR[0]}; CHIEF=${WORKER_ADDR[0]}
 echo "unwanted calls:"
 for m in /psc.ParameterServer/Shutdown /psc.ParameterServer/Release /psc.ParameterServer/Push; do
-    knock "plaintext" 'UNAVAILABLE' "$PS" "$m"
-    knock "TLS, no client certificate" 'UNAVAILABLE' "$PS" "$m" --tls_ca "$P/ca.pem" --auth_token_file "$P/token"
-    knock "client certificate of another CA" 'UNAVAILABLE' "$PS" "$m" "${INTRUDER[@]}" --auth_token_file "$P/token"
+    knock "plaintext" "^UNAVAILABLE.*$HINT" "$PS" "$m"
+    knock "TLS, no client certificate" "^UNAVAILABLE.*$HINT" "$PS" "$m" --tls_ca "$P/ca.pem" --auth_token_file "$P/token"
+    knock "client certificate of another CA" "^UNAVAILABLE.*$HINT" "$PS" "$m" "${INTRUDER[@]}" --auth_token_file "$P/token"
     knock "mutual TLS, no token" '^UNAUTHENTICATED' "$PS" "$m" "${TLS[@]}"
     knock "mutual TLS, wrong token" '^UNAUTHENTICATED' "$PS" "$m" "${TLS[@]}" --auth_token_file "$P/wrong"
 done
-knock "server name not in its certificate" 'UNAVAILABLE' "$PS" /psc.ParameterServer/Status "${SEC[@]}" --tls_server_name other.example
+knock "server name not in its certificate" "^UNAVAILABLE.*$HINT" "$PS" /psc.ParameterServer/Status "${SEC[@]}" --tls_server_name other.example
+knock "trusting another CA" "^UNAVAILABLE.*$HINT" "$PS" /psc.ParameterServer/Status "${TLS[@]::4}" --tls_ca "$P/rogue.pem"
+# psctl says the same: a handshake that fails is likely a TLS mismatch
+psctl_tls_hint() { # psctl_tls_hint WHAT [flags...] — psctl status must exit 69 naming TLS as the likely cause
+    local what=$1; shift
+    set +e; "$BIN/psctl" --cluster "$CLUSTER" "$@" status >"$TMP/hint.out" 2>&1; local rc=$?; set -e
+    [ $rc = 69 ] || fail "psctl status, $what: exit $rc: $(cat "$TMP/hint.out")"
+    grep -Eq "$HINT" "$TMP/hint.out" || fail "psctl status, $what: no TLS hint: $(cat "$TMP/hint.out")"
+    printf '  psctl status, %-28s %s\n' "$what:" "$(grep -m1 -o 'failed: UNAVAILABLE.*' "$TMP/hint.out" | cut -c1-110)"
+}
+psctl_tls_hint "plaintext" --auth_token_file "$P/token"
+psctl_tls_hint "trusting another CA" "${TLS[@]::4}" --tls_ca "$P/rogue.pem" --auth_token_file "$P/token"
+psctl_tls_hint "wrong --tls_server_name" "${SEC[@]}" --tls_server_name other.example
 for m in /psc.Worker/Submit /psc.Worker/Cancel /psc.Worker/Checkpoint; do
     knock "mutual TLS, wrong token" '^UNAUTHENTICATED' "$CHIEF" "$m" "${TLS[@]}" --auth_token_file "$P/wrong"
 done
 set +e; "$BIN/psctl" --cluster "$CLUSTER" "${TLS[@]}" --auth_token_file "$P/wrong" train "$TMP/job.json" >"$TMP/bad_train.out" 2>&1; rc=$?; set -e
-[ $rc = 1 ] && grep -q UNAUTHENTICATED "$TMP/bad_train.out" || fail "psctl train with a wrong token: exit $rc: $(cat "$TMP/bad_train.out")"
+[ $rc = 77 ] && grep -q UNAUTHENTICATED "$TMP/bad_train.out" && grep -q "refused psctl's credentials" "$TMP/bad_train.out" ||
+    fail "psctl train with a wrong token: exit $rc (expected 77, EX_NOPERM): $(cat "$TMP/bad_train.out")"
+# status without the token: the members answer Health, the chief and the PS refuse the rest: exit 77, not 0
+set +e; "$BIN/psctl" --cluster "$CLUSTER" "${TLS[@]}" status >"$TMP/notoken_status.out" 2>&1; rc=$?; set -e
+[ $rc = 77 ] && grep -q "refused psctl's credentials" "$TMP/notoken_status.out" ||
+    fail "psctl status without the token: exit $rc (expected 77): $(cat "$TMP/notoken_status.out")"
+echo "  psctl without the right token: exit 77 for train and status ($(grep -m1 -o "refused psctl's credentials.\{0,40\}" "$TMP/notoken_status.out")...)"
 # Health/Check is open to anyone who completes the TLS handshake (Kubernetes probes send no metadata)
 "$BIN/psc_health" "${TLS[@]}" "$PS" 2000 || fail "Health/Check without the token should answer"
 # ...and a call with everything right works

@@ -1,10 +1,14 @@
-/* psc_tfevents_read — test tool: an independent reader of TensorBoard event
- * files (its own CRC32C and protobuf decoding; nothing from common/). Checks
- * every record's framing (length, masked CRC32C of the length and of the data)
- * and prints one line per scalar: "STEP TAG VALUE"; the first event must carry
- * file_version "brain.Event:2".
+/* psc_tfevents_read — an independent reader of TensorBoard event files (its
+ * own CRC32C and protobuf decoding; nothing from common/), for looking at the
+ * scalars the chief and the evaluator write under --logdir without
+ * TensorBoard. A user tool (installed with the programs; README "Tools"), also
+ * used by the tests. Checks every record's framing (length, masked CRC32C of
+ * the length and of the data) and prints one line per scalar: "STEP TAG
+ * VALUE"; the first event must carry file_version "brain.Event:2".
  *
- *   psc_tfevents_read FILE      exit 0, or 1 naming the first bad record
+ *   psc_tfevents_read FILE      exit 0; 1 naming the first bad record (or an
+ *                               empty or unreadable file); 64 usage
+ *   psc_tfevents_read --help    usage on stdout, exit 0
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -60,8 +64,19 @@ static int field(const unsigned char **p, const unsigned char *end, uint32_t *nu
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: psc_tfevents_read FILE\n");
+    static const char usage[] =
+        "usage: psc_tfevents_read FILE\n"
+        "Reads a TensorBoard event file (events.out.tfevents.*, as the chief and the evaluator write under\n"
+        "--logdir), checks every record's length and CRC32C, and prints each scalar as one line:\n"
+        "  STEP TAG VALUE          e.g. \"120 loss 0.4312\"\n"
+        "Exit codes: 0 every record good, 1 the first bad record named on stderr (or an empty or unreadable\n"
+        "file), 64 usage.\n";
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (argc != 2 || argv[1][0] == '-') {
+        fputs(usage, stderr);
         return 64;
     }
     FILE *f = fopen(argv[1], "rb");

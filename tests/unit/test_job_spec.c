@@ -342,11 +342,11 @@ static void test_layers_and_keras_names(void **state)
                  "model.layers[0].name");
     /* 63 characters is the longest name. */
     parse_ok(spec3(buf, sizeof buf,
-                   "{\"type\": \"dense\", \"units\": 3, \"name\": "
+                   "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 3, \"name\": "
                    "\"a123456789b123456789c123456789d123456789e123456789f123456789abc\"}",
                    ADAM, ""),
              &s);
-    assert_int_equal(strlen(s.layers[0].name), 63);
+    assert_int_equal(strlen(s.layers[1].name), 63);
     psc_job_spec_deinit(&s);
 }
 
@@ -705,6 +705,214 @@ static void test_load(void **state)
     assert_string_equal(err, "job spec /tmp: cannot read: Is a directory");
 }
 
+/* ---- validation at start (issue 16 item 5) ---- */
+
+/* The layers against the input shape: refused by the parse itself (so a Submit
+ * is refused too), the message naming the layer's key. */
+static void test_model_checked_at_parse(void **state)
+{
+    (void)state;
+    char buf[2048];
+    /* conv2d on a rank-1 input */
+    expect_error("{\"model\": {\"input_shape\": [784], \"layers\": [{\"type\": \"conv2d\", \"filters\": 4, "
+                 "\"kernel_size\": 3}, {\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 10}]}, "
+                 "\"optimizer\": {\"name\": \"sgd\"}}",
+                 "job spec: model.layers[0] (conv2d): conv2d needs an image input: model.input_shape [h, w, c], "
+                 "got [784]");
+    /* max_pool2d on a rank-1 input, behind a no-op flatten */
+    expect_error("{\"model\": {\"input_shape\": [784], \"layers\": [{\"type\": \"flatten\"}, {\"type\": "
+                 "\"max_pool2d\"}, {\"type\": \"dense\", \"units\": 10}]}, \"optimizer\": {\"name\": \"sgd\"}}",
+                 "job spec: model.layers[1] (max_pool2d): max_pool2d needs an image input: model.input_shape");
+    /* max_pool2d after a flatten of an image */
+    expect_error(spec3(buf, sizeof buf, MLP ", {\"type\": \"max_pool2d\"}, {\"type\": \"dense\", \"units\": 10}", ADAM,
+                       ""),
+                 "job spec: model.layers[2] (max_pool2d): input is (10), flat since model.layers[0] (flatten); "
+                 "max_pool2d needs an image input");
+    /* a valid window larger than the feature map: 28 -> pool 4 -> 7 -> conv 9 */
+    expect_error(spec3(buf, sizeof buf,
+                       "{\"type\": \"max_pool2d\", \"pool_size\": 4}, {\"type\": \"conv2d\", \"filters\": 2, "
+                       "\"kernel_size\": 9}, " MLP,
+                       ADAM, ""),
+                 "job spec: model.layers[1] (conv2d): kernel_size (9, 9) does not fit input (7, 7, 1)");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"max_pool2d\", \"pool_size\": 29}, " MLP, ADAM, ""),
+                 "job spec: model.layers[0] (max_pool2d): pool_size (29, 29) does not fit input (28, 28, 1)");
+    /* ...while padding "same" takes it, as in TensorFlow */
+    psc_job_spec_t s;
+    parse_ok(spec3(buf, sizeof buf, "{\"type\": \"max_pool2d\", \"pool_size\": 29, \"padding\": \"same\"}, " MLP,
+                   ADAM, ""),
+             &s);
+    psc_job_spec_deinit(&s);
+    /* dense on an image: flatten missing */
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"dense\", \"units\": 10}", ADAM, ""),
+                 "job spec: model.layers[0] (dense): input is (28, 28, 1); add a flatten layer before it");
+    /* the output still an image, or a single logit */
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"conv2d\", \"filters\": 2, \"kernel_size\": 3}", ADAM, ""),
+                 "job spec: model.layers[0] (conv2d): the model's output is (26, 26, 2)");
+    expect_error(spec3(buf, sizeof buf, "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 1}", ADAM, ""),
+                 "job spec: model.layers[1] (dense): the model's output has 1 unit");
+    /* the key errors still come first */
+    expect_error("{\"model\": {\"input_shape\": [784], \"layers\": [{\"type\": \"conv2d\", \"filters\": 4, "
+                 "\"kernel_size\": 3}]}, \"optimizer\": {\"name\": \"sgd\"}, \"epoch\": 2}",
+                 "job spec: epoch: unknown key");
+}
+
+/* A cluster from JSON, for psc_job_spec_check. */
+static void cluster_of(const char *json, psc_cluster_t *c)
+{
+    char err[512];
+    if (psc_cluster_parse(json, c, err, sizeof err)) fail_msg("%s", err);
+}
+
+static void test_check_cluster(void **state)
+{
+    (void)state;
+    char buf[2048], err[512];
+    psc_job_spec_t s;
+    psc_cluster_t two, three, no_ps, ps_only;
+    cluster_of("{\"ps\": [\"p:1\"], \"worker\": [\"w0:1\", \"w1:1\"]}", &two);
+    cluster_of("{\"ps\": [\"p:1\"], \"chief\": [\"c:1\"], \"worker\": [\"w0:1\", \"w1:1\"], \"evaluator\": [\"e:1\"]}",
+               &three);
+    cluster_of("{\"worker\": [\"w0:1\"]}", &no_ps);
+    cluster_of("{\"ps\": [\"p:1\"]}", &ps_only);
+
+    /* N must be the cluster's training replicas: chief + workers, not the evaluator */
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"sync\": {\"replicas_to_aggregate\": 2, \"total_num_replicas\": 3}"),
+             &s);
+    assert_int_equal(psc_job_spec_check(&s, &three, err, sizeof err), 0);
+    assert_int_equal(psc_job_spec_check(&s, &two, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "job spec: sync.total_num_replicas is 3 but the cluster has 2 training replicas "
+                             "(chief + workers): set it to 2");
+    psc_job_spec_deinit(&s);
+    /* R > N (several batches per replica) and R < N (backup workers) are fine */
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"sync\": {\"replicas_to_aggregate\": 5, \"total_num_replicas\": 2}"),
+             &s);
+    assert_int_equal(psc_job_spec_check(&s, &two, err, sizeof err), 0);
+    psc_job_spec_deinit(&s);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"sync\": {\"replicas_to_aggregate\": 1, \"total_num_replicas\": 2}"),
+             &s);
+    assert_int_equal(psc_job_spec_check(&s, &two, err, sizeof err), 0);
+    assert_int_equal(psc_job_spec_check(&s, &three, err, sizeof err), PSC_ECONFIG);
+    assert_non_null(strstr(err, "sync.total_num_replicas is 2 but the cluster has 3 training replicas"));
+    psc_job_spec_deinit(&s);
+
+    /* asynchronous: any replica count; but a job needs a ps and a replica */
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, ""), &s);
+    assert_int_equal(psc_job_spec_check(&s, &two, err, sizeof err), 0);
+    assert_int_equal(psc_job_spec_check(&s, &three, err, sizeof err), 0);
+    assert_int_equal(psc_job_spec_check(&s, &no_ps, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "cluster: no ps task; a job needs at least one ps_server");
+    assert_int_equal(psc_job_spec_check(&s, &ps_only, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "cluster: no chief or worker task; a job needs at least one training replica");
+
+    /* a hand-built spec that was never parsed gets the model check too */
+    s.layers[1].units = 1;
+    assert_int_equal(psc_job_spec_check(&s, &two, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "job spec: model.layers[1] (dense): the model's output has 1 unit; sparse softmax "
+                             "cross-entropy needs at least 2 classes");
+    psc_job_spec_deinit(&s);
+    psc_cluster_deinit(&two);
+    psc_cluster_deinit(&three);
+    psc_cluster_deinit(&no_ps);
+    psc_cluster_deinit(&ps_only);
+}
+
+/* The data files: PREFIX-images-idx3-ubyte[.gz] and PREFIX-labels-idx1-ubyte[.gz]. */
+static void test_check_data(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/psc_test_data_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char buf[4096], path[256], want[512], err[1024];
+    /* train: plain files; test: .gz files (what the reader tries first) */
+    snprintf(path, sizeof path, "%s/tr-images-idx3-ubyte", dir);
+    write_file(path, "x");
+    snprintf(path, sizeof path, "%s/tr-labels-idx1-ubyte", dir);
+    write_file(path, "x");
+    snprintf(path, sizeof path, "%s/te-images-idx3-ubyte.gz", dir);
+    write_file(path, "x");
+    snprintf(path, sizeof path, "%s/te-labels-idx1-ubyte.gz", dir);
+    write_file(path, "x");
+    char data[600];
+    snprintf(data, sizeof data, "\"data\": {\"train\": \"%s/tr\", \"test\": \"%s/te\"}", dir, dir);
+    psc_job_spec_t s;
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, data), &s);
+    assert_int_equal(psc_job_spec_check_data(&s, 1, 1, err, sizeof err), 0);
+    assert_int_equal(psc_job_spec_check_data(&s, 0, 0, err, sizeof err), 0);
+    psc_job_spec_deinit(&s);
+
+    /* a train prefix with no files: named by its key */
+    snprintf(data, sizeof data, "\"data\": {\"train\": \"%s/nope\", \"test\": \"%s/te\"}", dir, dir);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, data), &s);
+    assert_int_equal(psc_job_spec_check_data(&s, 1, 1, err, sizeof err), PSC_ECONFIG);
+    snprintf(want, sizeof want, "job spec: data.train: cannot read %s/nope-images-idx3-ubyte[.gz]: No such file or "
+             "directory", dir);
+    assert_string_equal(err, want);
+    assert_int_equal(psc_job_spec_check_data(&s, 0, 1, err, sizeof err), 0); /* the evaluator reads only test */
+    psc_job_spec_deinit(&s);
+
+    /* images without labels; a test prefix that is wrong */
+    snprintf(path, sizeof path, "%s/tr-labels-idx1-ubyte", dir);
+    unlink(path);
+    snprintf(data, sizeof data, "\"data\": {\"train\": \"%s/tr\", \"test\": \"%s/tr\"}", dir, dir);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, data), &s);
+    assert_int_equal(psc_job_spec_check_data(&s, 1, 0, err, sizeof err), PSC_ECONFIG);
+    snprintf(want, sizeof want, "job spec: data.train: cannot read %s/tr-labels-idx1-ubyte[.gz]", dir);
+    if (strncmp(err, want, strlen(want)) != 0) fail_msg("\"%s\" does not start with \"%s\"", err, want);
+    assert_int_equal(psc_job_spec_check_data(&s, 0, 1, err, sizeof err), PSC_ECONFIG);
+    assert_non_null(strstr(err, "job spec: data.test: cannot read "));
+    psc_job_spec_deinit(&s);
+
+    snprintf(path, sizeof path, "%s/tr-images-idx3-ubyte", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/te-images-idx3-ubyte.gz", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/te-labels-idx1-ubyte.gz", dir);
+    unlink(path);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* What the mains run: load, check against the cluster, check the data; every
+ * message with the file's prefix, nothing left to free on error. */
+static void test_load_checked(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/psc_test_job_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    psc_cluster_t two;
+    cluster_of("{\"ps\": [\"p:1\"], \"worker\": [\"w0:1\", \"w1:1\"]}", &two);
+    psc_job_spec_t s;
+    char buf[2048], want[1024], err[1024];
+
+    write_file(path, spec3(buf, sizeof buf, MLP, ADAM, "\"sync\": {\"replicas_to_aggregate\": 2, "
+                                                      "\"total_num_replicas\": 3}"));
+    assert_int_equal(psc_job_spec_load_checked(path, &two, 0, 0, &s, err, sizeof err), PSC_ECONFIG);
+    snprintf(want, sizeof want, "job spec %s: sync.total_num_replicas is 3 but the cluster has 2 training replicas "
+             "(chief + workers): set it to 2", path);
+    assert_string_equal(err, want);
+    assert_spec_empty(&s);
+
+    write_file(path, spec3(buf, sizeof buf, MLP, ADAM, "\"data\": {\"train\": \"/nonexistent/x\"}"));
+    assert_int_equal(psc_job_spec_load_checked(path, &two, 0, 0, &s, err, sizeof err), 0); /* the PS reads no data */
+    psc_job_spec_deinit(&s);
+    assert_int_equal(psc_job_spec_load_checked(path, &two, 1, 0, &s, err, sizeof err), PSC_ECONFIG);
+    snprintf(want, sizeof want, "job spec %s: data.train: cannot read /nonexistent/x-images-idx3-ubyte[.gz]: No such "
+             "file or directory", path);
+    assert_string_equal(err, want);
+    assert_spec_empty(&s);
+
+    write_file(path, "{\"model\": {\"input_shape\": [784], \"layers\": [{\"type\": \"conv2d\", \"filters\": 4, "
+                     "\"kernel_size\": 3}]}, \"optimizer\": {\"name\": \"sgd\"}}");
+    assert_int_equal(psc_job_spec_load_checked(path, &two, 0, 0, &s, err, sizeof err), PSC_ECONFIG);
+    snprintf(want, sizeof want, "job spec %s: model.layers[0] (conv2d): conv2d needs an image input: "
+             "model.input_shape [h, w, c], got [784]", path);
+    assert_string_equal(err, want);
+    assert_spec_empty(&s);
+    unlink(path);
+    psc_cluster_deinit(&two);
+}
+
 static void test_repo_job_files(void **state)
 {
     (void)state;
@@ -721,6 +929,13 @@ static void test_repo_job_files(void **state)
     assert_string_equal(s.layers[1].name, "dense");
     assert_string_equal(s.layers[3].name, "dense_2");
     psc_job_spec_deinit(&s);
+    /* every shipped job passes the model checks of the parse */
+    static const char *const others[] = {"cnn.json", "mlp_sync.json"};
+    for (size_t i = 0; i < PSC_ARRAY_LEN(others); i++) {
+        snprintf(path, sizeof path, "%s/deploy/jobs/%s", src, others[i]);
+        if ((rc = psc_job_spec_load(path, &s, err, sizeof err))) fail_msg("%s", err);
+        psc_job_spec_deinit(&s);
+    }
 }
 
 int main(void)
@@ -738,6 +953,10 @@ int main(void)
         cmocka_unit_test(test_json_syntax),
         cmocka_unit_test(test_job_id),
         cmocka_unit_test(test_load),
+        cmocka_unit_test(test_model_checked_at_parse),
+        cmocka_unit_test(test_check_cluster),
+        cmocka_unit_test(test_check_data),
+        cmocka_unit_test(test_load_checked),
         cmocka_unit_test(test_repo_job_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

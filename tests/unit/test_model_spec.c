@@ -5,7 +5,7 @@
  * input, and image input with flatten) and of the classic CNN (conv 5x5 32 same,
  * pool 2, conv 5x5 64 same, pool 2, flatten, dense 10); valid vs same output sizes
  * with strides and non-square windows; use_bias = 0; and every shape error, each
- * naming the layer.
+ * naming the layer (psc_model_check gives the same errors without allocating).
  */
 #include "job_spec.h"
 #include "psc.h"
@@ -262,6 +262,7 @@ static void test_no_bias(void **state)
     char err[256] = "";
     psc_var_desc_t *v = NULL;
     int n = 0;
+    assert_int_equal(psc_model_check(&s, err, sizeof err), 0);
     assert_int_equal(psc_model_variables(&s, &v, &n, err, sizeof err), 0);
     assert_int_equal(n, 5);
     expect_var(&v[1], "c/kernel", 0, 4, 3, 3, 2, 8);
@@ -273,7 +274,7 @@ static void test_no_bias(void **state)
 
 /* ---- errors ---- */
 
-/* Both functions fail with PSC_ECONFIG and an error containing each of `needles`. */
+/* The three functions fail with PSC_ECONFIG and an error containing n1 and n2. */
 static void expect_error(const psc_job_spec_t *s, const char *n1, const char *n2)
 {
     char err[512] = "";
@@ -286,6 +287,9 @@ static void expect_error(const psc_job_spec_t *s, const char *n1, const char *n2
     int shapes[8][3];
     err[0] = 0;
     assert_int_equal(psc_model_shapes(s, shapes, err, sizeof err), PSC_ECONFIG);
+    if (!strstr(err, n1) || (n2 && !strstr(err, n2))) fail_msg("error \"%s\" lacks \"%s\" / \"%s\"", err, n1, n2);
+    err[0] = 0;
+    assert_int_equal(psc_model_check(s, err, sizeof err), PSC_ECONFIG);
     if (!strstr(err, n1) || (n2 && !strstr(err, n2))) fail_msg("error \"%s\" lacks \"%s\" / \"%s\"", err, n1, n2);
 }
 
@@ -306,15 +310,23 @@ static void test_errors(void **state)
         psc_job_spec_t s = make_spec(3, 8, 8, 1, L, 2);
         expect_error(&s, "model.layers[1] (dense)", "input is (8, 8, 4); add a flatten layer");
     }
-    {   /* conv2d on a flat input */
+    {   /* conv2d on a flat input: names the input shape it needs (issue 16 item 5) */
         psc_layer_spec_t L[] = {conv("conv2d", 4, 3, 3, 1, 1, PSC_PAD_SAME), flatten("f"), dense("d", 10, PSC_ACT_NONE)};
         psc_job_spec_t s = make_spec(1, 784, 0, 0, L, 3);
         expect_error(&s, "model.layers[0] (conv2d)", "image input");
+        char err[256] = "";
+        assert_int_equal(psc_model_check(&s, err, sizeof err), PSC_ECONFIG);
+        assert_string_equal(err, "model.layers[0] (conv2d): conv2d needs an image input: model.input_shape [h, w, c], "
+                                 "got [784]");
     }
-    {   /* max_pool2d after flatten */
+    {   /* max_pool2d after flatten: names the flatten */
         psc_layer_spec_t L[] = {flatten("flatten"), pool("pool", 2, 2, 2, 2, PSC_PAD_VALID), dense("d", 10, PSC_ACT_NONE)};
         psc_job_spec_t s = make_spec(3, 28, 28, 1, L, 3);
         expect_error(&s, "model.layers[1] (pool)", "(784)");
+        char err[256] = "";
+        assert_int_equal(psc_model_check(&s, err, sizeof err), PSC_ECONFIG);
+        assert_string_equal(err, "model.layers[1] (pool): input is (784), flat since model.layers[0] (flatten); "
+                                 "max_pool2d needs an image input (h, w, c): put it before any flatten or dense layer");
     }
     {   /* a valid window larger than its input */
         psc_layer_spec_t L[] = {conv("c0", 4, 5, 5, 1, 1, PSC_PAD_VALID), conv("c1", 4, 5, 5, 1, 1, PSC_PAD_VALID),

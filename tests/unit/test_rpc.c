@@ -156,8 +156,19 @@ static void test_failure_codes(void **state)
     assert_int_equal(psc_rpc_code_errno(PSC_RPC_ABORTED), PSC_EUNAVAILABLE);
     assert_int_equal(psc_rpc_code_errno(PSC_RPC_DEADLINE_EXCEEDED), PSC_ETIMEOUT);
     assert_int_equal(psc_rpc_code_errno(PSC_RPC_FAILED_PRECONDITION), PSC_ENOTREADY);
-    assert_int_equal(psc_rpc_code_errno(PSC_RPC_INVALID_ARGUMENT), PSC_ERPC);
+    assert_int_equal(psc_rpc_code_errno(PSC_RPC_INVALID_ARGUMENT), PSC_EINVAL);
+    assert_int_equal(psc_rpc_code_errno(PSC_RPC_UNAUTHENTICATED), PSC_EPERM);
     assert_int_equal(psc_rpc_code_errno(99), PSC_ERPC);
+    /* every code a psc daemon sends survives a relay through another daemon
+     * (the chief relaying a PS's refusal to psctl) */
+    static const int sent[] = {PSC_RPC_NOT_FOUND,          PSC_RPC_FAILED_PRECONDITION, PSC_RPC_ALREADY_EXISTS,
+                               PSC_RPC_INVALID_ARGUMENT,   PSC_RPC_RESOURCE_EXHAUSTED,  PSC_RPC_DATA_LOSS,
+                               PSC_RPC_INTERNAL,           PSC_RPC_UNAVAILABLE,         PSC_RPC_DEADLINE_EXCEEDED,
+                               PSC_RPC_UNAUTHENTICATED};
+    for (size_t i = 0; i < sizeof sent / sizeof sent[0]; i++)
+        assert_int_equal(psc_rpc_status_of(psc_rpc_code_errno(sent[i])), sent[i]);
+    assert_int_equal(psc_rpc_status_of(PSC_ESTALE), PSC_RPC_ABORTED);
+    assert_int_equal(psc_rpc_status_of(PSC_EMISMATCH), PSC_RPC_INVALID_ARGUMENT);
 
     psc_rpc_op_t ops[4];
     memset(ops, 0, sizeof ops);

@@ -261,7 +261,29 @@ static void test_resolve_flags_override_env(void **state)
     /* Out of range after the flags: the message names the flag. */
     psc_task_flags_t fbad = {NULL, "worker", 5, -1};
     assert_int_equal(psc_config_resolve(env, &fbad, 1, &cfg, err, sizeof err), PSC_ECONFIG);
-    assert_string_equal(err, "--task_index: 5 out of range (cluster has 2 worker tasks)");
+    assert_string_equal(err, "--task_index 5 out of range: the cluster has 2 worker tasks");
+    assert_cluster_empty(&cfg.cluster);
+    psc_task_flags_t fbad_idx = {NULL, NULL, 3, -1}; /* the type from the environment */
+    assert_int_equal(psc_config_resolve(env, &fbad_idx, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "--task_index 3 out of range: the cluster has 2 worker tasks");
+    /* --job of a type the cluster lacks, with the environment's index: names --job,
+     * not "TF_CONFIG: task.index" (issue 16 item 9) */
+    psc_task_flags_t fchief = {NULL, "chief", -1, -1};
+    assert_int_equal(psc_config_resolve(env, &fchief, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "--job chief: the cluster has no chief task");
+    assert_cluster_empty(&cfg.cluster);
+    psc_task_flags_t fevalidx = {NULL, "evaluator", 0, -1};
+    assert_int_equal(psc_config_resolve(env, &fevalidx, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "--job evaluator: the cluster has no evaluator task");
+    /* --job of a type the cluster has, the environment's index out of its range */
+    psc_task_flags_t fps_env = {"{\"ps\": [\"p0:1\"], \"worker\": [\"w0:1\", \"w1:1\"]}", "ps", -1, -1};
+    assert_int_equal(psc_config_resolve(env, &fps_env, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "TF_CONFIG's task.index 1 (with --job ps) out of range: the cluster has 1 ps task "
+                             "(pass --task_index)");
+    /* a hole of a sparse --cluster named by --task_index */
+    psc_task_flags_t fhole = {"{\"worker\": {\"0\": \"w0:1\", \"2\": \"w2:1\"}}", "worker", 1, -1};
+    assert_int_equal(psc_config_resolve(NULL, &fhole, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "--task_index 1 is not in the cluster: the sparse cluster has no address for worker 1");
     assert_cluster_empty(&cfg.cluster);
     psc_task_flags_t fbad_ps = {"{\"worker\": [\"a:1\"]}", NULL, -1, -1};
     assert_int_equal(psc_config_resolve(env, &fbad_ps, 1, &cfg, err, sizeof err), PSC_ECONFIG);

@@ -1,0 +1,360 @@
+/* chief.c — see chief.h. */
+#include "chief.h"
+
+#include "control.h"
+#include "evaluator.h"
+#include "log.h"
+#include "psc.h"
+#include "rpc.h"
+#include "tower.h"
+#include "worker_metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct chief {
+    chief_opts_t o;
+    ps_client_t *pc;
+    /* the checkpoint schedule */
+    int enabled;          /* every PS has a --checkpoint_dir */
+    char off_why[600];    /* why not */
+    uint64_t next_id;     /* above every id any PS holds, of any job */
+    uint64_t last_id;     /* the last checkpoint taken (0: none yet) */
+    int64_t last_step;    /* its step (or where the schedule started) */
+    double last_time;
+    int periodic_tries, requested_tries; /* steps a checkpoint waited for a sync step boundary */
+};
+
+chief_t *chief_create(const chief_opts_t *o, ps_client_t *pc)
+{
+    chief_t *c = psc_xcalloc(1, sizeof *c);
+    c->o = *o;
+    c->pc = pc;
+    snprintf(c->off_why, sizeof c->off_why, "checkpoints off: the schedule has not started");
+    control_open(o->control);
+    return c;
+}
+
+void chief_destroy(chief_t *c, const char *why)
+{
+    if (!c) return;
+    control_close(c->o.control, why);
+    free(c);
+}
+
+/* ---- the model ---- */
+
+int chief_create_model(chief_t *c, float *params, ps_model_origin_t *origin, char *err, size_t errlen)
+{
+    const psc_job_spec_t *spec = c->o.spec;
+    tower_init_params(c->o.vars, c->o.nvars, spec->seed, params); /* used only if nothing can be restored */
+    int rc = ps_client_create_model(c->pc, spec->job_id, &spec->optimizer, params, origin, err, errlen);
+    if (rc) return rc;
+    if (origin->joined)
+        PSC_INFO("the PS already hold job %s's model: joining it", spec->job_id);
+    else if (origin->restored)
+        PSC_INFO("restored job %s's model from checkpoint %llu (step %lld)", spec->job_id,
+                 (unsigned long long)origin->ckpt_id, (long long)origin->step);
+    else if (origin->initialized)
+        PSC_INFO("initialized job %s's model on the PS", spec->job_id);
+    return 0;
+}
+
+/* Logs what declaring the model again after a PS lost it did. */
+static void log_put_back(chief_t *c, const char *who, const ps_model_origin_t *origin)
+{
+    if (origin->restored) {
+        PSC_WARN("%s lost the model: restored checkpoint %llu (step %lld) on every ps", who,
+                 (unsigned long long)origin->ckpt_id, (long long)origin->step);
+        c->last_step = origin->step;
+    } else if (origin->initialized && !origin->reinitialized) { /* (a partial one: ps_client's WARN names the variables) */
+        PSC_WARN("%s lost the model and there is no checkpoint: it starts again from initial values", who);
+    }
+}
+
+int chief_redeclare_model(chief_t *c, int lost_ps, float *params, char *err, size_t errlen)
+{
+    ps_model_origin_t origin;
+    tower_init_params(c->o.vars, c->o.nvars, c->o.spec->seed, params); /* used only if nothing can be restored */
+    int rc = ps_client_create_model(c->pc, c->o.spec->job_id, &c->o.spec->optimizer, params, &origin, err, errlen);
+    if (rc) return rc;
+    char who[32] = "a ps";
+    if (lost_ps >= 0) snprintf(who, sizeof who, "ps %d", lost_ps);
+    log_put_back(c, who, &origin);
+    return 0;
+}
+
+int chief_restore_lost_model(chief_t *c, float *params)
+{
+    int lost = -1;
+    for (int i = 0; i < ps_client_num_ps(c->pc) && lost < 0; i++) {
+        ps_status_t st;
+        char err[512];
+        if (ps_client_status(c->pc, i, &st, err, sizeof err) == 0 &&
+            (!st.ready || strcmp(st.job_id, c->o.spec->job_id) != 0))
+            lost = i;
+    }
+    if (lost < 0) return 0;
+    char err[512];
+    if (chief_redeclare_model(c, lost, params, err, sizeof err)) {
+        PSC_WARN("ps %d lost the model; restoring it failed (will retry): %s", lost, err);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- checkpoints ---- */
+
+/* next_id: above the largest id any PS holds, of any job (ids are unique in
+ * a store; jobs that share the stores share the id space). */
+static int refresh_next_id(chief_t *c, char *err, size_t errlen)
+{
+    ps_ckpt_list_t all;
+    int rc = ps_client_ckpt_list(c->pc, "", 0, &all, err, errlen);
+    if (rc == 0) c->next_id = PSC_MAX(c->next_id, all.max_id + 1);
+    return rc;
+}
+
+void chief_start_schedule(chief_t *c, int64_t global_step)
+{
+    const psc_job_spec_t *spec = c->o.spec;
+    ps_ckpt_list_t list;
+    char err[512];
+    if (ps_client_ckpt_list(c->pc, spec->job_id, 0, &list, err, sizeof err) ||
+        (list.enabled && refresh_next_id(c, err, sizeof err))) {
+        snprintf(c->off_why, sizeof c->off_why, "checkpoints off: %s", err);
+        PSC_WARN("%s", c->off_why);
+        return;
+    }
+    if (!list.enabled) {
+        snprintf(c->off_why, sizeof c->off_why, "checkpoints off: not every ps_server was started with --checkpoint_dir");
+        PSC_INFO("%s", c->off_why);
+        return;
+    }
+    c->enabled = 1;
+    c->last_step = global_step;
+    c->last_time = psc_now();
+    char every[96] = "";
+    if (spec->ckpt_every_steps > 0) snprintf(every, sizeof every, "every %lld steps, ", (long long)spec->ckpt_every_steps);
+    if (spec->ckpt_every_secs > 0)
+        snprintf(every + strlen(every), sizeof every - strlen(every), "every %.0f s, ", spec->ckpt_every_secs);
+    PSC_INFO("checkpoints: %sat the end, keeping the last %d; the next id is %llu", every, spec->ckpt_keep,
+             (unsigned long long)c->next_id);
+}
+
+/* Counts one attempt in the job's status and the metrics. */
+static void count(chief_t *c, int ok, const char *why, int64_t step, const char *err)
+{
+    worker_metrics_checkpoint(c->o.metrics, ok);
+    trainer_progress_t *p = c->o.progress;
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    if (ok) {
+        p->checkpoints++;
+    } else {
+        p->checkpoint_failures++;
+        snprintf(p->checkpoint_error, sizeof p->checkpoint_error, "%s checkpoint at step %lld: %s", why,
+                 (long long)step, err);
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* One checkpoint at `step` (two phases, ps_client_ckpt_save). An id another
+ * job took meanwhile (ALREADY_EXISTS) is skipped once. */
+static int take(chief_t *c, int64_t step, const char *why, char *err, size_t errlen)
+{
+    const psc_job_spec_t *spec = c->o.spec;
+    if (!c->enabled) return psc_seterr(err, errlen, PSC_ENOTREADY, "%s", c->off_why);
+    double t0 = psc_now();
+    uint64_t id = c->next_id++;
+    int64_t saved = step;
+    int rc = ps_client_ckpt_save(c->pc, spec->job_id, id, step, spec->ckpt_keep, &saved, err, errlen);
+    if (rc == PSC_EEXISTS && refresh_next_id(c, err, errlen) == 0) {
+        id = c->next_id++;
+        rc = ps_client_ckpt_save(c->pc, spec->job_id, id, step, spec->ckpt_keep, &saved, err, errlen);
+    }
+    c->last_time = psc_now();
+    if (rc) return rc;
+    c->last_step = saved;
+    c->last_id = id;
+    count(c, 1, why, saved, NULL);
+    PSC_INFO("checkpoint %llu (%s) committed on every ps: step %lld, %.0f ms", (unsigned long long)id, why,
+             (long long)saved, (psc_now() - t0) * 1000);
+    return 0;
+}
+
+/* PSC_EUNAVAILABLE from a sync PS: it was past the step boundary; the next
+ * step's boundary will do (up to 10 steps). */
+static int wait_boundary(int rc, int *tries)
+{
+    if (rc == PSC_EUNAVAILABLE && ++*tries < 10) return 1;
+    *tries = 0;
+    return 0;
+}
+
+static int due(const chief_t *c, int64_t step)
+{
+    const psc_job_spec_t *spec = c->o.spec;
+    return c->enabled && ((spec->ckpt_every_steps > 0 && step - c->last_step >= spec->ckpt_every_steps) ||
+                          (spec->ckpt_every_secs > 0 && psc_now() - c->last_time >= spec->ckpt_every_secs));
+}
+
+void chief_after_step(chief_t *c, int64_t global_step)
+{
+    char err[512];
+    if (due(c, global_step)) {
+        int rc = take(c, global_step, "periodic", err, sizeof err);
+        if (rc && !wait_boundary(rc, &c->periodic_tries)) {
+            count(c, 0, "periodic", global_step, err);
+            PSC_WARN("periodic checkpoint at step %lld not taken: %s; trying again at the next period",
+                     (long long)global_step, err);
+            c->last_step = global_step; /* the next period starts now */
+            c->last_time = psc_now();
+        }
+    }
+    if (!control_pending(c->o.control)) return;
+    int rc = take(c, global_step, "requested", err, sizeof err);
+    if (rc && wait_boundary(rc, &c->requested_tries)) return;
+    if (rc) {
+        count(c, 0, "requested", global_step, err);
+        PSC_WARN("requested checkpoint at step %lld not taken: %s", (long long)global_step, err);
+    }
+    control_answer(c->o.control, rc, c->last_id, c->last_step, err);
+}
+
+/* ---- the end ---- */
+
+/* Address of training replica `rank` (the chief, then the workers). */
+static const char *replica_addr(const psc_cluster_t *cl, int rank)
+{
+    int has_chief = cl->n[PSC_JOB_CHIEF] > 0;
+    if (has_chief && rank == 0) return cl->addr[PSC_JOB_CHIEF][0];
+    int w = rank - has_chief;
+    return w >= 0 && w < cl->n[PSC_JOB_WORKER] ? cl->addr[PSC_JOB_WORKER][w] : NULL;
+}
+
+static int stopped(const chief_t *c) { return c->o.stop && *c->o.stop; }
+
+/* The chief still looks after the PS while it waits: once a second it asks
+ * every PS, and one that answers without the model (restarted after a crash)
+ * gets the latest checkpoint restored on every PS, as during training, so the
+ * replicas still training ride the crash out. */
+void chief_wait_workers(chief_t *c, float *params, int self)
+{
+    int replicas = psc_cluster_num_replicas(c->o.cluster);
+    double start = psc_now(), last_probe = 0;
+    int logged = 0;
+    int ps = ps_client_step_ps(c->pc) >= 0 ? ps_client_step_ps(c->pc) : 0;
+    int *misses = psc_xcalloc((size_t)replicas, sizeof *misses);
+    unsigned char *seen_done = psc_xcalloc((size_t)replicas, 1);
+    psc_rpc_channel_t **ch = psc_xcalloc((size_t)replicas, sizeof *ch);
+    for (;;) {
+        ps_status_t st;
+        char err[512];
+        int probe = psc_now() - last_probe >= 1.0;
+        if (probe) {
+            last_probe = psc_now();
+            chief_restore_lost_model(c, params);
+        }
+        if (ps_client_status(c->pc, ps, &st, err, sizeof err) == 0) {
+            /* done flags seen once count for good: a PS restored from a
+             * checkpoint after a crash has forgotten who finished */
+            int ndone = 0;
+            for (int r = 0; r < replicas; r++) {
+                if (r == self || (r < (int)sizeof st.done && st.done[r])) seen_done[r] = 1;
+                ndone += seen_done[r];
+            }
+            if ((int)st.workers_done >= replicas || ndone >= replicas) break;
+            int waiting = 0, gone = 0;
+            for (int r = 0; r < replicas; r++) {
+                if (seen_done[r]) continue;
+                waiting++;
+                const char *addr = replica_addr(c->o.cluster, r);
+                if (probe && addr) {
+                    if (!ch[r]) ch[r] = psc_rpc_channel_create(addr);
+                    misses[r] = psc_rpc_health_check(ch[r], 1000) ? 0 : misses[r] + 1;
+                }
+                gone += misses[r] >= 3;
+            }
+            if (waiting > 0 && gone == waiting) {
+                PSC_WARN("%d replica%s did not finish and %s unreachable: evaluating without waiting", gone,
+                         gone == 1 ? "" : "s", gone == 1 ? "is" : "are");
+                break;
+            }
+        }
+        if (stopped(c)) break;
+        if (psc_now() - start > c->o.wait_workers_secs) {
+            PSC_WARN("not every replica finished within %.0f s; evaluating the model as it is", c->o.wait_workers_secs);
+            break;
+        }
+        if (!logged) {
+            PSC_INFO("waiting up to %.0f s for the other replicas to finish", c->o.wait_workers_secs);
+            logged = 1;
+        }
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    for (int r = 0; r < replicas; r++) psc_rpc_channel_destroy(ch[r]);
+    free(ch);
+    free(misses);
+    free(seen_done);
+}
+
+/* The final checkpoint; on failure err says what failed and what to do. */
+static int final_checkpoint(chief_t *c, int64_t global_step, char *err, size_t errlen)
+{
+    if (!c->enabled || global_step == c->last_step) return 0;
+    char why[512];
+    int rc, tries = 0;
+    while ((rc = take(c, global_step, "end of training", why, sizeof why)) && wait_boundary(rc, &tries)) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (rc == 0) return 0;
+    count(c, 0, "end of training", global_step, why);
+    char prev[96] = "no earlier checkpoint of this job exists";
+    if (c->last_id)
+        snprintf(prev, sizeof prev, "the newest is checkpoint %llu at step %lld", (unsigned long long)c->last_id,
+                 (long long)c->last_step);
+    PSC_ERROR("the final checkpoint at global_step %lld failed: %s. The trained weights are still on the PS%s: save "
+              "them now with `psctl export --format safetensors -o FILE --cluster ...`, then fix the cause (each "
+              "ps_server's log names it: a full or unwritable --checkpoint_dir?); %s, and a job submitted again with "
+              "the same model restores it",
+              (long long)global_step, why, c->o.shutdown_ps ? " (left running for that; stop them when done)" : "",
+              prev);
+    return psc_seterr(err, errlen, rc, "training finished at global_step %lld but the final checkpoint failed: %s",
+                      (long long)global_step, why);
+}
+
+int chief_finish(chief_t *c, int64_t global_step, towers_t *towers, const psc_dataset_t *test, int eval_batch,
+                 float *params, trainer_result_t *res, char *err, size_t errlen)
+{
+    int rc = final_checkpoint(c, global_step, err, errlen);
+    if (control_pending(c->o.control)) { /* requests that came after the last step: the final checkpoint */
+        char why[512] = "";
+        int arc = rc;
+        if (!c->enabled) arc = psc_seterr(why, sizeof why, PSC_ENOTREADY, "%s", c->off_why);
+        control_answer(c->o.control, arc, c->last_id, c->last_step, arc == rc ? err : why);
+    }
+    control_close(c->o.control, "training finished");
+    int erc = towers_set_params(towers, params);
+    if (erc == 0) erc = evaluate_dataset(towers, test, eval_batch, res);
+    if (erc) {
+        if (!rc) rc = psc_seterr(err, errlen, erc, "evaluation failed (%s)", psc_strerror(erc));
+    } else {
+        PSC_INFO("evaluation on %lld test examples at global_step %lld: loss %.4f accuracy %.4f",
+                 (long long)res->test_examples, (long long)global_step, res->test_loss, res->test_accuracy);
+    }
+    for (int i = 0; i < ps_client_num_ps(c->pc); i++) {
+        ps_status_t st;
+        char serr[256];
+        if (ps_client_status(c->pc, i, &st, serr, sizeof serr) == 0)
+            PSC_INFO("ps %d: applied %llu rejected %llu stale %llu timeout_applies %llu", i,
+                     (unsigned long long)st.applied, (unsigned long long)st.rejected, (unsigned long long)st.stale,
+                     (unsigned long long)st.timeout_applies);
+    }
+    if (c->o.shutdown_ps && rc == 0) ps_client_shutdown_all(c->pc, "training finished");
+    return rc;
+}
