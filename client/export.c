@@ -20,6 +20,7 @@
  */
 #include "export.h"
 
+#include "bytes.h"
 #include "chunk.h"
 #include "psc.h"
 #include "psc.pb-c.h"
@@ -511,6 +512,33 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+/* The chunks of every piece, in file order (a heap array the caller frees;
+ * *n of them). */
+static pull_chunk_t *plan_chunks(const export_ctx_t *x, const psc_export_tensor_t *tensors, int nt, size_t *n)
+{
+    size_t nchunks = 0, k = 0;
+    for (int p = 0; p < x->npieces; p++)
+        if (x->pieces[p].bytes) nchunks += psc_chunk_count(x->pieces[p].bytes);
+    pull_chunk_t *chunks = psc_xcalloc(nchunks ? nchunks : 1, sizeof *chunks);
+    for (int t = 0; t < nt; t++) {
+        uint64_t pos = tensors[t].begin;
+        for (int p = tensors[t].first_piece; p < tensors[t].first_piece + tensors[t].npieces; p++) {
+            uint64_t total = x->pieces[p].bytes;
+            for (size_t c = 0; total && c < psc_chunk_count(total); c++, k++) {
+                chunks[k].piece = p;
+                chunks[k].offset = psc_chunk_offset(c);
+                chunks[k].len = psc_chunk_len(total, c);
+                chunks[k].pos = pos + chunks[k].offset;
+            }
+            pos += total;
+        }
+        PSC_ASSERT(pos == tensors[t].end);
+    }
+    PSC_ASSERT(k == nchunks);
+    *n = nchunks;
+    return chunks;
+}
+
 int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int timeout_ms, psc_export_info_t *info,
                            char *err, size_t errlen)
 {
@@ -543,34 +571,15 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int t
 
     /* the chunks of every piece in file order; global_step (an I64 sorts first) pulled on its own */
     int has_step = nt > 0 && tensors[0].dtype == PSC_ST_I64;
-    size_t nchunks = 0, k = 0;
-    for (int p = 0; p < x.npieces; p++)
-        if (x.pieces[p].bytes) nchunks += psc_chunk_count(x.pieces[p].bytes);
-    chunks = psc_xcalloc(nchunks ? nchunks : 1, sizeof *chunks);
-    for (int t = 0; t < nt; t++) {
-        uint64_t pos = tensors[t].begin;
-        for (int p = tensors[t].first_piece; p < tensors[t].first_piece + tensors[t].npieces; p++) {
-            uint64_t total = x.pieces[p].bytes;
-            for (size_t c = 0; total && c < psc_chunk_count(total); c++, k++) {
-                chunks[k].piece = p;
-                chunks[k].offset = psc_chunk_offset(c);
-                chunks[k].len = psc_chunk_len(total, c);
-                chunks[k].pos = pos + chunks[k].offset;
-            }
-            pos += total;
-        }
-        PSC_ASSERT(pos == tensors[t].end);
-    }
-    PSC_ASSERT(k == nchunks);
+    size_t nchunks;
+    chunks = plan_chunks(&x, tensors, nt, &nchunks);
     ops = psc_xcalloc(EXPORT_ROUND_OPS, sizeof *ops);
     size_t next = 0;
     if (has_step) {
         PSC_ASSERT(chunks[0].len == 8 && chunks[0].pos == 0);
         fill_pull_op(&x, &chunks[0], &ops[0], step_le);
         if ((rc = pull_run(&x, chunks, ops, 1, msg, sizeof msg))) goto fail;
-        uint64_t u = 0;
-        for (int i = 7; i >= 0; i--) u = u << 8 | step_le[i];
-        step = (int64_t)u;
+        step = (int64_t)psc_le_get64(step_le);
         snprintf(step_txt, sizeof step_txt, "%" PRId64, step);
         next = 1;
     }
@@ -588,7 +597,7 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int t
         goto fail;
     }
     uint8_t nle[8];
-    for (int i = 0; i < 8; i++) nle[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    psc_le_put64(nle, (uint64_t)hlen);
     if (write_all(fd, nle, 8) || write_all(fd, header, hlen) || (has_step && write_all(fd, step_le, 8))) goto werr;
 
     /* rounds: a contiguous range of the buffer each, written as soon as it is whole */
@@ -619,13 +628,8 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int t
         goto fail;
     }
     if (info) {
-        memset(info, 0, sizeof *info);
-        info->tensors = nt;
-        info->pieces = x.npieces;
-        info->data_bytes = data_bytes;
-        info->bytes = 8 + hlen + data_bytes;
-        info->has_global_step = has_step;
-        info->global_step = step;
+        *info = (psc_export_info_t){.tensors = nt, .pieces = x.npieces, .data_bytes = data_bytes,
+                                    .bytes = 8 + hlen + data_bytes, .has_global_step = has_step, .global_step = step};
         snprintf(info->job_id, sizeof info->job_id, "%s", x.job_id);
     }
     goto out;

@@ -29,7 +29,7 @@
 #ifndef PSC_EXPORT_H
 #define PSC_EXPORT_H
 
-#include "job_spec.h" /* PSC_MAX_RANK */
+#include "model_spec.h" /* PSC_MAX_RANK */
 #include "tf_config.h"
 
 #include <stddef.h>

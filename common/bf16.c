@@ -1,6 +1,8 @@
 /* bf16.c — see bf16.h. */
 #include "bf16.h"
 
+#include "bytes.h"
+
 #include <string.h>
 
 static inline uint32_t bits_of(float f)
@@ -65,7 +67,7 @@ void psc_bf16_encode(const float *g, float *resid, uint16_t *out, size_t n)
 
 static void widen_run(const uint8_t *restrict in, float *restrict out, size_t n)
 {
-    for (size_t i = 0; i < n; i++) out[i] = psc_bf16_to_float((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
+    for (size_t i = 0; i < n; i++) out[i] = psc_bf16_to_float(psc_le_get16(in + 2 * i));
 }
 
 void psc_bf16_widen_iov(const psc_iov_t *seg, int nseg, float *out, size_t n)

@@ -11,6 +11,8 @@
  */
 #include "crc32c.h"
 
+#include "bytes.h"
+
 #include <pthread.h>
 #include <string.h>
 
@@ -60,17 +62,12 @@ static void crc_init(void)
 #endif
 }
 
-static inline uint32_t load32le(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Slicing-by-8 on the inverted state. */
 static uint32_t crc32c_sb8(uint32_t s, const unsigned char *p, size_t n)
 {
     while (n >= 8) {
-        uint32_t lo = s ^ load32le(p);
-        uint32_t hi = load32le(p + 4);
+        uint32_t lo = s ^ psc_le_get32(p);
+        uint32_t hi = psc_le_get32(p + 4);
         s = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
             crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
             crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];

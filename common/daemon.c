@@ -65,6 +65,61 @@ int psc_parse_int(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
+int psc_flag_long(const char *prog, const char *flag, const char *arg, long lo, long hi, const char *expect,
+                  long *out)
+{
+    if (psc_parse_int(arg, lo, hi, out) == 0) return 0;
+    if (expect)
+        fprintf(stderr, "%s: %s: expected %s, got \"%s\"\n", prog, flag, expect, arg);
+    else
+        fprintf(stderr, "%s: %s: expected %ld..%ld, got \"%s\"\n", prog, flag, lo, hi, arg);
+    return PSC_EXIT_USAGE;
+}
+
+int psc_daemon_flag(psc_daemon_flags_t *f, int opt, const char *arg, const char *text)
+{
+    long v;
+    enum psc_log_level lv;
+    switch (opt) {
+    case PSC_OPT_CLUSTER: f->task.cluster = arg; break;
+    case PSC_OPT_JOB: f->task.job = arg; break;
+    case PSC_OPT_TASK_INDEX:
+        if (psc_flag_long(f->prog, "--task_index", arg, 0, 1 << 20, "a non-negative integer", &v))
+            return PSC_EXIT_USAGE;
+        f->task.task_index = (int)v;
+        break;
+    case PSC_OPT_PORT:
+        if (psc_flag_long(f->prog, "--port", arg, 0, 65535, NULL, &v)) return PSC_EXIT_USAGE;
+        f->task.port = (int)v;
+        break;
+    case PSC_OPT_METRICS_PORT:
+        if (psc_flag_long(f->prog, "--metrics_port", arg, 0, 65535, "0..65535 (0 = off)", &f->metrics_port))
+            return PSC_EXIT_USAGE;
+        break;
+    case PSC_OPT_LOG_LEVEL:
+        if (psc_log_parse_level(arg, &lv)) {
+            fprintf(stderr, "%s: --log_level: expected debug|info|warn|error, got \"%s\"\n", f->prog, arg);
+            return PSC_EXIT_USAGE;
+        }
+        psc_log_set_level(lv);
+        break;
+    case PSC_OPT_HELP: f->usage(stdout); return 0;
+    case PSC_OPT_VERSION: printf("%s (psc) %s\n", f->prog, PSC_VERSION); return 0;
+    default:
+        if (psc_security_flag(opt, arg, &f->sec)) break;
+        fprintf(stderr, "%s: unknown or incomplete option \"%s\" (see --help)\n", f->prog, text);
+        return PSC_EXIT_USAGE;
+    }
+    return PSC_FLAG_NEXT;
+}
+
+int psc_daemon_flags_end(const psc_daemon_flags_t *f, int argc, char **argv, int next)
+{
+    if (next >= argc) return PSC_FLAG_NEXT;
+    fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", f->prog, argv[next]);
+    return PSC_EXIT_USAGE;
+}
+
 int psc_metrics_serve_for(psc_metrics_t *m, const char *bind, int port, char *err, size_t errlen)
 {
     const char *end = bind[0] == '[' ? strchr(bind, ']') : strrchr(bind, ':');

@@ -20,6 +20,7 @@
  */
 #include "job_spec.h"
 
+#include "model_spec.h"
 #include "psc.h"
 #include "wire.h"
 

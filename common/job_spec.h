@@ -2,9 +2,8 @@
  *
  * Parsing is strict: unknown keys and wrong types are errors naming the key
  * ("job spec: model.layers[2].units: expected a positive integer"). Defaults are
- * filled in, so a parsed spec is complete. psc_model_variables() derives the
- * ordered variable list (global_step first, then each layer's kernel and bias in
- * layer order, with Keras names dense, dense_1, conv2d, ...) and checks shapes.
+ * filled in, so a parsed spec is complete. The model's variables and shapes
+ * (psc_model_*) are model_spec.h's.
  * Thread-safety: plain data.
  */
 #ifndef PSC_JOB_SPEC_H
@@ -122,30 +121,5 @@ int psc_job_spec_load_checked(const char *path, const psc_cluster_t *cluster, in
 const char *psc_optim_name(enum psc_optim_kind k);
 const char *psc_activation_name(enum psc_activation a);
 
-/* One model variable. */
-#define PSC_MAX_RANK 4
-typedef struct psc_var_desc {
-    char name[96];     /* "global_step", "dense/kernel", "conv2d/bias", ... */
-    int rank;          /* 0 for global_step */
-    int64_t shape[PSC_MAX_RANK]; /* dense kernel (in, out); conv kernel (kh, kw, in_c, filters); bias (out) */
-    int64_t numel;     /* product of shape (1 for rank 0) */
-    int is_step;       /* global_step: an int64 counter, not trained */
-    int layer;         /* index of the layer it belongs to, -1 for global_step */
-} psc_var_desc_t;
-
-/* The model's ordered variables (global_step first). *out is heap-allocated
- * (free()). Checks that the layers fit together (e.g. dense after an image needs a
- * flatten). Returns 0 or PSC_ECONFIG naming the layer. */
-int psc_model_variables(const psc_job_spec_t *spec, psc_var_desc_t **out, int *nout, char *err, size_t errlen);
-
-/* Checks that the layers fit model.input_shape and each other (the walk of
- * psc_model_variables, without allocating). 0 or PSC_ECONFIG naming the layer,
- * e.g. "model.layers[0] (conv2d): conv2d needs an image input: model.input_shape
- * [h, w, c], got [784]" (no "job spec: " prefix). */
-int psc_model_check(const psc_job_spec_t *spec, char *err, size_t errlen);
-
-/* Output shape (h, w, c) of each layer, for the towers: shapes[i] is the output of
- * layer i (rank-1 outputs have h = w = 1). `shapes` holds num_layers entries. */
-int psc_model_shapes(const psc_job_spec_t *spec, int (*shapes)[3], char *err, size_t errlen);
 
 #endif

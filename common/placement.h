@@ -15,13 +15,14 @@
 #ifndef PSC_PLACEMENT_H
 #define PSC_PLACEMENT_H
 
-#include "job_spec.h"
+#include "model_spec.h"
+#include "psc.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct psc_placed_var {
-    char name[112];     /* "dense/kernel" or "dense/kernel/part_1" */
+    char name[PSC_NAME_MAX + 1]; /* "dense/kernel" or "dense/kernel/part_1" */
     int var_index;      /* index into the model's variable list */
     int part, num_parts;
     int64_t row_begin;  /* first axis-0 row of the full variable */

@@ -1,6 +1,8 @@
 /* psc.c — error table, assertion failure, allocation wrappers, clock. */
 #include "psc.h"
 
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -216,4 +218,30 @@ int psc_iov_float_runs(const psc_iov_t *g, int ng, size_t n, psc_float_run_fn fn
     }
     PSC_ASSERT(e == n && np == 0);
     return 0;
+}
+
+int psc_mkdir_p(const char *path)
+{
+    char *p = psc_xstrdup(path);
+    int rc = 0;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != 0) continue;
+        char c = *s;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            rc = errno;
+            break;
+        }
+        *s = c;
+        if (!c) break;
+    }
+    free(p);
+    return rc;
+}
+
+int psc_thread_start(pthread_t *t, void *(*fn)(void *), void *arg, const char *what, char *err, size_t errlen)
+{
+    int e = pthread_create(t, NULL, fn, arg);
+    if (e == 0) return 0;
+    return psc_seterr(err, errlen, PSC_ENOMEM, "cannot start the %s thread: %s", what, strerror(e));
 }

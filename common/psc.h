@@ -12,6 +12,7 @@
 #ifndef PSC_H
 #define PSC_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,7 +53,7 @@ const char *psc_strerror(int code);
     } while (0)
 _Noreturn void psc_assert_fail(const char *expr, const char *file, int line, const char *func);
 
-/* Allocation that aborts on out-of-memory. psc_xfree(NULL) is a no-op. */
+/* Allocation that aborts on out-of-memory. */
 void *psc_xmalloc(size_t n);
 void *psc_xcalloc(size_t count, size_t size);
 void *psc_xrealloc(void *p, size_t n);
@@ -81,6 +82,23 @@ char *psc_sbuf_take(psc_sbuf_t *b, size_t *len);
  * len is non-NULL). NULL with errno set when it cannot be read, EFBIG when it
  * holds more than max bytes. */
 char *psc_read_file(const char *path, size_t max, size_t *len);
+
+/* Creates a directory and its missing parents (mkdir -p, mode 0755). Returns
+ * 0 or the errno of the first mkdir that failed. */
+int psc_mkdir_p(const char *path);
+
+/* The longest name of a variable or of one of its pieces ("dense/kernel",
+ * "dense/kernel/part_1"), in bytes; buffers hold PSC_NAME_MAX + 1. Longer
+ * names are refused everywhere (job spec, wire, store). */
+#define PSC_NAME_MAX 111
+/* The longest name of a tensor in a checkpoint: a variable's name plus the
+ * suffix of one of its optimizer slots ("/Adam_1", "/.t"). */
+#define PSC_TENSOR_NAME_MAX (PSC_NAME_MAX + 16)
+
+/* Starts a joinable thread running fn(arg). Returns 0, or PSC_ENOMEM with err
+ * naming `what` when the system cannot start one (the caller decides whether
+ * that is fatal). */
+int psc_thread_start(pthread_t *t, void *(*fn)(void *), void *arg, const char *what, char *err, size_t errlen);
 
 /* snprintf into a caller's error buffer (err may be NULL). Returns `code`. */
 int psc_seterr(char *err, size_t errlen, int code, const char *fmt, ...)

@@ -3,11 +3,13 @@
  * Only common/rpc.c includes gRPC headers. All methods are unary: one request
  * message, one reply message (or a status with a message).
  *
- * Server: N threads, each polling its own completion queue, with requests
- * pre-posted for every registered method; an unknown method gets UNIMPLEMENTED.
- * A handler runs on a server thread with the request bytes (valid only during the
- * handler: one copied buffer, or for _iov methods gRPC's own slices) and must complete the call exactly once with psc_rpc_reply*() or
- * psc_rpc_fail(), from any thread, possibly after it returned (a parked call).
+ * Server: N threads polling one completion queue that they share (a call's
+ * events may land on any of them), with requests pre-posted for every
+ * registered method; an unknown method gets UNIMPLEMENTED. A handler runs on a
+ * server thread with the request bytes (valid only during the handler: one
+ * copied buffer, or for _iov methods gRPC's own slices) and must complete the
+ * call exactly once with psc_rpc_reply*() or psc_rpc_fail(), from any thread,
+ * possibly after it returned (a parked call).
  * Every server also answers grpc.health.v1.Health/Check ("" and the names given
  * to psc_rpc_server_add_service) with SERVING or NOT_SERVING.
  *

@@ -24,12 +24,12 @@
 #ifndef PSC_SECURITY_H
 #define PSC_SECURITY_H
 
-#include "daemon.h"
-
 #include <stddef.h>
 
+/* getopt_long values: above daemon.h's PSC_OPT_* and the programs' own
+ * (which number from PSC_OPT__FIRST_PROGRAM, below 1100). */
 enum {
-    PSC_OPT_TLS_CERT = PSC_OPT__FIRST_PROGRAM + 100,
+    PSC_OPT_TLS_CERT = 1100,
     PSC_OPT_TLS_KEY,
     PSC_OPT_TLS_CA,
     PSC_OPT_TLS_CLIENT_AUTH,

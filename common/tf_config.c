@@ -120,7 +120,7 @@ static const char *addr_problem(const char *s)
     return NULL;
 }
 
-int psc_bind_address(const char *cluster_addr, int port_override, char *buf, size_t buflen)
+int psc_task_bind_address(const char *cluster_addr, int port_override, char *buf, size_t buflen)
 {
     if (!cluster_addr || !buf || buflen == 0 || port_override > 65535) return PSC_EINVAL;
     char host[256];
@@ -530,7 +530,7 @@ static int cluster_from_flag(const char *flag, psc_cluster_t *out, char *err, si
     return rc;
 }
 
-int psc_config_resolve(const char *tf_config_env, const psc_task_flags_t *flags, int require_task,
+int psc_tf_config_resolve(const char *tf_config_env, const psc_task_flags_t *flags, int require_task,
                        psc_tf_config_t *out, char *err, size_t errlen)
 {
     static const psc_task_flags_t no_flags = {NULL, NULL, -1, -1};
@@ -613,4 +613,12 @@ fail:
     memset(out, 0, sizeof *out);
     out->port = -1;
     return rc;
+}
+
+const char *psc_cluster_replica_addr(const psc_cluster_t *c, int rank)
+{
+    int has_chief = c->n[PSC_JOB_CHIEF] > 0;
+    if (has_chief && rank == 0) return c->addr[PSC_JOB_CHIEF][0];
+    int w = rank - has_chief;
+    return w >= 0 && w < c->n[PSC_JOB_WORKER] ? c->addr[PSC_JOB_WORKER][w] : NULL;
 }

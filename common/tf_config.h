@@ -59,7 +59,7 @@ int psc_cluster_parse(const char *json, psc_cluster_t *out, char *err, size_t er
  * out of range (...)" when both parts came from TF_CONFIG, else the flags:
  * "--task_index 3 out of range: the cluster has 2 worker tasks", "--job chief:
  * the cluster has no chief task". Returns 0 or PSC_ECONFIG. */
-int psc_config_resolve(const char *tf_config_env, const psc_task_flags_t *flags, int require_task,
+int psc_tf_config_resolve(const char *tf_config_env, const psc_task_flags_t *flags, int require_task,
                        psc_tf_config_t *out, char *err, size_t errlen);
 
 void psc_tf_config_deinit(psc_tf_config_t *c);
@@ -73,6 +73,9 @@ int psc_job_type_parse(const char *s, enum psc_job_type *out);
 const char *psc_cluster_addr(const psc_cluster_t *c, psc_task_t t);
 /* Number of training replicas: chief (0 or 1) + workers. */
 int psc_cluster_num_replicas(const psc_cluster_t *c);
+/* Address of training replica `rank` (the chief, then the workers in order);
+ * NULL when there is no such replica. */
+const char *psc_cluster_replica_addr(const psc_cluster_t *c, int rank);
 /* Replica rank of a task: chief -> 0, worker i -> i + (has chief); others -1. */
 int psc_task_replica_rank(const psc_cluster_t *c, psc_task_t t);
 /* 1 if this task is the chief (the chief task, or worker 0 without one). */
@@ -83,6 +86,6 @@ psc_task_t psc_cluster_chief(const psc_cluster_t *c);
 /* Address a server of this task binds: the host part when it is a numeric IPv4/IPv6
  * literal, else 0.0.0.0 (a DNS name such as ps-0.ps); the port is `port_override`
  * when >= 0, else the address's port, else 2222. Writes "host:port" into buf. */
-int psc_bind_address(const char *cluster_addr, int port_override, char *buf, size_t buflen);
+int psc_task_bind_address(const char *cluster_addr, int port_override, char *buf, size_t buflen);
 
 #endif

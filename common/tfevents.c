@@ -23,6 +23,7 @@
  */
 #include "tfevents.h"
 
+#include "bytes.h"
 #include "crc32c.h"
 #include "log.h"
 #include "psc.h"
@@ -84,24 +85,13 @@ static size_t put_varint(uint8_t *p, uint64_t v)
     return n;
 }
 
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* wall_time and, when not 0, step: the fields every event starts with. */
 static size_t put_event_head(uint8_t *p, double wall_time, int64_t step)
 {
     size_t n = 0;
     uint64_t bits;
     memcpy(&bits, &wall_time, sizeof bits); /* IEEE-754 binary64; same byte order as integers */
     p[n++] = TFE_EVENT_WALL_TIME;
-    put_le64(p + n, bits);
+    psc_le_put64(p + n, bits);
     n += 8;
     if (step != 0) {
         p[n++] = TFE_EVENT_STEP;
@@ -133,7 +123,7 @@ static size_t put_scalar_event(uint8_t *p, double wall_time, int64_t step, const
     memcpy(p + n, tag, taglen);
     n += taglen;
     p[n++] = TFE_VALUE_SIMPLE_VALUE;
-    put_le32(p + n, bits);
+    psc_le_put32(p + n, bits);
     n += 4;
     return n;
 }
@@ -182,9 +172,9 @@ static int fail(psc_tfevents_t *w, const char *what, int errnum)
 static int write_record(psc_tfevents_t *w, size_t n)
 {
     uint8_t *rec = w->buf;
-    put_le64(rec, (uint64_t)n);
-    put_le32(rec + 8, psc_crc32c_mask(psc_crc32c(0, rec, 8)));
-    put_le32(rec + TFE_HEADER + n, psc_crc32c_mask(psc_crc32c(0, rec + TFE_HEADER, n)));
+    psc_le_put64(rec, (uint64_t)n);
+    psc_le_put32(rec + 8, psc_crc32c_mask(psc_crc32c(0, rec, 8)));
+    psc_le_put32(rec + TFE_HEADER + n, psc_crc32c_mask(psc_crc32c(0, rec + TFE_HEADER, n)));
     size_t total = TFE_HEADER + n + TFE_FOOTER;
     errno = 0;
     if (fwrite(rec, 1, total, w->f) != total) return fail(w, "cannot write", errno ? errno : EIO);
@@ -199,33 +189,17 @@ static int flush_locked(psc_tfevents_t *w)
     return 0;
 }
 
-/* mkdir -p: every missing component of dir, then dir must be a directory. */
+/* mkdir -p (psc_mkdir_p), then dir must be a directory. */
 static int make_dirs(const char *dir, char *err, size_t errlen)
 {
-    char *p = psc_xstrdup(dir);
-    int rc = 0;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            rc = psc_seterr(err, errlen, PSC_EIO, "cannot create directory %s: %s", p, strerror(errno));
-            goto out;
-        }
-        *s = '/';
-    }
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-        rc = psc_seterr(err, errlen, PSC_EIO, "cannot create directory %s: %s", p, strerror(errno));
-        goto out;
-    }
+    int e = psc_mkdir_p(dir);
+    if (e) return psc_seterr(err, errlen, PSC_EIO, "cannot create directory %s: %s", dir, strerror(e));
     struct stat st;
-    if (stat(p, &st) != 0) {
-        rc = psc_seterr(err, errlen, PSC_EIO, "cannot use log directory %s: %s", p, strerror(errno));
-        goto out;
-    }
-    if (!S_ISDIR(st.st_mode)) rc = psc_seterr(err, errlen, PSC_EIO, "cannot use log directory %s: not a directory", p);
-out:
-    free(p);
-    return rc;
+    if (stat(dir, &st) != 0)
+        return psc_seterr(err, errlen, PSC_EIO, "cannot use log directory %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return psc_seterr(err, errlen, PSC_EIO, "cannot use log directory %s: not a directory", dir);
+    return 0;
 }
 
 int psc_tfevents_open(const char *logdir, const char *suffix, psc_tfevents_t **out, char *err, size_t errlen)
@@ -248,14 +222,22 @@ int psc_tfevents_open(const char *logdir, const char *suffix, psc_tfevents_t **o
     size_t dirlen = strlen(logdir);
     while (dirlen > 1 && logdir[dirlen - 1] == '/') dirlen--; /* no "dir//events..." */
     const char *sep = logdir[dirlen - 1] == '/' ? "" : "/";
-    int len = snprintf(NULL, 0, "%.*s%sevents.out.tfevents.%010lld.%s.%ld%s", (int)dirlen, logdir, sep,
-                       (long long)now, host, (long)getpid(), suffix);
-    char *path = psc_xmalloc((size_t)len + 1);
-    snprintf(path, (size_t)len + 1, "%.*s%sevents.out.tfevents.%010lld.%s.%ld%s", (int)dirlen, logdir, sep,
-             (long long)now, host, (long)getpid(), suffix);
-
-    /* O_EXCL: never append to or truncate another writer's file. */
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    /* O_EXCL: never append to or truncate another writer's file. A process
+     * that opens a second file within one second (a job cancelled and the
+     * next one started) takes the next second's name: names stay unique and
+     * in the order TensorBoard reads them. */
+    char *path = NULL;
+    int fd = -1;
+    for (int later = 0; fd < 0 && later < 100; later++) {
+        free(path);
+        int len = snprintf(NULL, 0, "%.*s%sevents.out.tfevents.%010lld.%s.%ld%s", (int)dirlen, logdir, sep,
+                           (long long)now + later, host, (long)getpid(), suffix);
+        path = psc_xmalloc((size_t)len + 1);
+        snprintf(path, (size_t)len + 1, "%.*s%sevents.out.tfevents.%010lld.%s.%ld%s", (int)dirlen, logdir, sep,
+                 (long long)now + later, host, (long)getpid(), suffix);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
     if (fd < 0) {
         rc = psc_seterr(err, errlen, errno == EEXIST ? PSC_EEXISTS : PSC_EIO, "cannot create event file %s: %s",
                         path, strerror(errno));

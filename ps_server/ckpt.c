@@ -16,33 +16,28 @@
  * - Writers hold db->wlock across their check-then-write (the id's existence or
  *   state and the keep-last-K scan), never across compaction.
  *
+ * - The bytes (keys, manifests, tensor headers) are encoded and decoded in
+ *   ckpt_format.c, behind ckpt_internal.h; this file holds the RocksDB side.
+ *
  * Invariants: a "m/<id>" key exists iff its tensors were written with it; the
  * tensor entries of a manifest are exactly the "t/<id>/" keys of that id.
  */
 #include "ckpt.h"
+#include "ckpt_internal.h"
 
 #include "crc32c.h"
 #include "psc.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 
 #include <rocksdb/c.h>
-
-#define MANIFEST_FIXED 41 /* bytes before the job id's bytes */
-#define TENSOR_HEADER 16
-#define ID_HEX 16
-/* "t/" + 16 hex + "/" + name + NUL */
-#define KEY_MAX (2 + ID_HEX + 1 + CKPT_MAX_NAME + 1)
-#define RANGE_KEY_LEN (2 + ID_HEX + 1)
 
 struct ckpt_db {
     rocksdb_t *rdb;
@@ -53,12 +48,6 @@ struct ckpt_db {
     char *dir;
     char *write_failed;            /* under wlock: the first failed write's error; no write after it */
 };
-
-typedef struct ckpt_entry {
-    char *name;    /* NUL-terminated, malloc'd */
-    uint64_t len;  /* tensor bytes */
-    uint32_t mcrc; /* masked CRC-32C of the bytes */
-} ckpt_entry_t;
 
 struct ckpt_writer {
     ckpt_db_t *db;
@@ -74,192 +63,6 @@ struct ckpt_writer {
     int rc; /* first error; sticky */
     char msg[320];
 };
-
-typedef struct manifest {
-    ckpt_info_t info;
-    ckpt_entry_t *e; /* info.ntensors */
-} manifest_t;
-
-/* ---- little-endian encoding ---- */
-
-static void put_u16(unsigned char *p, uint16_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-}
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint16_t get_u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t f64_bits(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, 8);
-    return u;
-}
-
-static double bits_f64(uint64_t u)
-{
-    double d;
-    memcpy(&d, &u, 8);
-    return d;
-}
-
-/* ---- keys ---- */
-
-static size_t key_manifest(char *k, uint64_t id)
-{
-    return (size_t)snprintf(k, KEY_MAX, "m/%016" PRIx64, id);
-}
-
-static size_t key_tensor(char *k, uint64_t id, const char *name)
-{
-    return (size_t)snprintf(k, KEY_MAX, "t/%016" PRIx64 "/%s", id, name);
-}
-
-/* [lo, hi): every tensor key of id. */
-static void key_tensor_range(char lo[RANGE_KEY_LEN + 1], char hi[RANGE_KEY_LEN + 1], uint64_t id)
-{
-    snprintf(lo, RANGE_KEY_LEN + 1, "t/%016" PRIx64 "/", id);
-    snprintf(hi, RANGE_KEY_LEN + 1, "t/%016" PRIx64 "0", id);
-}
-
-/* Parses "m/<16 hex>"; 0 on success. */
-static int parse_manifest_key(const char *k, size_t n, uint64_t *id)
-{
-    if (n != 2 + ID_HEX || k[0] != 'm' || k[1] != '/') return -1;
-    uint64_t v = 0;
-    for (size_t i = 2; i < n; i++) {
-        char c = k[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0) return -1;
-        v = v << 4 | (uint64_t)d;
-    }
-    *id = v;
-    return 0;
-}
-
-/* ---- manifests ---- */
-
-static void manifest_free(manifest_t *m)
-{
-    if (!m->e) return;
-    for (uint32_t i = 0; i < m->info.ntensors; i++) free(m->e[i].name);
-    free(m->e);
-    m->e = NULL;
-}
-
-/* Encodes a manifest; returns a malloc'd buffer of *n bytes. */
-static unsigned char *manifest_encode(const ckpt_info_t *info, const ckpt_entry_t *e, size_t *n)
-{
-    size_t job_len = strlen(info->job_id);
-    size_t sz = MANIFEST_FIXED + job_len + 4;
-    for (uint32_t i = 0; i < info->ntensors; i++) sz += 2 + strlen(e[i].name) + 8 + 4;
-    unsigned char *b = psc_xmalloc(sz), *p = b;
-    p[0] = CKPT_FORMAT_VERSION;
-    p[1] = info->committed ? 1 : 0;
-    put_u16(p + 2, 0);
-    put_u32(p + 4, info->ntensors);
-    put_u64(p + 8, info->id);
-    put_u64(p + 16, (uint64_t)info->step);
-    put_u64(p + 24, f64_bits(info->created_unix));
-    put_u64(p + 32, info->bytes);
-    p[40] = (unsigned char)job_len;
-    memcpy(p + MANIFEST_FIXED, info->job_id, job_len);
-    p += MANIFEST_FIXED + job_len;
-    for (uint32_t i = 0; i < info->ntensors; i++) {
-        size_t nl = strlen(e[i].name);
-        put_u16(p, (uint16_t)nl);
-        memcpy(p + 2, e[i].name, nl);
-        put_u64(p + 2 + nl, e[i].len);
-        put_u32(p + 2 + nl + 8, e[i].mcrc);
-        p += 2 + nl + 12;
-    }
-    put_u32(p, psc_crc32c_mask(psc_crc32c(0, b, (size_t)(p - b))));
-    PSC_ASSERT((size_t)(p + 4 - b) == sz);
-    *n = sz;
-    return b;
-}
-
-/* Decodes the manifest stored under id. On error *m is empty and err names id. */
-static int manifest_decode(const unsigned char *b, size_t n, uint64_t id, manifest_t *m, char *err, size_t errlen)
-{
-    memset(m, 0, sizeof *m);
-    if (n < MANIFEST_FIXED + 1 + 4)
-        return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": manifest truncated (%zu bytes)", id, n);
-    uint32_t stored = psc_crc32c_unmask(get_u32(b + n - 4));
-    uint32_t computed = psc_crc32c(0, b, n - 4);
-    if (stored != computed)
-        return psc_seterr(err, errlen, PSC_ECORRUPT,
-                          "checkpoint %" PRIu64 ": manifest CRC32C mismatch (stored 0x%08x, computed 0x%08x)", id,
-                          stored, computed);
-    if (b[0] != CKPT_FORMAT_VERSION)
-        return psc_seterr(err, errlen, PSC_EUNSUPPORTED,
-                          "checkpoint %" PRIu64 ": manifest format %u is not %d (written by a newer psc?)", id, b[0],
-                          CKPT_FORMAT_VERSION);
-    /* The CRC held, so what follows can only fail on a bug of the writer; still
-     * every length is checked before it is used. */
-    const unsigned char *end = b + n - 4;
-    ckpt_info_t *in = &m->info;
-    if (b[1] > 1) goto bad;
-    in->committed = b[1];
-    in->ntensors = get_u32(b + 4);
-    in->id = get_u64(b + 8);
-    in->step = (int64_t)get_u64(b + 16);
-    in->created_unix = bits_f64(get_u64(b + 24));
-    in->bytes = get_u64(b + 32);
-    size_t job_len = b[40];
-    if (in->id != id || job_len < 1 || job_len > CKPT_MAX_JOB_ID || (size_t)(end - b) < MANIFEST_FIXED + job_len)
-        goto bad;
-    memcpy(in->job_id, b + MANIFEST_FIXED, job_len);
-    in->job_id[job_len] = 0;
-    if (memchr(in->job_id, 0, job_len)) goto bad;
-    const unsigned char *p = b + MANIFEST_FIXED + job_len;
-    /* Each entry takes at least 15 bytes: bounds ntensors before allocating. */
-    if (in->ntensors > (size_t)(end - p) / 15) goto bad;
-    m->e = psc_xcalloc(in->ntensors ? in->ntensors : 1, sizeof *m->e);
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < in->ntensors; i++) {
-        if (end - p < 2) goto bad_free;
-        size_t nl = get_u16(p);
-        if (nl < 1 || nl > CKPT_MAX_NAME || (size_t)(end - p) < 2 + nl + 12 || memchr(p + 2, 0, nl)) goto bad_free;
-        m->e[i].name = psc_xmalloc(nl + 1);
-        memcpy(m->e[i].name, p + 2, nl);
-        m->e[i].name[nl] = 0;
-        m->e[i].len = get_u64(p + 2 + nl);
-        m->e[i].mcrc = get_u32(p + 2 + nl + 8);
-        total += m->e[i].len;
-        p += 2 + nl + 12;
-    }
-    if (p != end || total != in->bytes) goto bad_free;
-    return 0;
-bad_free:
-    manifest_free(m);
-bad:
-    memset(m, 0, sizeof *m);
-    return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": manifest malformed (%zu bytes)", id, n);
-}
 
 /* ---- reading: one snapshot per call ---- */
 
@@ -306,10 +109,10 @@ static int view_get(view_t *v, const char *key, size_t klen, rocksdb_pinnablesli
 }
 
 /* Loads the manifest of id: PSC_ENOTFOUND when there is none. */
-static int manifest_load(view_t *v, uint64_t id, manifest_t *m, char *err, size_t errlen)
+static int manifest_load(view_t *v, uint64_t id, ckpt_manifest_t *m, char *err, size_t errlen)
 {
-    char key[KEY_MAX];
-    size_t kl = key_manifest(key, id);
+    char key[CKPT_KEY_MAX];
+    size_t kl = ckpt_key_manifest(key, id);
     rocksdb_pinnableslice_t *ps;
     memset(m, 0, sizeof *m);
     int rc = view_get(v, key, kl, &ps, err, errlen);
@@ -317,56 +120,16 @@ static int manifest_load(view_t *v, uint64_t id, manifest_t *m, char *err, size_
     if (!ps) return psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " not found", id);
     size_t n;
     const char *val = rocksdb_pinnableslice_value(ps, &n);
-    rc = manifest_decode((const unsigned char *)val, n, id, m, err, errlen);
+    rc = ckpt_manifest_decode((const unsigned char *)val, n, id, m, err, errlen);
     rocksdb_pinnableslice_destroy(ps);
     return rc;
-}
-
-static const ckpt_entry_t *manifest_find(const manifest_t *m, const char *name)
-{
-    for (uint32_t i = 0; i < m->info.ntensors; i++)
-        if (strcmp(m->e[i].name, name) == 0) return &m->e[i];
-    return NULL;
-}
-
-/* Checks the stored value of tensor e of checkpoint id: header, length and CRC
- * agree with the manifest and the bytes. With copy, *copy receives a malloc'd
- * copy of the tensor. */
-static int tensor_value_check(uint64_t id, const ckpt_entry_t *e, const unsigned char *val, size_t n, void **copy,
-                              char *err, size_t errlen)
-{
-    if (n < TENSOR_HEADER)
-        return psc_seterr(err, errlen, PSC_ECORRUPT,
-                          "checkpoint %" PRIu64 ": tensor \"%s\": value truncated (%zu bytes)", id, e->name, n);
-    uint64_t hlen = get_u64(val + 8);
-    uint32_t hcrc = get_u32(val + 4);
-    if (val[0] != CKPT_FORMAT_VERSION)
-        return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": tensor \"%s\": bad header version %u",
-                          id, e->name, val[0]);
-    if (hlen != e->len || n - TENSOR_HEADER != e->len)
-        return psc_seterr(err, errlen, PSC_ECORRUPT,
-                          "checkpoint %" PRIu64 ": tensor \"%s\": length mismatch (manifest %" PRIu64
-                          " bytes, header %" PRIu64 ", stored %zu)",
-                          id, e->name, e->len, hlen, n - TENSOR_HEADER);
-    uint32_t want = psc_crc32c_unmask(e->mcrc);
-    uint32_t got = psc_crc32c(0, val + TENSOR_HEADER, n - TENSOR_HEADER);
-    if (got != want || hcrc != e->mcrc)
-        return psc_seterr(err, errlen, PSC_ECORRUPT,
-                          "checkpoint %" PRIu64 ": tensor \"%s\": CRC32C mismatch (manifest 0x%08x, header 0x%08x, "
-                          "data 0x%08x)",
-                          id, e->name, want, psc_crc32c_unmask(hcrc), got);
-    if (copy) {
-        *copy = psc_xmalloc(e->len ? e->len : 1);
-        if (e->len) memcpy(*copy, val + TENSOR_HEADER, e->len);
-    }
-    return 0;
 }
 
 /* Checks tensor e of checkpoint id in the view: present, and its value right. */
 static int tensor_check(view_t *v, uint64_t id, const ckpt_entry_t *e, void **copy, char *err, size_t errlen)
 {
-    char key[KEY_MAX];
-    size_t kl = key_tensor(key, id, e->name);
+    char key[CKPT_KEY_MAX];
+    size_t kl = ckpt_key_tensor(key, id, e->name);
     rocksdb_pinnableslice_t *ps;
     int rc = view_get(v, key, kl, &ps, err, errlen);
     if (rc) return rc;
@@ -375,28 +138,12 @@ static int tensor_check(view_t *v, uint64_t id, const ckpt_entry_t *e, void **co
                           "checkpoint %" PRIu64 ": tensor \"%s\" is listed in the manifest but missing", id, e->name);
     size_t n;
     const unsigned char *val = (const unsigned char *)rocksdb_pinnableslice_value(ps, &n);
-    rc = tensor_value_check(id, e, val, n, copy, err, errlen);
+    rc = ckpt_tensor_value_check(id, e, val, n, copy, err, errlen);
     rocksdb_pinnableslice_destroy(ps);
     return rc;
 }
 
-int ckpt_check_records(uint64_t id, const void *manifest, size_t mlen, const void *tensor, size_t tlen,
-                       ckpt_info_t *info, char *err, size_t errlen)
-{
-    manifest_t m;
-    int rc = manifest_decode(manifest, mlen, id, &m, err, errlen);
-    if (rc) return rc;
-    if (info) *info = m.info;
-    if (m.info.ntensors > 0) {
-        void *copy = NULL;
-        rc = tensor_value_check(id, &m.e[0], tensor, tlen, &copy, err, errlen);
-        free(copy);
-    }
-    manifest_free(&m);
-    return rc;
-}
-
-static int verify_manifest(view_t *v, const manifest_t *m, char *err, size_t errlen)
+static int verify_manifest(view_t *v, const ckpt_manifest_t *m, char *err, size_t errlen)
 {
     for (uint32_t i = 0; i < m->info.ntensors; i++) {
         int rc = tensor_check(v, m->info.id, &m->e[i], NULL, err, errlen);
@@ -410,13 +157,13 @@ static int verify_manifest(view_t *v, const manifest_t *m, char *err, size_t err
 typedef struct scan_item {
     uint64_t id;
     int rc;
-    manifest_t m;
+    ckpt_manifest_t m;
     char msg[256];
 } scan_item_t;
 
 static void scan_free(scan_item_t *items, int n)
 {
-    for (int i = 0; i < n; i++) manifest_free(&items[i].m);
+    for (int i = 0; i < n; i++) ckpt_manifest_free(&items[i].m);
     free(items);
 }
 
@@ -439,12 +186,12 @@ static int scan_manifests(view_t *v, scan_item_t **out, int *nout, char *err, si
         }
         scan_item_t *s = &items[n++];
         memset(s, 0, sizeof *s);
-        if (parse_manifest_key(k, kl, &s->id)) {
+        if (ckpt_parse_manifest_key(k, kl, &s->id)) {
             s->rc = psc_seterr(s->msg, sizeof s->msg, PSC_ECORRUPT, "unexpected key \"%.*s\" in the manifest range",
                                (int)PSC_MIN(kl, 64), k);
             continue;
         }
-        s->rc = manifest_decode((const unsigned char *)val, vl, s->id, &s->m, s->msg, sizeof s->msg);
+        s->rc = ckpt_manifest_decode((const unsigned char *)val, vl, s->id, &s->m, s->msg, sizeof s->msg);
     }
     char *e = NULL;
     rocksdb_iter_get_error(it, &e);
@@ -464,31 +211,11 @@ static int scan_manifests(view_t *v, scan_item_t **out, int *nout, char *err, si
 
 /* ---- open / close ---- */
 
-/* mkdir -p; 0 or errno. */
-static int mkdir_p(const char *dir)
-{
-    char *p = psc_xstrdup(dir);
-    int rc = 0;
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != 0) continue;
-        char c = *s;
-        *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            rc = errno;
-            break;
-        }
-        *s = c;
-        if (!c) break;
-    }
-    free(p);
-    return rc;
-}
-
 int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (!dir || !*dir) return psc_seterr(err, errlen, PSC_EINVAL, "empty checkpoint dir (use --checkpoint_dir)");
-    int e = mkdir_p(dir);
+    int e = psc_mkdir_p(dir);
     if (e) return psc_seterr(err, errlen, PSC_EIO, "cannot create checkpoint dir %s: %s", dir, strerror(e));
     ckpt_db_t *db = psc_xcalloc(1, sizeof *db);
     db->dir = psc_xstrdup(dir);
@@ -568,11 +295,11 @@ static int write_batch(ckpt_db_t *db, rocksdb_writebatch_t *b, const char *what,
 
 static void batch_delete_ckpt(rocksdb_writebatch_t *b, uint64_t id)
 {
-    char key[KEY_MAX], lo[RANGE_KEY_LEN + 1], hi[RANGE_KEY_LEN + 1];
-    size_t kl = key_manifest(key, id);
+    char key[CKPT_KEY_MAX], lo[CKPT_RANGE_KEY_LEN + 1], hi[CKPT_RANGE_KEY_LEN + 1];
+    size_t kl = ckpt_key_manifest(key, id);
     rocksdb_writebatch_delete(b, key, kl);
-    key_tensor_range(lo, hi, id);
-    rocksdb_writebatch_delete_range(b, lo, RANGE_KEY_LEN, hi, RANGE_KEY_LEN);
+    ckpt_key_tensor_range(lo, hi, id);
+    rocksdb_writebatch_delete_range(b, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
 }
 
 /* Returns the space of deleted checkpoints to the file system: CompactRange drops
@@ -580,9 +307,9 @@ static void batch_delete_ckpt(rocksdb_writebatch_t *b, uint64_t id)
 static void compact_deleted(ckpt_db_t *db, const uint64_t *ids, int n)
 {
     for (int i = 0; i < n; i++) {
-        char lo[RANGE_KEY_LEN + 1], hi[RANGE_KEY_LEN + 1];
-        key_tensor_range(lo, hi, ids[i]);
-        rocksdb_compact_range(db->rdb, lo, RANGE_KEY_LEN, hi, RANGE_KEY_LEN);
+        char lo[CKPT_RANGE_KEY_LEN + 1], hi[CKPT_RANGE_KEY_LEN + 1];
+        ckpt_key_tensor_range(lo, hi, ids[i]);
+        rocksdb_compact_range(db->rdb, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
     }
 }
 
@@ -667,15 +394,14 @@ int ckpt_add(ckpt_writer_t *w, const char *name, const void *data, size_t len)
         return writer_fail(w, PSC_EEXISTS, "checkpoint %" PRIu64 ": tensor \"%s\" added twice", w->id, name);
 
     uint32_t crc = psc_crc32c(0, data, len);
-    unsigned char hdr[TENSOR_HEADER] = {CKPT_FORMAT_VERSION};
-    put_u32(hdr + 4, psc_crc32c_mask(crc));
-    put_u64(hdr + 8, (uint64_t)len);
-    char key[KEY_MAX];
-    size_t kl = key_tensor(key, w->id, name);
+    unsigned char hdr[CKPT_TENSOR_HEADER];
+    ckpt_tensor_header(hdr, psc_crc32c_mask(crc), (uint64_t)len);
+    char key[CKPT_KEY_MAX];
+    size_t kl = ckpt_key_tensor(key, w->id, name);
     const char *keys[1] = {key};
     const size_t klens[1] = {kl};
     const char *vals[2] = {(const char *)hdr, len ? (const char *)data : ""};
-    const size_t vlens[2] = {TENSOR_HEADER, len};
+    const size_t vlens[2] = {CKPT_TENSOR_HEADER, len};
     rocksdb_writebatch_putv(w->batch, 1, keys, klens, 2, vals, vlens);
 
     if (w->n == w->cap) {
@@ -727,9 +453,9 @@ int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen)
                         .created_unix = wall_now()};
     memcpy(info.job_id, w->job, sizeof info.job_id);
     size_t mlen;
-    unsigned char *mval = manifest_encode(&info, w->e, &mlen);
-    char key[KEY_MAX];
-    size_t kl = key_manifest(key, w->id);
+    unsigned char *mval = ckpt_manifest_encode(&info, w->e, &mlen);
+    char key[CKPT_KEY_MAX];
+    size_t kl = ckpt_key_manifest(key, w->id);
     rocksdb_writebatch_put(w->batch, key, kl, (const char *)mval, mlen);
     free(mval);
 
@@ -739,14 +465,14 @@ int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen)
     rocksdb_pinnableslice_t *ps;
     rc = view_get(&v, key, kl, &ps, err, errlen);
     if (!rc && ps) {
-        manifest_t old;
+        ckpt_manifest_t old;
         size_t n;
         const char *val = rocksdb_pinnableslice_value(ps, &n);
-        if (manifest_decode((const unsigned char *)val, n, w->id, &old, NULL, 0) == 0) {
+        if (ckpt_manifest_decode((const unsigned char *)val, n, w->id, &old, NULL, 0) == 0) {
             rc = psc_seterr(err, errlen, PSC_EEXISTS,
                             "checkpoint %" PRIu64 " exists (%s, job %s, step %" PRId64 "); ids are not reused", w->id,
                             old.info.committed ? "committed" : "prepared", old.info.job_id, old.info.step);
-            manifest_free(&old);
+            ckpt_manifest_free(&old);
         } else {
             rc = psc_seterr(err, errlen, PSC_EEXISTS,
                             "checkpoint %" PRIu64 " exists (manifest damaged; ckpt_discard removes it)", w->id);
@@ -772,8 +498,8 @@ int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
 {
     PSC_ASSERT(db);
     if (keep < 1) return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": keep %d must be >= 1", id, keep);
-    char key[KEY_MAX];
-    size_t kl = key_manifest(key, id);
+    char key[CKPT_KEY_MAX];
+    size_t kl = ckpt_key_manifest(key, id);
     uint64_t *deleted = NULL;
     int ndeleted = 0;
 
@@ -789,11 +515,11 @@ int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
     }
     size_t n;
     const unsigned char *val = (const unsigned char *)rocksdb_pinnableslice_value(ps, &n);
-    manifest_t m;
-    rc = manifest_decode(val, n, id, &m, err, errlen);
+    ckpt_manifest_t m;
+    rc = ckpt_manifest_decode(val, n, id, &m, err, errlen);
     if (rc || m.info.committed) {
         rocksdb_pinnableslice_destroy(ps);
-        manifest_free(&m);
+        ckpt_manifest_free(&m);
         goto unlock; /* committing twice: a no-op */
     }
     /* The committed manifest is the prepared one with the state byte flipped and
@@ -801,15 +527,14 @@ int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
     unsigned char *mval = psc_xmalloc(n);
     memcpy(mval, val, n);
     rocksdb_pinnableslice_destroy(ps);
-    mval[1] = 1;
-    put_u32(mval + n - 4, psc_crc32c_mask(psc_crc32c(0, mval, n - 4)));
+    ckpt_manifest_set_committed(mval, n);
     rocksdb_writebatch_t *b = rocksdb_writebatch_create();
     rocksdb_writebatch_put(b, key, kl, (const char *)mval, n);
     free(mval);
     rc = write_batch(db, b, "commit", id, err, errlen);
     rocksdb_writebatch_destroy(b);
     if (rc) {
-        manifest_free(&m);
+        ckpt_manifest_free(&m);
         goto unlock;
     }
 
@@ -823,7 +548,7 @@ int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
     rc = scan_manifests(&v, &items, &nitems, why, sizeof why);
     if (rc) {
         psc_seterr(err, errlen, rc, "checkpoint %" PRIu64 " committed, but keep-last-K failed: %s", id, why);
-        manifest_free(&m);
+        ckpt_manifest_free(&m);
         goto unlock;
     }
     scan_item_t **mine = psc_xcalloc((size_t)nitems + 1, sizeof *mine);
@@ -849,7 +574,7 @@ int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
     rocksdb_writebatch_destroy(b);
     free(mine);
     scan_free(items, nitems);
-    manifest_free(&m);
+    ckpt_manifest_free(&m);
 unlock:
     pthread_mutex_unlock(&db->wlock);
     compact_deleted(db, deleted, ndeleted);
@@ -863,7 +588,7 @@ int ckpt_discard(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
     pthread_mutex_lock(&db->wlock);
     view_t v;
     view_latest(db, &v);
-    manifest_t m;
+    ckpt_manifest_t m;
     char why[256];
     int rc = manifest_load(&v, id, &m, why, sizeof why);
     if (rc == PSC_ENOTFOUND || rc == PSC_EIO || rc == PSC_EUNSUPPORTED) {
@@ -873,11 +598,11 @@ int ckpt_discard(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
     if (rc == 0 && m.info.committed) {
         rc = psc_seterr(err, errlen, PSC_EINVAL,
                         "checkpoint %" PRIu64 " is committed; only keep-last-K of a later commit deletes it", id);
-        manifest_free(&m);
+        ckpt_manifest_free(&m);
         goto unlock;
     }
     /* Prepared, or damaged (rc == PSC_ECORRUPT): delete it either way. */
-    manifest_free(&m);
+    ckpt_manifest_free(&m);
     rocksdb_writebatch_t *b = rocksdb_writebatch_create();
     batch_delete_ckpt(b, id);
     rc = write_batch(db, b, "discard", id, err, errlen);
@@ -921,12 +646,12 @@ int ckpt_get_info(ckpt_db_t *db, uint64_t id, ckpt_info_t *out, char *err, size_
     PSC_ASSERT(db);
     view_t v;
     view_open(db, &v);
-    manifest_t m;
+    ckpt_manifest_t m;
     int rc = manifest_load(&v, id, &m, err, errlen);
     view_close(&v);
     if (rc) return rc;
     *out = m.info;
-    manifest_free(&m);
+    ckpt_manifest_free(&m);
     return 0;
 }
 
@@ -938,10 +663,10 @@ int ckpt_read(ckpt_db_t *db, uint64_t id, const char *name, void **data, size_t 
     if (!name) return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": NULL tensor name", id);
     view_t v;
     view_open(db, &v);
-    manifest_t m;
+    ckpt_manifest_t m;
     int rc = manifest_load(&v, id, &m, err, errlen);
     if (rc) goto out;
-    const ckpt_entry_t *e = manifest_find(&m, name);
+    const ckpt_entry_t *e = ckpt_manifest_find(&m, name);
     if (!e) {
         rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " has no tensor \"%s\"", id, name);
         goto out;
@@ -949,7 +674,7 @@ int ckpt_read(ckpt_db_t *db, uint64_t id, const char *name, void **data, size_t 
     rc = tensor_check(&v, id, e, data, err, errlen);
     if (!rc) *len = (size_t)e->len;
 out:
-    manifest_free(&m);
+    ckpt_manifest_free(&m);
     view_close(&v);
     return rc;
 }
@@ -961,12 +686,12 @@ int ckpt_names(ckpt_db_t *db, uint64_t id, char ***names, int *n, char *err, siz
     *n = 0;
     view_t v;
     view_open(db, &v);
-    manifest_t m;
+    ckpt_manifest_t m;
     int rc = manifest_load(&v, id, &m, err, errlen);
     view_close(&v);
     if (rc) return rc;
     if (m.info.ntensors > INT32_MAX) {
-        manifest_free(&m);
+        ckpt_manifest_free(&m);
         return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %" PRIu64 ": %u tensors", id, m.info.ntensors);
     }
     char **a = psc_xcalloc(m.info.ntensors ? m.info.ntensors : 1, sizeof *a);
@@ -976,7 +701,7 @@ int ckpt_names(ckpt_db_t *db, uint64_t id, char ***names, int *n, char *err, siz
     }
     *names = a;
     *n = (int)m.info.ntensors;
-    manifest_free(&m);
+    ckpt_manifest_free(&m);
     return 0;
 }
 
@@ -992,10 +717,10 @@ int ckpt_verify(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
     PSC_ASSERT(db);
     view_t v;
     view_open(db, &v);
-    manifest_t m;
+    ckpt_manifest_t m;
     int rc = manifest_load(&v, id, &m, err, errlen);
     if (!rc) rc = verify_manifest(&v, &m, err, errlen);
-    manifest_free(&m);
+    ckpt_manifest_free(&m);
     view_close(&v);
     return rc;
 }
@@ -1063,9 +788,9 @@ int ckpt_latest_good(ckpt_db_t *db, const char *job_id, ckpt_info_t *out, void (
 
 int ckpt_debug_corrupt(ckpt_db_t *db, uint64_t id, const char *name, int64_t offset)
 {
-    char key[KEY_MAX];
-    size_t kl = name ? key_tensor(key, id, name) : key_manifest(key, id);
-    int64_t at = name ? offset + TENSOR_HEADER : offset;
+    char key[CKPT_KEY_MAX];
+    size_t kl = name ? ckpt_key_tensor(key, id, name) : ckpt_key_manifest(key, id);
+    int64_t at = name ? offset + CKPT_TENSOR_HEADER : offset;
     pthread_mutex_lock(&db->wlock);
     char *e = NULL;
     size_t n = 0;
@@ -1088,8 +813,8 @@ int ckpt_debug_corrupt(ckpt_db_t *db, uint64_t id, const char *name, int64_t off
 
 int ckpt_debug_count_keys(ckpt_db_t *db, uint64_t id)
 {
-    char key[KEY_MAX], lo[RANGE_KEY_LEN + 1], hi[RANGE_KEY_LEN + 1];
-    size_t kl = key_manifest(key, id);
+    char key[CKPT_KEY_MAX], lo[CKPT_RANGE_KEY_LEN + 1], hi[CKPT_RANGE_KEY_LEN + 1];
+    size_t kl = ckpt_key_manifest(key, id);
     int count = 0;
     char *e = NULL;
     size_t n;
@@ -1097,11 +822,11 @@ int ckpt_debug_count_keys(ckpt_db_t *db, uint64_t id)
     if (val) count++;
     rocksdb_free(val);
     rocksdb_free(e);
-    key_tensor_range(lo, hi, id);
+    ckpt_key_tensor_range(lo, hi, id);
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, RANGE_KEY_LEN);
+    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, CKPT_RANGE_KEY_LEN);
     rocksdb_iterator_t *it = rocksdb_create_iterator(db->rdb, ro);
-    for (rocksdb_iter_seek(it, lo, RANGE_KEY_LEN); rocksdb_iter_valid(it); rocksdb_iter_next(it)) count++;
+    for (rocksdb_iter_seek(it, lo, CKPT_RANGE_KEY_LEN); rocksdb_iter_valid(it); rocksdb_iter_next(it)) count++;
     rocksdb_iter_destroy(it);
     rocksdb_readoptions_destroy(ro);
     return count;

@@ -27,6 +27,9 @@
  * Sync replicas keep their per-chunk calls (a sync reply waits for its step,
  * chunk by chunk): a sync PS refuses a Batch with pushes or a step
  * contribution (FAILED_PRECONDITION) and serves pulls and step reads.
+ *
+ * Invariants: a handler file (registered by service.c): it calls down into
+ * the fence, Step, Chunk and reply helpers, never into another handler file.
  */
 #include "service_internal.h"
 
@@ -50,8 +53,7 @@ static int batch_widen(ps_service_t *svc, psc_rpc_call_t *call, Psc__BatchReques
     for (size_t i = 0; i < r->n_push; i++) {
         const Psc__Chunk *c = r->push[i];
         if (svc_encoding_check(c, err, sizeof err)) {
-            store_count_rejected(svc->store);
-            psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "batch push %zu: %s", i, err);
+            svc_reject(svc, call, PSC_EINVAL, "batch push %zu: %s", i, err);
             return -1;
         }
         if (c->encoding == PSC_ENC_BFLOAT16) floats += c->data.len / 2;
@@ -84,16 +86,14 @@ static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
     char err[512];
     size_t items = r->n_push + r->n_pull;
     if (items > PSC_BATCH_MAX_ITEMS) {
-        store_count_rejected(svc->store);
-        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "batch of %zu items exceeds %d", items, PSC_BATCH_MAX_ITEMS);
+        svc_reject(svc, call, PSC_EINVAL, "batch of %zu items exceeds %d", items, PSC_BATCH_MAX_ITEMS);
         return -1;
     }
     int sync = store_get_sync(svc->store, NULL);
     if (sync && (r->n_push || (r->step && r->step->count > 0))) {
-        store_count_rejected(svc->store);
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION,
-                     "Batch pushes and step contributions are for asynchronous training; a sync PS takes them per "
-                     "chunk (PushPull, Step)");
+        svc_reject(svc, call, PSC_ENOTREADY,
+                   "Batch pushes and step contributions are for asynchronous training; a sync PS takes them per "
+                   "chunk (PushPull, Step)");
         return -1;
     }
     for (size_t i = 0; i < r->n_push; i++) {
@@ -101,7 +101,7 @@ static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
         int rc = store_push_check(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, err,
                                   sizeof err);
         if (rc) {
-            psc_rpc_fail(call, svc_status_of(rc), "batch push %zu: %s", i, err);
+            svc_fail(svc, call, rc, "batch push %zu: %s", i, err);
             return -1;
         }
     }
@@ -111,17 +111,18 @@ static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
         int rc = 0;
         if (p->min_step || p->checkpoint)
             rc = psc_seterr(err, sizeof err, PSC_EINVAL, "min_step and checkpoint pulls are not batched (use Pull)");
-        else if (strlen(p->name) > 200)
-            rc = psc_seterr(err, sizeof err, PSC_EINVAL, "variable name of %zu bytes", strlen(p->name));
+        else if (strlen(p->name) > PSC_NAME_MAX)
+            rc = psc_seterr(err, sizeof err, PSC_EINVAL, "variable name of %zu bytes (at most %d)", strlen(p->name),
+                            PSC_NAME_MAX);
         else if (p->length > PSC_CHUNK_BYTES || bytes + p->length > 2 * PSC_BATCH_BYTES)
             rc = psc_seterr(err, sizeof err, PSC_EINVAL, "pulls of more than %zu bytes in one batch",
                             2 * PSC_BATCH_BYTES);
-        if (rc)
-            store_count_rejected(svc->store);
-        else
-            rc = store_pull_check(svc->store, p->name, p->offset, p->length, err, sizeof err);
         if (rc) {
-            psc_rpc_fail(call, svc_status_of(rc), "batch pull %zu: %s", i, err);
+            svc_reject(svc, call, rc, "batch pull %zu: %s", i, err);
+            return -1;
+        }
+        if ((rc = store_pull_check(svc->store, p->name, p->offset, p->length, err, sizeof err))) {
+            svc_fail(svc, call, rc, "batch pull %zu: %s", i, err); /* the store counted it */
             return -1;
         }
         bytes += p->length;
@@ -129,8 +130,7 @@ static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
     if (r->step) {
         int rc = svc_step_check(svc, r->step, err, sizeof err);
         if (rc) {
-            store_count_rejected(svc->store);
-            psc_rpc_fail(call, svc_status_of(rc), "batch step: %s", err);
+            svc_reject(svc, call, rc, "batch step: %s", err);
             return -1;
         }
     }
@@ -182,7 +182,7 @@ static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_s
         int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, NULL, &versions[i],
                             err, sizeof err);
         if (rc) {
-            psc_rpc_fail(call, svc_status_of(rc), "batch push %zu: %s", i, err);
+            svc_fail(svc, call, rc, "batch push %zu: %s", i, err);
             goto out;
         }
         ps_metrics_add_push_bytes(svc->metrics, orig ? orig[i].len : c->data.len);
@@ -192,9 +192,14 @@ static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_s
 
     if (r->step) {
         int64_t value = 0;
-        int rc = svc_step_add(svc, r->step, &value, err, sizeof err);
+        svc_step_note(svc, r->step);
+        int rc = svc_step_check(svc, r->step, err, sizeof err); /* again: a Create may have turned sync on */
         if (rc) {
-            psc_rpc_fail(call, svc_status_of(rc), "batch step: %s", err);
+            svc_reject(svc, call, rc, "batch step: %s", err);
+            goto out;
+        }
+        if ((rc = store_step_add(svc->store, r->step->increment, &value, err, sizeof err))) {
+            svc_fail(svc, call, rc, "batch step: %s", err);
             goto out;
         }
         step_rep.global_step = value;
@@ -214,7 +219,7 @@ static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_s
         int rc = store_pull(svc->store, p->name, p->offset, p->length, data + at, &version, err, sizeof err);
         if (rc == 0) store_var_bytes(svc->store, p->name, &total);
         if (rc) {
-            psc_rpc_fail(call, svc_status_of(rc), "batch pull %zu: %s", i, err);
+            svc_fail(svc, call, rc, "batch pull %zu: %s", i, err);
             goto out;
         }
         c->name = p->name;

@@ -1,6 +1,12 @@
 /* service_chunk.c — Chunk requests as they arrive: decoded without copying
  * the tensor bytes, read where gRPC's slices hold them, and bfloat16 payloads
- * widened to float32 before the store sees them. */
+ * widened to float32 before the store sees them.
+ *
+ * Design: psc senders write the payload last, so the header is decoded from
+ * the first CHUNK_HEAD bytes and the payload stays in gRPC's slices; any other
+ * valid encoding is gathered and unpacked by protobuf-c. bfloat16 is widened
+ * into a per-thread buffer of one chunk. Invariants: a helper; it calls only
+ * service_reply.c among the service's files. */
 #include "service_internal.h"
 
 #include "bf16.h"
@@ -150,8 +156,7 @@ int svc_chunk_in_widen(ps_service_t *svc, psc_rpc_call_t *call, chunk_in_t *in)
     Psc__Chunk *c = in->cr.c;
     char err[512];
     if (svc_encoding_check(c, err, sizeof err)) {
-        store_count_rejected(svc->store);
-        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "%s", err);
+        svc_reject(svc, call, PSC_EINVAL, "%s", err);
         return -1;
     }
     if (c->encoding == PSC_ENC_FLOAT32) return 0;

@@ -1,6 +1,13 @@
-/* service_ckpt.c — the chief's checkpoint calls on a ps_server (Save, Commit,
- * Restore, ListCheckpoints, Pull from a checkpoint) and Release; ckpt.h holds
- * the format, the chief drives the two phases (worker/trainer.c). */
+/* service_ckpt.c — the chief's checkpoint calls on a ps_server: Fence and
+ * Unfence (an async checkpoint's cut), Save, Commit, Restore, ListCheckpoints,
+ * Pull from a checkpoint, and Release.
+ *
+ * Design: ckpt.h holds the format, the chief drives the two phases
+ * (worker/trainer.c); the fence itself is service_fence.c's. Invariants: a
+ * handler file: it calls down into the fence, parking and reply helpers,
+ * never into service.c or another handler file. A refusal that is the
+ * cluster's state (no --checkpoint_dir, another job) is not counted as
+ * rejected; a malformed request is. */
 #include "service_internal.h"
 
 #include "log.h"
@@ -11,12 +18,10 @@
 #include <string.h>
 #include <time.h>
 
-/* ---- checkpoints (ckpt.h holds the format; the chief drives the two phases) ---- */
-
 static int no_checkpoints(ps_service_t *svc, psc_rpc_call_t *call)
 {
     if (svc->ckpt) return 0;
-    psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d has no --checkpoint_dir", svc->task_index);
+    svc_fail(svc, call, PSC_ENOTREADY, "ps_server %d has no --checkpoint_dir", svc->task_index);
     return 1;
 }
 
@@ -26,12 +31,11 @@ static int check_job(ps_service_t *svc, psc_rpc_call_t *call, const char *job_id
     char have[17] = "";
     store_is_ready(svc->store, have); /* the job id whether ready or not */
     if (!have[0]) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds no model yet", svc->task_index);
+        svc_fail(svc, call, PSC_ENOTREADY, "ps_server %d holds no model yet", svc->task_index);
         return 1;
     }
     if (strcmp(have, job_id) != 0) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds job %s, not %s", svc->task_index, have,
-                     job_id);
+        svc_fail(svc, call, PSC_ENOTREADY, "ps_server %d holds job %s, not %s", svc->task_index, have, job_id);
         return 1;
     }
     return 0;
@@ -55,7 +59,7 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
     int rc = r->fence ? svc_fence_pin(svc, r->fence, err, sizeof err) : 0;
     if (rc) {
         PSC_WARN("checkpoint %llu: %s", (unsigned long long)r->id, err);
-        psc_rpc_fail(call, svc_status_of(rc), "checkpoint %llu: %s", (unsigned long long)r->id, err);
+        svc_fail(svc, call, rc, "checkpoint %llu: %s", (unsigned long long)r->id, err);
         goto out;
     }
     /* phase 1: copy the shard into the writer behind the push fence (in sync
@@ -68,7 +72,7 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
     if (rc) {
         ckpt_abort(w);
         if (rc != PSC_ESTALE) PSC_WARN("checkpoint %llu: export failed: %s", (unsigned long long)r->id, err);
-        psc_rpc_fail(call, svc_status_of(rc), "checkpoint %llu: %s", (unsigned long long)r->id, err);
+        svc_fail(svc, call, rc, "checkpoint %llu: %s", (unsigned long long)r->id, err);
         goto out;
     }
     if (held >= 0) ckpt_set_step(w, held); /* this shard holds global_step: its value is the step */
@@ -80,12 +84,12 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
     }
     if ((rc = ckpt_prepare(w, err, sizeof err))) {
         PSC_WARN("checkpoint %llu: %s", (unsigned long long)r->id, err);
-        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        svc_fail(svc, call, rc, "%s", err);
         goto out;
     }
     ckpt_info_t info;
     if ((rc = ckpt_get_info(svc->ckpt, r->id, &info, err, sizeof err))) {
-        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        svc_fail(svc, call, rc, "%s", err);
         goto out;
     }
     PSC_INFO("checkpoint %llu prepared: step %lld, %u tensors, %.1f MiB in %.0f ms", (unsigned long long)r->id,
@@ -112,7 +116,7 @@ void svc_h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *ar
                         : ckpt_commit(svc->ckpt, r->id, r->keep ? (int)r->keep : 1, err, sizeof err);
     if (rc) {
         PSC_WARN("checkpoint %llu: %s failed: %s", (unsigned long long)r->id, r->discard ? "discard" : "commit", err);
-        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        svc_fail(svc, call, rc, "%s", err);
         goto out;
     }
     PSC_INFO("checkpoint %llu %s", (unsigned long long)r->id, r->discard ? "discarded" : "committed");
@@ -153,12 +157,12 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     if (rc == 0) rc = store_import(svc->store, fetch_from_ckpt, &src, r->step, err, sizeof err);
     if (rc) {
         PSC_WARN("restore of checkpoint %llu refused: %s", (unsigned long long)r->id, err);
-        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        svc_fail(svc, call, rc, "%s", err);
         goto out;
     }
     /* replies parked on steps of the abandoned timeline would never come */
-    svc_fail_parked(svc, 0, PSC_RPC_ABORTED, "restored a checkpoint: pull again");
-    svc_fence_fail_all(svc, 0, PSC_RPC_ABORTED, "restored a checkpoint: pull again");
+    svc_fail_parked(svc, 0, PSC_ESTALE, "restored a checkpoint: pull again");
+    svc_fence_fail_all(svc, 0, PSC_ESTALE, "restored a checkpoint: pull again");
     pthread_mutex_lock(&svc->lock);
     svc->restored_step = info.step; /* replicas that have not reported a step resume after their share of it */
     pthread_mutex_unlock(&svc->lock);
@@ -184,7 +188,7 @@ void svc_h_list_checkpoints(psc_rpc_call_t *call, const uint8_t *req, size_t len
     int n = 0;
     rep.enabled = svc->ckpt != NULL;
     if (svc->ckpt && ckpt_list(svc->ckpt, &infos, &n, err, sizeof err) != 0) {
-        psc_rpc_fail(call, PSC_RPC_DATA_LOSS, "%s", err);
+        svc_fail(svc, call, PSC_ECORRUPT, "%s", err);
         goto out;
     }
     Psc__CheckpointInfo *ci = psc_xcalloc((size_t)(n ? n : 1), sizeof *ci);
@@ -228,14 +232,13 @@ void svc_h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     char have[17] = "";
     store_is_ready(svc->store, have);
     if (r->job_id[0] && have[0] && strcmp(have, r->job_id) != 0) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds job %s, not %s", svc->task_index, have,
-                     r->job_id);
+        svc_fail(svc, call, PSC_ENOTREADY, "ps_server %d holds job %s, not %s", svc->task_index, have, r->job_id);
         psc__release_request__free_unpacked(r, NULL);
         return;
     }
     psc__release_request__free_unpacked(r, NULL);
-    svc_fail_parked(svc, 0, PSC_RPC_ABORTED, "released the job");
-    svc_fence_fail_all(svc, 0, PSC_RPC_ABORTED, "released the job");
+    svc_fail_parked(svc, 0, PSC_ESTALE, "released the job");
+    svc_fence_fail_all(svc, 0, PSC_ESTALE, "released the job");
     store_reset(svc->store);
     pthread_mutex_lock(&svc->lock);
     memset(svc->done, 0, sizeof svc->done);
@@ -266,11 +269,13 @@ void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Pul
     void *data = NULL;
     size_t len = 0;
     if (rc == 0) rc = ckpt_read(svc->ckpt, r->checkpoint, r->name, &data, &len, err, sizeof err);
-    if (rc == 0 && (r->offset > len || r->length > len - r->offset))
-        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "%s: pull of %llu bytes at %llu is outside its %zu bytes", r->name,
-                        (unsigned long long)r->length, (unsigned long long)r->offset, len);
     if (rc) {
-        psc_rpc_fail(call, svc_status_of(rc), "%s", err);
+        svc_fail(svc, call, rc, "%s", err);
+        return;
+    }
+    if (r->offset > len || r->length > len - r->offset) {
+        svc_reject(svc, call, PSC_EINVAL, "%s: pull of %llu bytes at %llu is outside its %zu bytes", r->name,
+                   (unsigned long long)r->length, (unsigned long long)r->offset, len);
         free(data);
         return;
     }
@@ -279,5 +284,51 @@ void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Pul
     memcpy(buf + bound, (const uint8_t *)data + r->offset, r->length);
     free(data);
     ps_metrics_add_pull_bytes(svc->metrics, r->length);
-    svc_send_chunk_reply_sync(call, buf, bound, r->name, r->offset, len, 0, r->length, info.step, 0);
+    svc_reply_chunk(call, buf, bound, r->name, r->offset, len, 0, r->length, info.step, 0);
+}
+
+/* ---- the fence of an async checkpoint (service_fence.c) ---- */
+
+void svc_h_fence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    Psc__FenceRequest *r = psc__fence_request__unpack(NULL, len, req);
+    if (!r) return svc_fail_undecodable(svc, call, "FenceRequest", len);
+    char have[17] = "";
+    store_is_ready(svc->store, have);
+    if (!have[0] || strcmp(have, r->job_id) != 0) {
+        svc_fail(svc, call, PSC_ENOTREADY, "ps_server %d holds %s%s, not job %s", svc->task_index,
+                 have[0] ? "job " : "no model", have, r->job_id);
+        goto out;
+    }
+    if (store_get_sync(svc->store, NULL)) {
+        svc_fail(svc, call, PSC_ENOTREADY,
+                 "ps_server %d trains in sync mode: its checkpoints are taken at a step boundary, not behind a fence",
+                 svc->task_index);
+        goto out;
+    }
+    if (svc_fence_hold(svc, r->id, r->lease_ms) != 0) {
+        svc_fail(svc, call, PSC_EUNAVAILABLE, "ps_server %d is shutting down", svc->task_index);
+        goto out;
+    }
+    Psc__FenceReply rep = PSC__FENCE_REPLY__INIT;
+    int64_t step = 0;
+    rep.has_global_step = store_step_get(svc->store, &step);
+    rep.global_step = step;
+    uint8_t buf[32];
+    psc_rpc_reply(call, buf, psc__fence_reply__pack(&rep, buf));
+out:
+    psc__fence_request__free_unpacked(r, NULL);
+}
+
+void svc_h_unfence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    Psc__UnfenceRequest *r = psc__unfence_request__unpack(NULL, len, req);
+    if (!r) return svc_fail_undecodable(svc, call, "UnfenceRequest", len);
+    Psc__UnfenceReply rep = PSC__UNFENCE_REPLY__INIT;
+    rep.released = svc_fence_release(svc, r->id, &rep.held_ms, &rep.parked);
+    psc__unfence_request__free_unpacked(r, NULL);
+    uint8_t buf[32];
+    psc_rpc_reply(call, buf, psc__unfence_reply__pack(&rep, buf));
 }

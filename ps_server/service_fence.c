@@ -1,5 +1,7 @@
-/* service_fence.c — the checkpoint fence of an asynchronous PS (Fence,
- * Unfence, and the admission of every request that changes the model).
+/* service_fence.c — the checkpoint fence of an asynchronous PS: the admission
+ * of every request that changes the model, holding and releasing the fence
+ * (the Fence and Unfence handlers in service_ckpt.c call it), and the replay
+ * of what parked behind it.
  *
  * Why: an async checkpoint must be one cut across the PS. The chief fences
  * every PS; once all have answered, no PS applies anything, so global_step
@@ -24,7 +26,10 @@
  * exactly once (replayed by the reaper, or failed by a drain, Release or
  * Restore); `replaying` is 1 while the reaper applies an unlinked entry, and a
  * Fence or a drain waits for it. Lock order: svc->fence.lock is taken alone
- * (never with park_lock or a store lock held).
+ * (never with park_lock or a store lock held). The replay calls the handlers'
+ * apply functions through the pointers parked with each entry, and this file
+ * is reached by the reaper through the tick pointer service.c handed it: it
+ * calls only down (service_park.c's kick, service_reply.c).
  */
 #include "service_internal.h"
 
@@ -61,14 +66,6 @@ void svc_fence_deinit(svc_fence_t *f)
     PSC_ASSERT(!f->head);
     pthread_mutex_destroy(&f->lock);
     pthread_cond_destroy(&f->cond);
-}
-
-static void wake_reaper(ps_service_t *svc)
-{
-    pthread_mutex_lock(&svc->reaper_lock);
-    svc->reaper_kick = 1;
-    pthread_cond_signal(&svc->reaper_cond);
-    pthread_mutex_unlock(&svc->reaper_lock);
 }
 
 /* Parks a copy of the request (f->lock held, state HELD or RELEASING); 0, or
@@ -114,8 +111,8 @@ static int enter(ps_service_t *svc, psc_rpc_call_t *call, const psc_iov_t *iov, 
     int rc = park_locked(f, call, iov, niov, len, iov_fn, fn);
     pthread_mutex_unlock(&f->lock);
     if (rc)
-        psc_rpc_fail(call, PSC_RPC_UNAVAILABLE, "ps_server %d is fenced for a checkpoint with %zu MiB of pushes parked",
-                     svc->task_index, FENCE_MAX_PARKED_BYTES >> 20);
+        svc_fail(svc, call, PSC_EUNAVAILABLE, "ps_server %d is fenced for a checkpoint with %zu MiB of pushes parked",
+                 svc->task_index, FENCE_MAX_PARKED_BYTES >> 20);
     return 0;
 }
 
@@ -188,7 +185,7 @@ void svc_fence_tick(ps_service_t *svc, double now)
     pthread_mutex_unlock(&f->lock);
 }
 
-void svc_fence_fail_all(ps_service_t *svc, int closing, int code, const char *msg)
+void svc_fence_fail_all(ps_service_t *svc, int closing, int rc, const char *msg)
 {
     svc_fence_t *f = &svc->fence;
     pthread_mutex_lock(&f->lock);
@@ -205,7 +202,7 @@ void svc_fence_fail_all(ps_service_t *svc, int closing, int code, const char *ms
     pthread_mutex_unlock(&f->lock);
     while (all) {
         fenced_t *next = all->next;
-        psc_rpc_fail(all->call, code, "ps_server %d %s", svc->task_index, msg);
+        svc_fail(svc, all->call, rc, "ps_server %d %s", svc->task_index, msg);
         free(all);
         all = next;
     }
@@ -232,81 +229,49 @@ double svc_fence_unpin(ps_service_t *svc, uint64_t id)
     pthread_mutex_lock(&f->lock);
     if (f->state == SVC_FENCE_HELD && f->id == id) release_locked(svc, "shard copied", &ms, NULL);
     pthread_mutex_unlock(&f->lock);
-    if (ms >= 0) wake_reaper(svc);
+    if (ms >= 0) svc_reaper_kick(svc);
     return ms;
 }
 
-/* ---- the RPCs ---- */
-
-void svc_h_fence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+int svc_fence_hold(ps_service_t *svc, uint64_t id, uint32_t lease_ms)
 {
-    ps_service_t *svc = arg;
     svc_fence_t *f = &svc->fence;
-    Psc__FenceRequest *r = psc__fence_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "FenceRequest", len);
-    char have[17] = "";
-    store_is_ready(svc->store, have);
-    if (!have[0] || strcmp(have, r->job_id) != 0) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "ps_server %d holds %s%s, not job %s", svc->task_index,
-                     have[0] ? "job " : "no model", have, r->job_id);
-        goto out;
-    }
-    if (store_get_sync(svc->store, NULL)) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION,
-                     "ps_server %d trains in sync mode: its checkpoints are taken at a step boundary, not behind a "
-                     "fence",
-                     svc->task_index);
-        goto out;
-    }
-    uint32_t lease = r->lease_ms ? PSC_MIN(r->lease_ms, (uint32_t)FENCE_LEASE_MAX_MS) : FENCE_LEASE_DEFAULT_MS;
+    uint32_t lease = lease_ms ? PSC_MIN(lease_ms, (uint32_t)FENCE_LEASE_MAX_MS) : FENCE_LEASE_DEFAULT_MS;
     double now = psc_now();
     pthread_mutex_lock(&f->lock);
     if (f->state == SVC_FENCE_CLOSED) {
         pthread_mutex_unlock(&f->lock);
-        psc_rpc_fail(call, PSC_RPC_UNAVAILABLE, "ps_server %d is shutting down", svc->task_index);
-        goto out;
+        return PSC_EUNAVAILABLE;
     }
-    if (f->state == SVC_FENCE_HELD && f->id != r->id)
+    if (f->state == SVC_FENCE_HELD && f->id != id)
         PSC_WARN("fence %llu (held %.0f ms) taken over by fence %llu", (unsigned long long)f->id,
-                 (now - f->since) * 1000, (unsigned long long)r->id);
+                 (now - f->since) * 1000, (unsigned long long)id);
     if (f->state != SVC_FENCE_HELD) {
         f->since = now;
         f->parked = 0;
     }
     f->state = SVC_FENCE_HELD;
-    f->id = r->id;
+    f->id = id;
     f->lease_ms = lease;
     f->expires = now + lease / 1000.0;
     /* the requests admitted before the fence finish applying (no RPC in
      * between: a bounded wait); nothing is applied after this */
     while (f->applying || f->replaying) pthread_cond_wait(&f->cond, &f->lock);
     pthread_mutex_unlock(&f->lock);
-    Psc__FenceReply rep = PSC__FENCE_REPLY__INIT;
-    int64_t step = 0;
-    rep.has_global_step = store_step_get(svc->store, &step);
-    rep.global_step = step;
-    uint8_t buf[32];
-    psc_rpc_reply(call, buf, psc__fence_reply__pack(&rep, buf));
-out:
-    psc__fence_request__free_unpacked(r, NULL);
+    return 0;
 }
 
-void svc_h_unfence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+int svc_fence_release(ps_service_t *svc, uint64_t id, double *held_ms, uint32_t *parked)
 {
-    ps_service_t *svc = arg;
     svc_fence_t *f = &svc->fence;
-    Psc__UnfenceRequest *r = psc__unfence_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "UnfenceRequest", len);
-    Psc__UnfenceReply rep = PSC__UNFENCE_REPLY__INIT;
+    int released = 0;
     pthread_mutex_lock(&f->lock);
     /* a Save copying under it releases it itself when done */
-    if (f->state == SVC_FENCE_HELD && !f->saving && (r->id == 0 || r->id == f->id)) {
-        release_locked(svc, "Unfence", &rep.held_ms, &rep.parked);
-        rep.released = 1;
+    if (f->state == SVC_FENCE_HELD && !f->saving && (id == 0 || id == f->id)) {
+        release_locked(svc, "Unfence", held_ms, parked);
+        released = 1;
     }
     pthread_mutex_unlock(&f->lock);
-    psc__unfence_request__free_unpacked(r, NULL);
-    if (rep.released) wake_reaper(svc);
-    uint8_t buf[32];
-    psc_rpc_reply(call, buf, psc__unfence_reply__pack(&rep, buf));
+    if (released) svc_reaper_kick(svc);
+    return released;
 }

@@ -1,12 +1,24 @@
-/* service_internal.h — what the parts of the psc.ParameterServer service
- * share (service.c: data path, sync parking, life cycle; service_ckpt.c:
- * checkpoints and Release; service_fence.c: the checkpoint fence). Not for
- * other modules. */
+/* service_internal.h — what the files of the psc.ParameterServer service
+ * share. Not for other modules.
+ *
+ * Layers (each file calls only the ones below it; none calls back up):
+ *   service.c         registration, life cycle, the data-path handlers
+ *   service_ckpt.c    Save, Commit, Restore, ListCheckpoints, Release, Fence,
+ *   service_batch.c   Unfence, checkpoint pulls; Batch
+ *   service_fence.c   the checkpoint fence (admission, parking, replay)
+ *   service_park.c    sync parking and the reaper thread
+ *   service_chunk.c   Chunk request decoding and bfloat16 widening
+ *   service_step.c    Step checks and the replicas' step counts
+ *   service_reply.c   failures (the one error path) and Chunk replies
+ * The fence's replay and the reaper's tick call up through function pointers
+ * the upper layer hands down, never by name.
+ */
 #ifndef PSC_PS_SERVICE_INTERNAL_H
 #define PSC_PS_SERVICE_INTERNAL_H
 
 #include "ckpt.h"
 #include "ps_metrics.h"
+#include "psc.h"
 #include "psc.pb-c.h"
 #include "rpc.h"
 #include "service.h"
@@ -18,7 +30,7 @@
 
 #define PS_MAX_WORKERS 4096
 
-/* ---- the checkpoint fence (service_fence.c) ---- */
+/* ---- the checkpoint fence (service_fence.c), its state ---- */
 
 /* What a parked request runs when the fence is released: the handler's body,
  * which skips the admission (the fence) and answers the call. */
@@ -57,9 +69,9 @@ struct ps_service {
     int64_t replica_steps[PS_MAX_WORKERS]; /* Step.replica_step per rank (max seen) */
     int64_t restored_step; /* the step of the checkpoint last restored (0: none since Release) */
     uint32_t max_rank;                     /* 1 + the largest rank that reported steps */
-    /* sync replicas: replies waiting for a step to be applied (see "parking") */
+    /* sync replicas: replies waiting for a step to be applied (service_park.c) */
     pthread_mutex_t park_lock;
-    struct parked *parked; /* singly linked, newest first */
+    struct svc_parked *parked; /* singly linked, newest first */
     int draining;          /* shutting down: nothing parks any more */
     pthread_t reaper;
     int reaper_running;
@@ -67,6 +79,7 @@ struct ps_service {
     pthread_cond_t reaper_cond;
     int reaper_stop;
     int reaper_kick; /* wake up now (a released fence has pushes to replay) */
+    void (*reaper_tick)(ps_service_t *svc, double now);
     uint32_t last_present;
     /* checkpoints (--checkpoint_dir); NULL db: none */
     ckpt_db_t *ckpt;
@@ -76,17 +89,72 @@ struct ps_service {
     svc_fence_t fence;     /* async checkpoints: the push fence (service_fence.c) */
 };
 
-/* The gRPC status of a PSC_E* code. */
-int svc_status_of(int rc);
-/* Fails a call whose request did not parse (counted as rejected). */
+/* ---- failures and replies (service_reply.c) ---- */
+
+/* The one way a handler fails a call: the gRPC status of rc (a PSC_E* code,
+ * psc_rpc_status_of) and the message. svc_reject is for a request the service
+ * itself refuses as bad input (malformed, out of range, too big): it is also
+ * counted in the store's `rejected`. svc_fail is for everything else: a
+ * failure the store already counted (store_reject), or one that is not the
+ * request's fault (not ready, wrong job, shutting down, a checkpoint I/O
+ * error). Any thread; completes the call. */
+void svc_fail(ps_service_t *svc, psc_rpc_call_t *call, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void svc_reject(ps_service_t *svc, psc_rpc_call_t *call, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* svc_reject for a request that did not parse. */
 void svc_fail_undecodable(ps_service_t *svc, psc_rpc_call_t *call, const char *what, size_t len);
-/* Fails every parked reply with code and "ps_server N <msg>"; draining: park none from now on. */
-void svc_fail_parked(ps_service_t *svc, int draining, int code, const char *msg);
 /* Room for a Chunk reply header in front of the payload (reply layout: [pad][header][payload]). */
 size_t svc_reply_header_bound(const char *name);
-/* Packs the Chunk header right before the payload at buf + bound and sends the reply. */
-void svc_send_chunk_reply_sync(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
-                               uint64_t total, int64_t version, size_t len, int64_t step, int stale);
+/* Packs the Chunk header right before the payload at buf + bound (buf from
+ * psc_rpc_reply_alloc, bound = svc_reply_header_bound(name)) and sends it. */
+void svc_reply_chunk(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
+                     uint64_t total, int64_t version, size_t len, int64_t step, int stale);
+
+/* ---- sync parking and the reaper (service_park.c) ---- */
+
+/* A reply that needs a step not applied yet: a sync PushPull, a Pull with
+ * min_step (PARK_CHUNK, name/offset its chunk) or a sync Step (PARK_STEP). */
+enum svc_park_kind { SVC_PARK_CHUNK, SVC_PARK_STEP };
+
+typedef struct svc_parked {
+    struct svc_parked *next;
+    psc_rpc_call_t *call;
+    enum svc_park_kind kind;
+    char name[PSC_NAME_MAX + 1]; /* a variable the store found, or "global_step" */
+    uint64_t offset, total;
+    size_t len;
+    uint8_t *buf; /* reply buffer from psc_rpc_reply_alloc: bound bytes of header room, then len */
+    size_t bound;
+    int64_t min_step;
+    double since;
+    uint32_t worker; /* the sender's replica rank (sync push or step); UINT32_MAX: a pull */
+} svc_parked_t;
+
+/* Parks p (heap, filled by the caller, owned by the list from now on) until
+ * its chunk or global_step reaches p->min_step; the handler then returns. */
+void svc_park(ps_service_t *svc, svc_parked_t *p);
+/* Answers every parked entry of (kind, name, offset) whose step has come; a
+ * handler calls it after its contribution applied a step. */
+void svc_park_wake(ps_service_t *svc, enum svc_park_kind kind, const char *name, uint64_t offset);
+/* Fails every parked reply with rc and "ps_server N <msg>"; draining: park none from now on. */
+void svc_fail_parked(ps_service_t *svc, int draining, int rc, const char *msg);
+/* The reaper thread: every 50 ms, or at once when kicked, it runs tick(svc,
+ * now) (the fence's replay, handed down by service.c), then the sync
+ * timeouts of the parked replies. Start once (aborts when no thread can be
+ * started: ps_service_create has no error path); stop joins it. */
+void svc_reaper_start(ps_service_t *svc, void (*tick)(ps_service_t *svc, double now));
+void svc_reaper_stop(ps_service_t *svc);
+void svc_reaper_kick(ps_service_t *svc);
+
+/* ---- Step (service_step.c) ---- */
+
+/* Records the sender's replica_step (its resumption point after a restart). */
+void svc_step_note(ps_service_t *svc, const Psc__StepRequest *r);
+/* A Step that is not a sync contribution (an asynchronous increment, or a
+ * read with increment 0): 0, or PSC_EINVAL for a negative increment,
+ * PSC_EUNSUPPORTED for an increment on a sync PS; not counted. */
+int svc_step_check(ps_service_t *svc, const Psc__StepRequest *r, char *err, size_t errlen);
 
 /* ---- Chunk requests (service_chunk.c) ---- */
 
@@ -131,12 +199,7 @@ int svc_encoding_check(const Psc__Chunk *c, char *err, size_t errlen);
  * the failure sent on call. */
 int svc_chunk_in_widen(ps_service_t *svc, psc_rpc_call_t *call, chunk_in_t *in);
 
-/* A Step that is not a sync contribution (an asynchronous increment, or a read
- * with increment 0). check: refuses a negative increment, or an increment on a
- * sync PS. add: records the sender's replica_step, checks, adds; the new value
- * in *value. */
-int svc_step_check(ps_service_t *svc, const Psc__StepRequest *r, char *err, size_t errlen);
-int svc_step_add(ps_service_t *svc, const Psc__StepRequest *r, int64_t *value, char *err, size_t errlen);
+/* ---- the checkpoint fence (service_fence.c) ---- */
 
 /* The fence: admission of a request that changes the model (a gradient, an
  * assignment, a step increment or contribution). 1: go on (apply it, then
@@ -148,29 +211,37 @@ int svc_fence_enter_iov(ps_service_t *svc, psc_rpc_call_t *call, const psc_iov_t
 void svc_fence_leave(ps_service_t *svc);
 void svc_fence_init(svc_fence_t *f);
 void svc_fence_deinit(svc_fence_t *f); /* nothing parked any more */
-/* The reaper thread: releases a fence whose lease ran out (WARN) and replays
+/* The reaper's tick: releases a fence whose lease ran out (WARN) and replays
  * the parked requests of a released fence, in arrival order. */
 void svc_fence_tick(ps_service_t *svc, double now);
-/* Fails every parked request with code and "ps_server N <msg>" and opens the
+/* Fails every parked request with rc and "ps_server N <msg>" and opens the
  * fence (Release, Restore); closing: for good (the drain before a shutdown). */
-void svc_fence_fail_all(ps_service_t *svc, int closing, int code, const char *msg);
+void svc_fence_fail_all(ps_service_t *svc, int closing, int rc, const char *msg);
+/* Fence id: holds the fence for lease_ms (0: 10 s; at most 60 s), taking
+ * over another id's, then waits for the requests already admitted to finish
+ * applying. 0, or PSC_EUNAVAILABLE when the service is shutting down. */
+int svc_fence_hold(ps_service_t *svc, uint64_t id, uint32_t lease_ms);
+/* Unfence id (0: any): releases a held fence unless a Save copies under it.
+ * 1 when released, with how long it was held and how many requests parked. */
+int svc_fence_release(ps_service_t *svc, uint64_t id, double *held_ms, uint32_t *parked);
 /* Save under fence id: pin keeps the lease from running out during the copy
  * (0, or PSC_ESTALE when id is not held); unpin releases the fence, returning
  * how long it was held in ms (-1: it was not held any more). */
 int svc_fence_pin(ps_service_t *svc, uint64_t id, char *err, size_t errlen);
 double svc_fence_unpin(ps_service_t *svc, uint64_t id);
-void svc_h_fence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
-void svc_h_unfence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 
-/* service_batch.c: psc.ParameterServer/Batch */
-void svc_h_batch(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+/* ---- handlers of service_ckpt.c and service_batch.c (registered by service.c) ---- */
 
-/* service_ckpt.c */
+/* A Pull from committed checkpoint r->checkpoint (service.c's Pull handler
+ * hands it over). */
 void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__PullRequest *r);
 void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_list_checkpoints(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+void svc_h_fence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+void svc_h_unfence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+void svc_h_batch(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 
 #endif

@@ -1,81 +1,41 @@
-/* store.c — the PS's variable store (see store.h).
+/* store.c — the PS's variable store: the table, create, assign, pull, push and
+ * global_step. What the store does (life cycle, sync rules, checkpoint
+ * tensors) is in store.h; store_sync.c holds the sync-replica mode,
+ * store_ckpt.c export and import, store_internal.h the types they share.
  *
- * Design. The store holds one table of variables, created once per job by
- * store_create_vars and never changed afterwards (a later create either matches
- * it or is refused), so a variable's address and metadata (name, shape, sizes,
- * buffers) are immutable from publication until store_destroy. Locks:
+ * Design. One table of variables per job, created by store_create_vars and
+ * never changed afterwards, so a variable's address and metadata are
+ * immutable from publication until store_destroy; slow work (allocating and
+ * initializing buffers) happens before the table is published. Locks:
  *   - s->fence (rwlock, writer-preferring): the push fence. Every function that
- *     writes tensor state (values, slots, t, version, global_step, accumulators,
- *     presence: store_assign, store_push, store_step_add, store_set_sync,
- *     store_push_sync, store_step_sync, store_sync_tick, store_sync_worker_left,
- *     store_import's write phase) holds it shared for its whole duration (the
- *     public function wraps a static *_fenced body); store_export holds it
- *     exclusively, so under it the tensors are immutable and every update is
- *     either wholly in or wholly out. Readers (pull, chunk_read, list) do not
- *     take it. It is never taken recursively (a writer-preferring rwlock would
- *     deadlock a reader re-entering while an export waits): store_sync_tick
+ *     writes tensor state holds it shared for its whole duration (the public
+ *     function wraps a static *_fenced body); store_export and store_import's
+ *     write phase hold it exclusively. Never taken recursively: store_sync_tick
  *     releases it before its callback, and emit must not update the store.
- *   - s->lock (rwlock) guards the store-wide state: job id, ready flag,
- *     optimizer, the table pointers, and the sync-mode flag and config. It is
- *     held only to look a name up or to publish a table or sync mode, never
- *     while touching tensor data.
- *   - v->lock (rwlock, one per variable) guards the variable's contents: values,
- *     slots, version, per-chunk step counts, global_step's value, and in sync
- *     mode its accumulators (steps, counts, sums). It is held for the memcpy,
- *     accumulation or optimizer pass of one chunk of one variable, nothing else.
- *     Held exclusive by everything but the two hot paths: an asynchronous push
- *     of chunk k and a pull hold it shared plus the chunk locks v->ckl[] of
- *     their range (ascending), so two RPC threads update two chunks of one
- *     variable at once; they bump and read version atomically.
- *   - s->presence_lock (mutex) guards the sync presence table (started flag,
- *     last_seen, left). It is a leaf: nothing is locked while it is held.
- *   - counters (stats) are relaxed atomics.
- * Lock order: s->fence first, before any other lock; then s->lock -> v->lock
- * -> v->ckl[k] (ascending k)
- * (store_list, store_set_sync publishing the accumulators) and s->lock ->
- * s->presence_lock (store_set_sync); no other nesting. In particular v->lock
- * and presence_lock are never held together: a sync push marks its replica
- * seen and computes `needed` first, then takes v->lock. store_sync_tick holds
- * one v->lock at a time and none while it calls its callback (nor the fence).
+ *   - s->lock (rwlock): job id, ready flag, optimizer, the table pointers, the
+ *     sync flag and config; held to look a name up or to publish, never while
+ *     touching tensor data.
+ *   - v->lock (rwlock per variable): its values, slots, version, t[], step and
+ *     sync accumulators, for one chunk's memcpy or optimizer pass. The hot paths
+ *     (an async push of chunk k, a pull) hold it shared plus the chunk locks
+ *     v->ckl[] of their range, ascending, and bump/read version atomically.
+ *   - s->presence_lock (mutex, leaf): the sync presence table.
+ * Lock order: s->fence, then s->lock -> v->lock -> v->ckl[k] (ascending k), and
+ * s->lock -> s->presence_lock; v->lock and presence_lock are never held
+ * together. Counters are relaxed atomics.
  *
- * Sync mode (store_set_sync, rules in store.h and sync.h). Each trainable
- * variable gets v->acc[nchunks] with sum buffers carved from one slab the size
- * of the variable (v->acc_sum), global_step one accumulator without data. They
- * are allocated outside the locks, then published under s->lock (write) and
- * v->lock; sync mode is never turned off, so a request that saw it on (under
- * s->lock) may use v->acc under v->lock. Chunk k's accumulator step is the
- * number of sync steps of that chunk (skips included); t[k] stays the number
- * of optimizer updates (Adam). global_step's accumulator step follows its
- * value: raised to it whenever the accumulator is empty.
- *
- * Invariants. Every request is validated completely (state, name, sizes, chunk
- * alignment, finite values) before anything is written, so a refused request
- * changes nothing but the `rejected` counter, which every refusal bumps. Slow
- * work for a create (allocating and initializing buffers) happens before the
- * table is published under the write lock; a create whose buffers cannot be
- * allocated is refused with PSC_ENOMEM (sizes come from the wire, so this does
- * not abort like psc_xaligned). Values are float32 in 64-byte aligned buffers;
- * a variable of `bytes` bytes has psc_chunk_count(bytes) wire chunks, and chunk
- * k's step count t[k] is the number of pushes of that chunk applied so far
- * (Adam's bias correction). version counts every chunk applied or assigned
- * (and every global_step change).
- *
- * Checkpoints. One list of tensors (tensor_list_build: name, variable, part,
- * length) drives both store_export and store_import, so they cannot disagree on
- * names or sizes. An export reads the tensors without v->lock: every writer
- * holds the fence shared, so under the exclusive side only readers run, and
- * emit may itself pull. An import fetches everything into its own buffers
- * before it takes the fence (no lock is held across the fetch, which reads
- * RocksDB), then copies under the fence and each v->lock (pulls read under
- * v->lock only). Floats are copied as raw host-order bytes (little-endian, see
- * the static assertion); int64 tensors are written and read as little-endian.
- *
- * Files: this one holds the table, create, assign, pull, push and global_step;
- * store_sync.c the sync-replica mode, store_ckpt.c export and import;
- * store_internal.h the types and helpers they share.
+ * Invariants. Every request is validated completely before anything is
+ * written, and every refusal goes through store_reject (the `rejected`
+ * counter). A variable of `bytes` bytes has psc_chunk_count(bytes) wire
+ * chunks; t[k] counts the updates of chunk k (Adam), version every chunk
+ * applied or assigned. Sync mode, once on, stays on for the job, so a request
+ * that saw it on may use v->acc under v->lock. Buffer sizes come from the wire:
+ * an allocation that fails is PSC_ENOMEM, not an abort.
  */
 #include "store.h"
 #include "store_internal.h"
+
+#include "bytes.h"
 
 #include "optim.h"
 #include "psc.h"
@@ -284,9 +244,9 @@ int store_view_get(store_t *s, const char *name, int need_ready, store_view_t *o
     } else if (!(out->var = find_locked(s, name))) {
         if (!s->have_job)
             rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "unknown variable \"%.*s\" (no job created yet)",
-                            STORE_NAME_MAX, name);
+                            PSC_NAME_MAX, name);
         else
-            rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "unknown variable \"%.*s\"", STORE_NAME_MAX, name);
+            rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "unknown variable \"%.*s\"", PSC_NAME_MAX, name);
     } else {
         out->opt = s->opt;
         out->sync_on = s->sync_on;
@@ -406,9 +366,9 @@ static int check_spec(const store_var_spec_t *v, uint64_t *bytes, char *err, siz
 {
     if (!v->name || !v->name[0]) return psc_seterr(err, errlen, PSC_EINVAL, "variable with an empty name");
     size_t len = strlen(v->name);
-    if (len > STORE_NAME_MAX)
+    if (len > PSC_NAME_MAX)
         return psc_seterr(err, errlen, PSC_EINVAL, "variable name \"%.40s...\" is %zu characters (at most %d)",
-                          v->name, len, STORE_NAME_MAX);
+                          v->name, len, PSC_NAME_MAX);
     if (v->rank < 0 || v->rank > PSC_MAX_RANK)
         return psc_seterr(err, errlen, PSC_EINVAL, "%s: rank %d is not in [0, %d]", v->name, v->rank, PSC_MAX_RANK);
     if (v->is_step) {
@@ -651,7 +611,7 @@ static int assign_fenced(store_t *s, const char *name, uint64_t offset, const vo
     store_var_t *v = view.var;
     if ((rc = store_check_chunk(v, "assigned data", offset, data, len, total, err, errlen))) return store_reject(s, rc);
     if (v->is_step) {
-        int64_t value = get_le64(data);
+        int64_t value = (int64_t)psc_le_get64(data);
         if (value < 0)
             return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "%s: value %" PRId64 " is negative", v->name,
                                         value));
@@ -738,7 +698,7 @@ static int store_pull_unfenced(store_t *s, const char *name, uint64_t offset, si
     pthread_rwlock_rdlock(&v->lock); /* global_step's writers hold it exclusive */
     if (v->is_step) {
         unsigned char le[8];
-        put_le64(le, v->step);
+        psc_le_put64(le, (uint64_t)v->step);
         memcpy(dst, le + offset, len);
     } else if (len) {
         size_t k0 = (size_t)(offset / PSC_CHUNK_BYTES), k1 = (size_t)((offset + len - 1) / PSC_CHUNK_BYTES);

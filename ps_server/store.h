@@ -67,6 +67,7 @@
 #define PSC_STORE_H
 
 #include "job_spec.h"
+#include "model_spec.h"
 #include "psc.h"
 
 #include <stddef.h>
@@ -82,7 +83,7 @@ typedef struct store_var_spec {
 } store_var_spec_t;
 
 typedef struct store_var_info {
-    char name[112];
+    char name[PSC_NAME_MAX + 1];
     int rank;
     int64_t shape[PSC_MAX_RANK];
     uint64_t bytes;   /* value bytes (8 for global_step) */

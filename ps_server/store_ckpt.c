@@ -1,9 +1,15 @@
 /* store_ckpt.c — a shard's checkpoint export and import (store.h:
  * store_export, store_import): one list of tensors (tensor_list_build: name,
  * variable, part, length) drives both, so they cannot disagree on names or
- * sizes. The export runs under the exclusive push fence; the import fetches
- * everything before it takes the fence (see the top of store.c). */
+ * sizes. The export runs under the exclusive push fence and reads the tensors
+ * without v->lock (only readers run then; emit may itself pull). The import
+ * fetches and checks everything into its own buffers first, with no lock held
+ * (the fetch reads RocksDB), then copies under the fence and each v->lock.
+ * Floats are raw host-order bytes (little-endian hosts only, asserted in
+ * store.c); int64 tensors are little-endian (bytes.h). */
 #include "store_internal.h"
+
+#include "bytes.h"
 
 #include "optim.h"
 #include "psc.h"
@@ -26,7 +32,7 @@ enum tensor_part { PART_VALUE, PART_SLOT0, PART_SLOT1, PART_T };
 typedef struct store_tensor {
     store_var_t *var;
     enum tensor_part part;
-    char name[STORE_TENSOR_NAME_MAX + 1];
+    char name[PSC_TENSOR_NAME_MAX + 1];
     uint64_t len;  /* bytes */
     void *data;    /* store_import: the fetched bytes (owned), NULL before */
 } store_tensor_t;
@@ -127,7 +133,7 @@ int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, i
         switch (list[j].part) {
         case PART_VALUE:
             if (v->is_step) {
-                put_le64(le, v->step);
+                psc_le_put64(le, (uint64_t)v->step);
                 data = le;
             } else {
                 data = v->w;
@@ -136,7 +142,7 @@ int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, i
         case PART_SLOT0: data = v->slot[0]; break;
         case PART_SLOT1: data = v->slot[1]; break;
         case PART_T:
-            for (size_t k = 0; k < v->nchunks; k++) put_le64(le + 8 * k, v->t[k]);
+            for (size_t k = 0; k < v->nchunks; k++) psc_le_put64(le + 8 * k, (uint64_t)v->t[k]);
             data = le;
             break;
         }
@@ -164,15 +170,15 @@ static int tensor_check_fetched(const store_tensor_t *t, size_t len, char *err, 
                           t->name, len, t->len, v->name, sh);
     }
     const unsigned char *p = t->data;
-    if (t->part == PART_VALUE && v->is_step && get_le64(p) < 0)
+    if (t->part == PART_VALUE && v->is_step && (int64_t)psc_le_get64(p) < 0)
         return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint tensor \"%s\": global step %" PRId64 " is negative",
-                          t->name, get_le64(p));
+                          t->name, (int64_t)psc_le_get64(p));
     if (t->part == PART_T)
         for (size_t k = 0; k < v->nchunks; k++)
-            if (get_le64(p + 8 * k) < 0)
+            if ((int64_t)psc_le_get64(p + 8 * k) < 0)
                 return psc_seterr(err, errlen, PSC_ECORRUPT,
                                   "checkpoint tensor \"%s\": update count %" PRId64 " of chunk %zu is negative",
-                                  t->name, get_le64(p + 8 * k), k);
+                                  t->name, (int64_t)psc_le_get64(p + 8 * k), k);
     return 0;
 }
 
@@ -231,7 +237,7 @@ int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step,
         switch (t->part) {
         case PART_VALUE:
             if (v->is_step)
-                v->step = get_le64(p);
+                v->step = (int64_t)psc_le_get64(p);
             else
                 memcpy(v->w, p, t->len);
             v->version++;
@@ -240,7 +246,7 @@ int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step,
         case PART_SLOT0: memcpy(v->slot[0], p, t->len); break;
         case PART_SLOT1: memcpy(v->slot[1], p, t->len); break;
         case PART_T:
-            for (size_t k = 0; k < v->nchunks; k++) v->t[k] = get_le64(p + 8 * k);
+            for (size_t k = 0; k < v->nchunks; k++) v->t[k] = (int64_t)psc_le_get64(p + 8 * k);
             /* A restore may move the steps backwards: set, not sync_acc_skip_to. */
             for (size_t k = 0; sync_on && k < v->nchunks; k++)
                 v->acc[k] = (sync_acc_t){.step = sync_step, .sum = v->acc[k].sum};

@@ -5,6 +5,7 @@
 #ifndef PSC_STORE_INTERNAL_H
 #define PSC_STORE_INTERNAL_H
 
+#include "psc.h"
 #include "store.h"
 #include "sync.h"
 
@@ -13,12 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_NAME_MAX 111 /* store_var_info_t.name holds 112 bytes */
-#define STORE_TENSOR_NAME_MAX (STORE_NAME_MAX + 16) /* "<var>/RMSProp_1" and the like */
 #define STORE_JOB_MAX 16
 
 typedef struct store_var {
-    char name[STORE_NAME_MAX + 1];
+    char name[PSC_NAME_MAX + 1];
     int rank;
     int64_t shape[PSC_MAX_RANK];
     int is_step;
@@ -70,27 +69,12 @@ typedef struct store_view {
     store_sync_cfg_t sync;
 } store_view_t;
 
-
 /* Relaxed counter add (stats). */
 static inline void count(atomic_uint_fast64_t *c, uint64_t n) { atomic_fetch_add_explicit(c, n, memory_order_relaxed); }
 
 /* The push fence, shared side: held by every update for its whole duration. */
 static inline void fence_enter(store_t *s) { pthread_rwlock_rdlock(&s->fence); }
 static inline void fence_leave(store_t *s) { pthread_rwlock_unlock(&s->fence); }
-
-/* 8 bytes of little-endian int64 (global_step in checkpoints and pulls). */
-static inline void put_le64(unsigned char *p, int64_t v)
-{
-    uint64_t u = (uint64_t)v;
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(u >> (8 * i));
-}
-
-static inline int64_t get_le64(const unsigned char *p)
-{
-    uint64_t u = 0;
-    for (int i = 0; i < 8; i++) u |= (uint64_t)p[i] << (8 * i);
-    return (int64_t)u;
-}
 
 /* Every refused request goes through here: counts it, returns code. */
 int store_reject(store_t *s, int code);

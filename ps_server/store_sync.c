@@ -2,8 +2,18 @@
  * store_push_sync, store_step_sync, store_sync_tick, presence): per-chunk
  * accumulators, the stale / current / ahead rules of sync.h, the timeout rule
  * and replica presence. The locks and their order are described at the top of
- * store.c; the shared types are in store_internal.h. */
+ * store.c; the shared types are in store_internal.h.
+ *
+ * Design: each trainable variable gets v->acc[nchunks], their sum buffers
+ * carved from one slab the size of the variable (v->acc_sum); global_step one
+ * accumulator without data. They are allocated outside the locks, then
+ * published under s->lock (write) and v->lock. Chunk k's accumulator step
+ * counts the sync steps of that chunk (skips included); global_step's follows
+ * its value, raised to it whenever the accumulator is empty. A sync push marks
+ * its replica seen (presence_lock) before it takes v->lock, never both. */
 #include "store_internal.h"
+
+#include "bytes.h"
 
 #include "optim.h"
 #include "psc.h"
@@ -361,7 +371,7 @@ static int store_chunk_read_unfenced(store_t *s, const char *name, uint64_t offs
         st = v->step;
         if (dst) {
             unsigned char le[8];
-            put_le64(le, v->step);
+            psc_le_put64(le, (uint64_t)v->step);
             memcpy(dst, le + offset, len);
         }
     } else {

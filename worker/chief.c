@@ -1,7 +1,7 @@
 /* chief.c — see chief.h. */
 #include "chief.h"
 
-#include "control.h"
+#include "ckpt_requests.h"
 #include "evaluator.h"
 #include "log.h"
 #include "psc.h"
@@ -33,14 +33,14 @@ chief_t *chief_create(const chief_opts_t *o, ps_client_t *pc)
     c->o = *o;
     c->pc = pc;
     snprintf(c->off_why, sizeof c->off_why, "checkpoints off: the schedule has not started");
-    control_open(o->control);
+    ckpt_requests_open(o->requests);
     return c;
 }
 
 void chief_destroy(chief_t *c, const char *why)
 {
     if (!c) return;
-    control_close(c->o.control, why);
+    ckpt_requests_close(c->o.requests, why);
     free(c);
 }
 
@@ -214,28 +214,19 @@ void chief_after_step(chief_t *c, int64_t global_step)
             c->last_time = psc_now();
         }
     }
-    if (!control_pending(c->o.control)) return;
+    if (!ckpt_requests_pending(c->o.requests)) return;
     int rc = take(c, global_step, "requested", err, sizeof err);
     if (rc && wait_boundary(rc, &c->requested_tries)) return;
     if (rc) {
         count(c, 0, "requested", global_step, err);
         PSC_WARN("requested checkpoint at step %lld not taken: %s", (long long)global_step, err);
     }
-    control_answer(c->o.control, rc, c->last_id, c->last_step, err);
+    ckpt_requests_answer(c->o.requests, rc, c->last_id, c->last_step, err);
 }
 
 /* ---- the end ---- */
 
-/* Address of training replica `rank` (the chief, then the workers). */
-static const char *replica_addr(const psc_cluster_t *cl, int rank)
-{
-    int has_chief = cl->n[PSC_JOB_CHIEF] > 0;
-    if (has_chief && rank == 0) return cl->addr[PSC_JOB_CHIEF][0];
-    int w = rank - has_chief;
-    return w >= 0 && w < cl->n[PSC_JOB_WORKER] ? cl->addr[PSC_JOB_WORKER][w] : NULL;
-}
-
-static int stopped(const chief_t *c) { return c->o.stop && *c->o.stop; }
+static int stopped(const chief_t *c) { return c->o.stop && atomic_load(c->o.stop); }
 
 /* The chief still looks after the PS while it waits: once a second it asks
  * every PS, and one that answers without the model (restarted after a crash)
@@ -271,7 +262,7 @@ void chief_wait_workers(chief_t *c, float *params, int self)
             for (int r = 0; r < replicas; r++) {
                 if (seen_done[r]) continue;
                 waiting++;
-                const char *addr = replica_addr(c->o.cluster, r);
+                const char *addr = psc_cluster_replica_addr(c->o.cluster, r);
                 if (probe && addr) {
                     if (!ch[r]) ch[r] = psc_rpc_channel_create(addr);
                     misses[r] = psc_rpc_health_check(ch[r], 1000) ? 0 : misses[r] + 1;
@@ -328,19 +319,19 @@ static int final_checkpoint(chief_t *c, int64_t global_step, char *err, size_t e
                       (long long)global_step, why);
 }
 
-int chief_finish(chief_t *c, int64_t global_step, towers_t *towers, const psc_dataset_t *test, int eval_batch,
+int chief_finish(chief_t *c, int64_t global_step, towers_t *towers, const dataset_t *test, int eval_batch,
                  float *params, trainer_result_t *res, char *err, size_t errlen)
 {
     int rc = final_checkpoint(c, global_step, err, errlen);
-    if (control_pending(c->o.control)) { /* requests that came after the last step: the final checkpoint */
+    if (ckpt_requests_pending(c->o.requests)) { /* requests that came after the last step: the final checkpoint */
         char why[512] = "";
         int arc = rc;
         if (!c->enabled) arc = psc_seterr(why, sizeof why, PSC_ENOTREADY, "%s", c->off_why);
-        control_answer(c->o.control, arc, c->last_id, c->last_step, arc == rc ? err : why);
+        ckpt_requests_answer(c->o.requests, arc, c->last_id, c->last_step, arc == rc ? err : why);
     }
-    control_close(c->o.control, "training finished");
+    ckpt_requests_close(c->o.requests, "training finished");
     int erc = towers_set_params(towers, params);
-    if (erc == 0) erc = evaluate_dataset(towers, test, eval_batch, res);
+    if (erc == 0) erc = evaluator_eval_dataset(towers, test, eval_batch, res);
     if (erc) {
         if (!rc) rc = psc_seterr(err, errlen, erc, "evaluation failed (%s)", psc_strerror(erc));
     } else {

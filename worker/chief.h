@@ -17,11 +17,14 @@
 #ifndef PSC_CHIEF_H
 #define PSC_CHIEF_H
 
+#include "ckpt_requests.h"
 #include "dataset.h"
+#include "model_spec.h"
 #include "ps_client.h"
 #include "towers.h"
 #include "trainer.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,8 +36,8 @@ typedef struct chief_opts {
     int nvars;
     const psc_cluster_t *cluster;
     double wait_workers_secs;    /* bound on waiting for the other replicas at the end */
-    volatile int *stop;          /* non-zero: stop waiting */
-    struct control *control;     /* checkpoint requests from psctl; may be NULL */
+    atomic_int *stop;            /* non-zero: stop waiting; may be NULL */
+    ckpt_requests_t *requests;   /* checkpoint requests from psctl (opened here, drained, closed); may be NULL */
     trainer_progress_t *progress; /* checkpoint counters go here; may be NULL */
     struct worker_metrics *metrics; /* may be NULL */
     int shutdown_ps;             /* tell every PS to exit at the end (in-cluster mode) */
@@ -76,7 +79,7 @@ void chief_wait_workers(chief_t *c, float *params, int self_rank);
  * failed: the PS then keep the only copy of the trained model). Returns 0, or
  * the failure (err) of the final checkpoint or the evaluation; res holds the
  * evaluation whenever it ran. */
-int chief_finish(chief_t *c, int64_t global_step, towers_t *towers, const psc_dataset_t *test, int eval_batch,
+int chief_finish(chief_t *c, int64_t global_step, towers_t *towers, const dataset_t *test, int eval_batch,
                  float *params, trainer_result_t *res, char *err, size_t errlen);
 
 #endif

@@ -7,24 +7,15 @@
 #include "psc.pb-c.h"
 #include "wire.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct waiting {
-    psc_rpc_call_t *call;
-    struct waiting *next;
-} waiting_t;
-
 struct control {
     int is_chief;
     char chief_addr[256];
-    pthread_mutex_t lock;
-    waiting_t *waiting; /* newest first */
-    int npending;
-    char closed[256];   /* non-empty: training is over, with this reason */
-    /* standalone mode */
+    ckpt_requests_t *requests;
+    /* standalone mode (set before the server starts) */
     runner_t *runner;
     const psc_cluster_t *cluster;
     int self_rank;
@@ -40,45 +31,16 @@ void control_set_standalone(control_t *c, runner_t *runner, const psc_cluster_t 
     c->timeout_ms = timeout_ms;
 }
 
-control_t *control_create(int is_chief, const char *chief_addr)
+control_t *control_create(int is_chief, const char *chief_addr, ckpt_requests_t *requests)
 {
     control_t *c = psc_xcalloc(1, sizeof *c);
     c->is_chief = is_chief;
     snprintf(c->chief_addr, sizeof c->chief_addr, "%s", chief_addr ? chief_addr : "(unknown)");
-    /* no request outlives its job: closed until a job opens it (chief.c) */
-    snprintf(c->closed, sizeof c->closed, "no job has run on this cluster yet");
-    pthread_mutex_init(&c->lock, NULL);
+    c->requests = requests;
     return c;
 }
 
-/* Takes every waiting call out of the list. */
-static waiting_t *take_all(control_t *c)
-{
-    pthread_mutex_lock(&c->lock);
-    waiting_t *all = c->waiting;
-    c->waiting = NULL;
-    c->npending = 0;
-    pthread_mutex_unlock(&c->lock);
-    return all;
-}
-
-static void fail_all(waiting_t *w, int code, const char *msg)
-{
-    while (w) {
-        waiting_t *next = w->next;
-        psc_rpc_fail(w->call, code, "%s", msg);
-        free(w);
-        w = next;
-    }
-}
-
-void control_destroy(control_t *c)
-{
-    if (!c) return;
-    fail_all(take_all(c), PSC_RPC_UNAVAILABLE, "the worker is stopping");
-    pthread_mutex_destroy(&c->lock);
-    free(c);
-}
+void control_destroy(control_t *c) { free(c); }
 
 static void h_checkpoint(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
@@ -95,30 +57,10 @@ static void h_checkpoint(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
                      c->chief_addr);
         return;
     }
-    pthread_mutex_lock(&c->lock);
-    if (c->closed[0]) {
-        pthread_mutex_unlock(&c->lock);
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "%s", c->closed);
-        return;
-    }
-    waiting_t *w = psc_xcalloc(1, sizeof *w);
-    w->call = call;
-    w->next = c->waiting;
-    c->waiting = w;
-    c->npending++;
-    pthread_mutex_unlock(&c->lock);
+    ckpt_requests_park(c->requests, call); /* the chief's loop answers it (chief.c) */
 }
 
 /* ---- standalone mode ---- */
-
-/* Address of training replica `rank` (the chief, then the workers). */
-static const char *replica_addr(const psc_cluster_t *cl, int rank)
-{
-    int has_chief = cl->n[PSC_JOB_CHIEF] > 0;
-    if (has_chief && rank == 0) return cl->addr[PSC_JOB_CHIEF][0];
-    int w = rank - has_chief;
-    return w >= 0 && w < cl->n[PSC_JOB_WORKER] ? cl->addr[PSC_JOB_WORKER][w] : NULL;
-}
 
 /* One unary call to addr; 0 or the failure in err (naming addr). *reply may be NULL. */
 static int call_addr(const char *addr, const char *method, const void *req, size_t len, int timeout_ms,
@@ -144,7 +86,7 @@ static int targets(const control_t *c) { return psc_cluster_num_replicas(c->clus
 static const char *target_addr(const control_t *c, int k)
 {
     int R = psc_cluster_num_replicas(c->cluster);
-    if (k < R) return k == c->self_rank ? NULL : replica_addr(c->cluster, k);
+    if (k < R) return k == c->self_rank ? NULL : psc_cluster_replica_addr(c->cluster, k);
     return c->cluster->addr[PSC_JOB_EVALUATOR][k - R];
 }
 
@@ -382,50 +324,4 @@ void control_register(control_t *c, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_WORKER_START, h_start, c);
     psc_rpc_server_add_method(server, PSC_M_WORKER_CANCEL, h_cancel, c);
     psc_rpc_server_add_method(server, PSC_M_WORKER_JOB_STATUS, h_job_status, c);
-}
-
-int control_pending(control_t *c)
-{
-    if (!c) return 0;
-    pthread_mutex_lock(&c->lock);
-    int n = c->npending;
-    pthread_mutex_unlock(&c->lock);
-    return n;
-}
-
-void control_answer(control_t *c, int rc, uint64_t id, int64_t step, const char *msg)
-{
-    if (!c) return;
-    waiting_t *all = take_all(c);
-    if (rc) {
-        fail_all(all, psc_rpc_status_of(rc), msg); /* the PS's own code, relayed */
-        return;
-    }
-    Psc__CheckpointReply rep = PSC__CHECKPOINT_REPLY__INIT;
-    rep.id = id;
-    rep.step = step;
-    while (all) {
-        waiting_t *next = all->next;
-        uint8_t buf[32];
-        psc_rpc_reply(all->call, buf, psc__checkpoint_reply__pack(&rep, buf));
-        free(all);
-        all = next;
-    }
-}
-
-void control_open(control_t *c)
-{
-    if (!c) return;
-    pthread_mutex_lock(&c->lock);
-    c->closed[0] = '\0';
-    pthread_mutex_unlock(&c->lock);
-}
-
-void control_close(control_t *c, const char *msg)
-{
-    if (!c) return;
-    pthread_mutex_lock(&c->lock);
-    snprintf(c->closed, sizeof c->closed, "%s", msg);
-    pthread_mutex_unlock(&c->lock);
-    fail_all(take_all(c), PSC_RPC_FAILED_PRECONDITION, msg);
 }

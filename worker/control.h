@@ -3,16 +3,18 @@
  * checkpoint now, and in standalone-client mode (control_set_standalone)
  * Submit (chief: release the PS of the previous job, Start the job on every
  * other training replica, then start it here), Start, Cancel (the chief
- * cancels everywhere) and JobStatus.
+ * cancels everywhere), JobStatus and Eval (the chief evaluates the current
+ * weights).
  *
- * A request is parked (no server thread waits) until the training thread
- * takes it between two steps (control_pending) and answers it
- * (control_answer); requests the loop will never see are failed
- * (control_close). Thread-safe.
+ * A Checkpoint request is parked in the mailbox given to control_create
+ * (ckpt_requests.h), which the chief's training loop drains between two
+ * steps; control does not call the chief, nor the chief control.
+ * Thread-safe (the handlers run on server threads).
  */
 #ifndef PSC_CONTROL_H
 #define PSC_CONTROL_H
 
+#include "ckpt_requests.h"
 #include "rpc.h"
 #include "runner.h"
 #include "tf_config.h"
@@ -21,25 +23,17 @@
 
 typedef struct control control_t;
 
-/* is_chief: only the chief takes checkpoints; other workers refuse, naming chief_addr. */
-control_t *control_create(int is_chief, const char *chief_addr);
-/* Answers what is still parked with UNAVAILABLE; after the server is down. NULL ok. */
+/* is_chief: only the chief takes checkpoints; other workers refuse, naming
+ * chief_addr (copied). requests: where Checkpoint parks its calls (the
+ * caller's; it must outlive c). */
+control_t *control_create(int is_chief, const char *chief_addr, ckpt_requests_t *requests);
+/* After the server is down (what is parked belongs to the mailbox). NULL ok. */
 void control_destroy(control_t *c);
-/* Registers psc.Worker/Checkpoint on the server (before psc_rpc_server_start). */
+/* Registers the psc.Worker methods on the server (before psc_rpc_server_start). */
 void control_register(control_t *c, psc_rpc_server_t *server);
 /* Standalone mode: jobs come through Submit/Start and run on runner. cluster
  * must outlive c; self_rank: this worker's replica rank; timeout_ms bounds each
  * call the chief makes to the other tasks. */
 void control_set_standalone(control_t *c, runner_t *runner, const psc_cluster_t *cluster, int self_rank,
                             int timeout_ms);
-/* Number of checkpoint requests waiting (0 for NULL). */
-int control_pending(control_t *c);
-/* Answers every waiting request: rc 0 with the checkpoint (id, step), or the
- * failure msg (FAILED_PRECONDITION for PSC_ENOTREADY/PSC_EUNSUPPORTED, else UNAVAILABLE). */
-void control_answer(control_t *c, int rc, uint64_t id, int64_t step, const char *msg);
-/* Accepts checkpoint requests again (a new job started). NULL ok. */
-void control_open(control_t *c);
-/* Fails waiting and future requests with msg (training is over). */
-void control_close(control_t *c, const char *msg);
-
 #endif

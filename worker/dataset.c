@@ -10,7 +10,7 @@
  * with psc_seed_mix(seed, epoch), so an epoch's order depends on (seed, epoch)
  * alone. A prefetch thread gathers batches into a ring of prefetch + 1 buffers, all
  * allocated at create: `prefetch` being filled ahead while the consumer holds the
- * one loader_next last returned.
+ * one dataset_loader_next last returned.
  *
  * Ring invariant (under mu): the occupied slots are head .. head + held + filled - 1
  * (mod nslots); slot head is the consumer's when held = 1; the producer writes slot
@@ -145,8 +145,8 @@ static int check_labels(const char *path, const uint8_t *lab, size_t len, uint32
     return 0;
 }
 
-int idx_load(const char *images_path, const char *labels_path, int64_t limit, psc_dataset_t *out, char *err,
-             size_t errlen)
+int dataset_idx_load(const char *images_path, const char *labels_path, int64_t limit, dataset_t *out, char *err,
+                     size_t errlen)
 {
     memset(out, 0, sizeof *out);
     char ipath[4096], lpath[4096];
@@ -185,15 +185,15 @@ out:
     return rc;
 }
 
-int psc_dataset_load(const char *prefix, int64_t limit, psc_dataset_t *out, char *err, size_t errlen)
+int dataset_load(const char *prefix, int64_t limit, dataset_t *out, char *err, size_t errlen)
 {
     char ipath[4096], lpath[4096];
     snprintf(ipath, sizeof ipath, "%s-images-idx3-ubyte", prefix);
     snprintf(lpath, sizeof lpath, "%s-labels-idx1-ubyte", prefix);
-    return idx_load(ipath, lpath, limit, out, err, errlen);
+    return dataset_idx_load(ipath, lpath, limit, out, err, errlen);
 }
 
-void psc_dataset_deinit(psc_dataset_t *d)
+void dataset_deinit(dataset_t *d)
 {
     if (!d) return;
     free(d->x);
@@ -211,8 +211,8 @@ typedef struct slot {
     int64_t step_in_epoch;
 } slot_t;
 
-struct psc_loader {
-    const psc_dataset_t *ds;
+struct dataset_loader {
+    const dataset_t *ds;
     int shard, num_shards, batch_size, epochs;
     uint64_t seed;
     int shuffle; /* 0: the shard in order every epoch */
@@ -231,7 +231,7 @@ struct psc_loader {
 };
 
 /* The shard's examples in order, then this epoch's Fisher–Yates shuffle. */
-static void shuffle_epoch(psc_loader_t *l, int epoch)
+static void shuffle_epoch(dataset_loader_t *l, int epoch)
 {
     for (int64_t k = 0; k < l->shard_size; k++) l->order[k] = l->shard + k * l->num_shards;
     if (!l->shuffle) return;
@@ -245,9 +245,9 @@ static void shuffle_epoch(psc_loader_t *l, int epoch)
     }
 }
 
-static void fill_slot(psc_loader_t *l, slot_t *s, int epoch, int64_t step)
+static void fill_slot(dataset_loader_t *l, slot_t *s, int epoch, int64_t step)
 {
-    const psc_dataset_t *ds = l->ds;
+    const dataset_t *ds = l->ds;
     int64_t first = step * l->batch_size;
     int n = (int)PSC_MIN((int64_t)l->batch_size, l->shard_size - first);
     for (int i = 0; i < n; i++) {
@@ -262,7 +262,7 @@ static void fill_slot(psc_loader_t *l, slot_t *s, int epoch, int64_t step)
 
 static void *loader_main(void *arg)
 {
-    psc_loader_t *l = arg;
+    dataset_loader_t *l = arg;
     int tail = 0;
     for (int epoch = 0; epoch < l->epochs; epoch++) {
         shuffle_epoch(l, epoch);
@@ -290,8 +290,8 @@ finish:
     return NULL;
 }
 
-psc_loader_t *loader_create(const psc_dataset_t *ds, int shard, int num_shards, int batch_size, uint64_t seed,
-                            int shuffle, int epochs, int prefetch, char *err, size_t errlen)
+dataset_loader_t *dataset_loader_create(const dataset_t *ds, int shard, int num_shards, int batch_size, uint64_t seed,
+                                        int shuffle, int epochs, int prefetch, char *err, size_t errlen)
 {
     if (num_shards < 1 || shard < 0 || shard >= num_shards) {
         psc_seterr(err, errlen, PSC_EINVAL, "loader: shard %d of %d is not a valid shard", shard, num_shards);
@@ -310,7 +310,7 @@ psc_loader_t *loader_create(const psc_dataset_t *ds, int shard, int num_shards, 
         return NULL;
     }
 
-    psc_loader_t *l = psc_xcalloc(1, sizeof *l);
+    dataset_loader_t *l = psc_xcalloc(1, sizeof *l);
     l->ds = ds;
     l->shard = shard;
     l->num_shards = num_shards;
@@ -330,17 +330,15 @@ psc_loader_t *loader_create(const psc_dataset_t *ds, int shard, int num_shards, 
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->filled_cv, NULL);
     pthread_cond_init(&l->free_cv, NULL);
-    int e = pthread_create(&l->thread, NULL, loader_main, l);
-    if (e) {
-        psc_seterr(err, errlen, PSC_EIO, "loader: cannot start the prefetch thread: %s", strerror(e));
-        loader_destroy(l);
+    if (psc_thread_start(&l->thread, loader_main, l, "loader's prefetch", err, errlen)) {
+        dataset_loader_destroy(l);
         return NULL;
     }
     l->thread_started = 1;
     return l;
 }
 
-int loader_next(psc_loader_t *l, psc_batch_t *b)
+int dataset_loader_next(dataset_loader_t *l, dataset_batch_t *b)
 {
     pthread_mutex_lock(&l->mu);
     if (l->held) { /* the previous batch's buffers go back to the producer */
@@ -366,11 +364,11 @@ int loader_next(psc_loader_t *l, psc_batch_t *b)
     return 0;
 }
 
-int64_t loader_steps_per_epoch(const psc_loader_t *l) { return l->steps_per_epoch; }
+int64_t dataset_loader_steps_per_epoch(const dataset_loader_t *l) { return l->steps_per_epoch; }
 
-int64_t loader_shard_size(const psc_loader_t *l) { return l->shard_size; }
+int64_t dataset_loader_shard_size(const dataset_loader_t *l) { return l->shard_size; }
 
-void loader_destroy(psc_loader_t *l)
+void dataset_loader_destroy(dataset_loader_t *l)
 {
     if (!l) return;
     pthread_mutex_lock(&l->mu);

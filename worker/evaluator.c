@@ -3,6 +3,7 @@
 
 #include "dataset.h"
 #include "log.h"
+#include "model_spec.h"
 #include "placement.h"
 #include "ps_client.h"
 #include "psc.h"
@@ -15,19 +16,19 @@
 #include <string.h>
 #include <time.h>
 
-struct eval_ctx {
+struct evaluator_ctx {
     const psc_job_spec_t *spec;
     psc_var_desc_t *vars;
     psc_placed_var_t *placed;
     int nvars, nplaced;
     float *params;
-    psc_dataset_t test;
+    dataset_t test;
     towers_t *towers;
     ps_client_t *pc;
     int batch;
 };
 
-int evaluate_dataset(towers_t *towers, const psc_dataset_t *set, int batch, trainer_result_t *res)
+int evaluator_eval_dataset(towers_t *towers, const dataset_t *set, int batch, trainer_result_t *res)
 {
     double loss_sum = 0;
     int64_t correct_total = 0;
@@ -45,22 +46,22 @@ int evaluate_dataset(towers_t *towers, const psc_dataset_t *set, int batch, trai
     return 0;
 }
 
-void eval_ctx_destroy(eval_ctx_t *e)
+void evaluator_ctx_destroy(evaluator_ctx_t *e)
 {
     if (!e) return;
     ps_client_destroy(e->pc);
     towers_destroy(e->towers);
-    psc_dataset_deinit(&e->test);
+    dataset_deinit(&e->test);
     free(e->params);
     free(e->vars);
     free(e->placed);
     free(e);
 }
 
-int eval_ctx_create(const trainer_opts_t *o, eval_ctx_t **out, char *err, size_t errlen)
+int evaluator_ctx_create(const trainer_opts_t *o, evaluator_ctx_t **out, char *err, size_t errlen)
 {
     const psc_job_spec_t *spec = o->spec;
-    eval_ctx_t *e = psc_xcalloc(1, sizeof *e);
+    evaluator_ctx_t *e = psc_xcalloc(1, sizeof *e);
     e->spec = spec;
     int rc;
     if ((rc = psc_model_variables(spec, &e->vars, &e->nvars, err, errlen)) ||
@@ -71,7 +72,7 @@ int eval_ctx_create(const trainer_opts_t *o, eval_ctx_t **out, char *err, size_t
     int64_t nparams = tower_layout(e->vars, e->nvars, offsets);
     free(offsets);
     e->params = psc_xaligned((size_t)nparams * sizeof(float));
-    if ((rc = psc_dataset_load(spec->test_path, spec->test_examples, &e->test, err, errlen))) goto fail;
+    if ((rc = dataset_load(spec->test_path, spec->test_examples, &e->test, err, errlen))) goto fail;
     e->batch = PSC_MAX(spec->batch_size, 256);
     if ((rc = towers_create(o->devices, spec, e->vars, e->nvars, e->batch, &e->towers, err, errlen))) goto fail;
     if (o->blas_threads > 0) tower_cpu_set_threads(o->blas_threads);
@@ -79,29 +80,29 @@ int eval_ctx_create(const trainer_opts_t *o, eval_ctx_t **out, char *err, size_t
     *out = e;
     return 0;
 fail:
-    eval_ctx_destroy(e);
+    evaluator_ctx_destroy(e);
     return rc;
 }
 
-int eval_ctx_run(eval_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err, size_t errlen)
+int evaluator_ctx_run(evaluator_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err, size_t errlen)
 {
     int rc = ckpt ? ps_client_pull_checkpoint(e->pc, ckpt, e->params, err, errlen)
                   : ps_client_pull(e->pc, e->params, step, err, errlen);
     if (rc) return rc;
     if ((rc = towers_set_params(e->towers, e->params)))
         return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
-    if ((rc = evaluate_dataset(e->towers, &e->test, e->batch, res)))
+    if ((rc = evaluator_eval_dataset(e->towers, &e->test, e->batch, res)))
         return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
     return 0;
 }
 
-static int stopped(const trainer_opts_t *o) { return o->stop && *o->stop; }
+static int stopped(const trainer_opts_t *o) { return o->stop && atomic_load(o->stop); }
 
 int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
 {
     memset(res, 0, sizeof *res);
-    eval_ctx_t *e;
-    int rc = eval_ctx_create(o, &e, err, errlen);
+    evaluator_ctx_t *e;
+    int rc = evaluator_ctx_create(o, &e, err, errlen);
     if (rc) return rc;
     psc_tfevents_t *tb = NULL;
     if (o->logdir) {
@@ -142,7 +143,7 @@ int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, siz
                 if (list.ids[k] <= last) continue;
                 trainer_result_t r = {0};
                 char eerr[512];
-                if (eval_ctx_run(e, list.ids[k], &r, NULL, eerr, sizeof eerr) != 0) {
+                if (evaluator_ctx_run(e, list.ids[k], &r, NULL, eerr, sizeof eerr) != 0) {
                     PSC_WARN("evaluator: checkpoint %llu: %s", (unsigned long long)list.ids[k], eerr);
                     last = list.ids[k]; /* deleted (keep) or damaged: the next one */
                     continue;
@@ -173,6 +174,6 @@ int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, siz
     }
 out:
     psc_tfevents_close(tb);
-    eval_ctx_destroy(e);
+    evaluator_ctx_destroy(e);
     return rc;
 }

@@ -14,16 +14,17 @@
 
 /* Evaluates the towers' current parameters on a whole data set in batches of
  * `batch`: res->test_accuracy, test_loss (mean), test_examples, evaluated. */
-int evaluate_dataset(towers_t *towers, const psc_dataset_t *set, int batch, trainer_result_t *res);
+int evaluator_eval_dataset(towers_t *towers, const dataset_t *set, int batch, trainer_result_t *res);
 
-typedef struct eval_ctx eval_ctx_t;
+typedef struct evaluator_ctx evaluator_ctx_t;
 
 /* Loads o->spec's test set, builds towers (o->devices) and a PS client. */
-int eval_ctx_create(const trainer_opts_t *o, eval_ctx_t **out, char *err, size_t errlen);
+int evaluator_ctx_create(const trainer_opts_t *o, evaluator_ctx_t **out, char *err, size_t errlen);
 /* Evaluates the live variables (ckpt 0; *step = global_step) or committed
  * checkpoint ckpt (its values as saved; *step unchanged). Fills res->test_*. */
-int eval_ctx_run(eval_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err, size_t errlen);
-void eval_ctx_destroy(eval_ctx_t *e); /* NULL ok */
+int evaluator_ctx_run(evaluator_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err,
+                      size_t errlen);
+void evaluator_ctx_destroy(evaluator_ctx_t *e); /* NULL ok */
 
 /* The evaluator task: waits for the model, then every 0.5 s lists the job's
  * checkpoints and evaluates each new committed one in id order, logging

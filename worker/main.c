@@ -1,12 +1,15 @@
 /* worker — a training replica (TF_CONFIG task types chief and worker) or the
  * evaluator (type evaluator).
  *
- * main() parses options, serves psc.Worker and the health check on this task's
- * address, and either (in-cluster mode, --job_spec) runs the trainer or the
- * evaluator on a thread until it finishes or SIGINT/SIGTERM stops it at the
- * next step, or (standalone-client mode, no --job_spec) waits for jobs from
- * psctl (runner.h) until SIGINT/SIGTERM.
+ * main() parses the options (parse_args), resolves the task and checks the
+ * job spec (configure), serves psc.Worker and the health check on this task's
+ * address (serve), and either (in-cluster mode, --job_spec) runs the trainer
+ * or the evaluator on a thread until it finishes or SIGINT/SIGTERM stops it at
+ * the next step (run_in_cluster), or (standalone-client mode, no --job_spec)
+ * waits for jobs from psctl (runner.h) until SIGINT/SIGTERM (run_standalone);
+ * then tears down whatever was built (teardown), on every path.
  */
+#include "ckpt_requests.h"
 #include "control.h"
 #include "daemon.h"
 #include "evaluator.h"
@@ -14,17 +17,18 @@
 #include "log.h"
 #include "metrics.h"
 #include "psc.h"
-#include "runner.h"
 #include "rpc.h"
+#include "runner.h"
 #include "security.h"
-#include "wire.h"
 #include "tf_config.h"
 #include "towers.h"
-#include "worker_metrics.h"
 #include "trainer.h"
+#include "wire.h"
+#include "worker_metrics.h"
 
 #include <getopt.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +45,6 @@ enum {
     OPT_SHUTDOWN_PS,
     OPT_RETRY_SECS,
     OPT_LOGDIR,
-    OPT_METRICS_PORT,
     OPT_BLAS_THREADS,
     OPT_BATCH_BYTES,
 };
@@ -79,31 +82,57 @@ static void usage(FILE *f)
             "  --shutdown_ps_at_end 0|1 chief: tell every ps_server to exit when training ends (default 1)\n"
             "  --logdir DIR             chief and evaluator: write TensorBoard event files here (evaluator: DIR/eval)\n"
             "  --metrics_port P         serve Prometheus metrics at http://HOST:P/metrics (HOST: the host this task\n"
-            "                           binds; default 0: off)\n"
-            PSC_SECURITY_USAGE
+            "                           binds; default 0: off)\n" PSC_SECURITY_USAGE
             "  --log_level LEVEL        debug | info | warn | error (default info)\n"
             "  --help, --version\n"
             "Exit codes: 0 done, 1 training failed, 64 usage, 69 cannot bind, 78 bad configuration,\n"
             "130/143 stopped by SIGINT/SIGTERM.\n");
 }
 
+/* What the command line says. */
+typedef struct worker_args {
+    psc_daemon_flags_t df;     /* the flags every daemon shares (daemon.h): task, security, metrics port */
+    const char *job_spec_path; /* NULL: standalone-client mode */
+    trainer_opts_t trainer;    /* the trainer's flags (timeouts, devices, ...); the rest is filled by serve() */
+} worker_args_t;
+
+/* In-cluster mode: the job's thread and its outcome. */
 typedef struct run_ctx {
-    trainer_opts_t opts;
+    const trainer_opts_t *opts;
     trainer_result_t res;
     int rc;
     char err[1024];
 } run_ctx_t;
 
+/* What main() builds; teardown() frees whatever was reached. */
+typedef struct worker {
+    worker_args_t args;
+    psc_tf_config_t cfg;
+    int have_cfg;
+    psc_job_spec_t spec; /* in-cluster mode (all zero otherwise) */
+    int is_chief;
+    char bind[300]; /* this task's listen address */
+    psc_metrics_t *metrics;
+    psc_rpc_server_t *server;
+    ckpt_requests_t *requests; /* psctl checkpoint requests: control parks them, the chief answers */
+    control_t *control;
+    runner_t *runner; /* standalone mode */
+    run_ctx_t run;    /* in-cluster mode */
+    atomic_int stop;  /* in-cluster mode: SIGINT/SIGTERM, read by the job's thread */
+} worker_t;
+
 static void *run_thread(void *arg)
 {
     run_ctx_t *r = arg;
-    if (r->opts.task.type == PSC_JOB_EVALUATOR)
-        r->rc = evaluator_run(&r->opts, &r->res, r->err, sizeof r->err);
+    if (r->opts->task.type == PSC_JOB_EVALUATOR)
+        r->rc = evaluator_run(r->opts, &r->res, r->err, sizeof r->err);
     else
-        r->rc = trainer_run(&r->opts, &r->res, r->err, sizeof r->err);
+        r->rc = trainer_run(r->opts, &r->res, r->err, sizeof r->err);
     psc_signals_wake();
     return NULL;
 }
+
+/* ---- options ---- */
 
 static int parse_secs(const char *flag, const char *s, double *out)
 {
@@ -117,20 +146,66 @@ static int parse_secs(const char *flag, const char *s, double *out)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* psc_flag_long into an int. */
+static int int_flag(const char *flag, const char *arg, long lo, long hi, const char *expect, int *out)
+{
+    long v;
+    int rc = psc_flag_long("worker", flag, arg, lo, hi, expect, &v);
+    if (rc == 0) *out = (int)v;
+    return rc;
+}
+
+/* One option: the worker's own here, the shared ones through
+ * psc_daemon_flag. PSC_FLAG_NEXT when taken, else main()'s exit code (the
+ * problem printed; 0 after --help, --version). */
+static int parse_opt(worker_args_t *a, int c, const char *arg, const char *text)
+{
+    trainer_opts_t *to = &a->trainer;
+    int rc = 0;
+    switch (c) {
+    case OPT_JOB_SPEC: a->job_spec_path = arg; break;
+    case OPT_WAIT_MODEL: rc = parse_secs("--wait_model_secs", arg, &to->wait_model_secs); break;
+    case OPT_WAIT_WORKERS: rc = parse_secs("--wait_workers_secs", arg, &to->wait_workers_secs); break;
+    case OPT_RETRY_SECS: rc = parse_secs("--retry_secs", arg, &to->retry_secs); break;
+    case OPT_LOG_EVERY: rc = parse_secs("--log_every_secs", arg, &to->log_every_secs); break;
+    case OPT_LOGDIR: to->logdir = arg; break;
+    case OPT_RPC_TIMEOUT: rc = int_flag("--rpc_timeout_ms", arg, 1, 3600000, NULL, &to->rpc_timeout_ms); break;
+    case OPT_PREFETCH: rc = int_flag("--prefetch", arg, 1, 64, NULL, &to->prefetch); break;
+    case OPT_BLAS_THREADS: rc = int_flag("--blas_threads", arg, 0, 1024, NULL, &to->blas_threads); break;
+    case OPT_BATCH_BYTES:
+        rc = int_flag("--batch_tensor_bytes", arg, 0, (long)PSC_BATCH_BYTES, NULL, &to->batch_bytes);
+        break;
+    case OPT_DEBUG_DELAY: rc = int_flag("--debug_step_delay_ms", arg, 0, 600000, NULL, &to->debug_step_delay_ms); break;
+    case OPT_DEVICES: {
+        const tower_ops_t *backend;
+        int devs[PSC_MAX_TOWERS], ndev;
+        char derr[256];
+        if (towers_parse_devices(arg, &backend, devs, &ndev, derr, sizeof derr)) {
+            fprintf(stderr, "worker: %s\n", derr);
+            return PSC_EXIT_USAGE;
+        }
+        to->devices = arg;
+        break;
+    }
+    case OPT_SHUTDOWN_PS: rc = int_flag("--shutdown_ps_at_end", arg, 0, 1, "0 or 1", &to->shutdown_ps); break;
+    default: return psc_daemon_flag(&a->df, c, arg, text);
+    }
+    return rc ? PSC_EXIT_USAGE : PSC_FLAG_NEXT;
+}
+
+/* Parses the command line into *a. Returns PSC_FLAG_NEXT to go on, else the
+ * exit code (0 after --help or --version, PSC_EXIT_USAGE with the problem
+ * printed). */
+static int parse_args(int argc, char **argv, worker_args_t *a)
 {
     static const struct option opts[] = {
-        {"cluster", required_argument, NULL, PSC_OPT_CLUSTER},
-        {"job", required_argument, NULL, PSC_OPT_JOB},
-        {"task_index", required_argument, NULL, PSC_OPT_TASK_INDEX},
-        {"port", required_argument, NULL, PSC_OPT_PORT},
+        PSC_DAEMON_OPTIONS,
         {"job_spec", required_argument, NULL, OPT_JOB_SPEC},
         {"wait_model_secs", required_argument, NULL, OPT_WAIT_MODEL},
         {"wait_workers_secs", required_argument, NULL, OPT_WAIT_WORKERS},
         {"rpc_timeout_ms", required_argument, NULL, OPT_RPC_TIMEOUT},
         {"retry_secs", required_argument, NULL, OPT_RETRY_SECS},
         {"logdir", required_argument, NULL, OPT_LOGDIR},
-        {"metrics_port", required_argument, NULL, OPT_METRICS_PORT},
         {"log_every_secs", required_argument, NULL, OPT_LOG_EVERY},
         {"prefetch", required_argument, NULL, OPT_PREFETCH},
         {"devices", required_argument, NULL, OPT_DEVICES},
@@ -138,264 +213,174 @@ int main(int argc, char **argv)
         {"batch_tensor_bytes", required_argument, NULL, OPT_BATCH_BYTES},
         {"debug_step_delay_ms", required_argument, NULL, OPT_DEBUG_DELAY},
         {"shutdown_ps_at_end", required_argument, NULL, OPT_SHUTDOWN_PS},
-        {"log_level", required_argument, NULL, PSC_OPT_LOG_LEVEL},
-        {"help", no_argument, NULL, PSC_OPT_HELP},
-        {"version", no_argument, NULL, PSC_OPT_VERSION},
-        PSC_SECURITY_OPTIONS,
         {NULL, 0, NULL, 0},
     };
-    psc_task_flags_t flags = {NULL, NULL, -1, -1};
-    psc_security_flags_t secf = {0};
-    static run_ctx_t run;
-    trainer_opts_t *to = &run.opts;
-    to->shutdown_ps = 1;
-    to->batch_bytes = -1;
-    const char *job_spec_path = NULL;
-    long v, metrics_port = 0;
-    int c;
+    a->df = (psc_daemon_flags_t)PSC_DAEMON_FLAGS_INIT("worker", usage);
+    a->trainer.shutdown_ps = 1;
+    a->trainer.batch_bytes = -1;
+    int c, rc;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case PSC_OPT_CLUSTER: flags.cluster = optarg; break;
-        case PSC_OPT_JOB: flags.job = optarg; break;
-        case PSC_OPT_TASK_INDEX:
-            if (psc_parse_int(optarg, 0, 1 << 20, &v)) {
-                fprintf(stderr, "worker: --task_index: expected a non-negative integer, got \"%s\"\n", optarg);
-                return PSC_EXIT_USAGE;
-            }
-            flags.task_index = (int)v;
-            break;
-        case PSC_OPT_PORT:
-            if (psc_parse_int(optarg, 0, 65535, &v)) {
-                fprintf(stderr, "worker: --port: expected 0..65535, got \"%s\"\n", optarg);
-                return PSC_EXIT_USAGE;
-            }
-            flags.port = (int)v;
-            break;
-        case OPT_JOB_SPEC: job_spec_path = optarg; break;
-        case OPT_WAIT_MODEL:
-            if (parse_secs("--wait_model_secs", optarg, &to->wait_model_secs)) return PSC_EXIT_USAGE;
-            break;
-        case OPT_WAIT_WORKERS:
-            if (parse_secs("--wait_workers_secs", optarg, &to->wait_workers_secs)) return PSC_EXIT_USAGE;
-            break;
-        case OPT_LOGDIR: to->logdir = optarg; break;
-        case OPT_METRICS_PORT:
-            if (psc_parse_int(optarg, 0, 65535, &metrics_port)) {
-                fprintf(stderr, "worker: --metrics_port: expected 0..65535 (0 = off), got \"%s\"\n", optarg);
-                return PSC_EXIT_USAGE;
-            }
-            break;
-        case OPT_RETRY_SECS:
-            if (parse_secs("--retry_secs", optarg, &to->retry_secs)) return PSC_EXIT_USAGE;
-            break;
-        case OPT_LOG_EVERY:
-            if (parse_secs("--log_every_secs", optarg, &to->log_every_secs)) return PSC_EXIT_USAGE;
-            break;
-        case OPT_RPC_TIMEOUT:
-            if (psc_parse_int(optarg, 1, 3600000, &v)) {
-                fprintf(stderr, "worker: --rpc_timeout_ms: expected 1..3600000, got \"%s\"\n", optarg);
-                return PSC_EXIT_USAGE;
-            }
-            to->rpc_timeout_ms = (int)v;
-            break;
-        case OPT_PREFETCH:
-            if (psc_parse_int(optarg, 1, 64, &v)) {
-                fprintf(stderr, "worker: --prefetch: expected 1..64, got \"%s\"\n", optarg);
-                return PSC_EXIT_USAGE;
-            }
-            to->prefetch = (int)v;
-            break;
-        case OPT_BLAS_THREADS:
-            if (psc_parse_int(optarg, 0, 1024, &v)) {
-                fprintf(stderr, "worker: --blas_threads: expected 0..1024, got \"%s\"\n", optarg);
-                return PSC_EXIT_USAGE;
-            }
-            to->blas_threads = (int)v;
-            break;
-        case OPT_BATCH_BYTES:
-            if (psc_parse_int(optarg, 0, (long)PSC_BATCH_BYTES, &v)) {
-                fprintf(stderr, "worker: --batch_tensor_bytes: expected 0..%zu, got \"%s\"\n", PSC_BATCH_BYTES,
-                        optarg);
-                return PSC_EXIT_USAGE;
-            }
-            to->batch_bytes = (int)v;
-            break;
-        case OPT_DEBUG_DELAY:
-            if (psc_parse_int(optarg, 0, 600000, &v)) {
-                fprintf(stderr, "worker: --debug_step_delay_ms: expected 0..600000, got \"%s\"\n", optarg);
-                return PSC_EXIT_USAGE;
-            }
-            to->debug_step_delay_ms = (int)v;
-            break;
-        case OPT_DEVICES: {
-            const tower_ops_t *backend;
-            int devs[PSC_MAX_TOWERS], ndev;
-            char derr[256];
-            if (towers_parse_devices(optarg, &backend, devs, &ndev, derr, sizeof derr)) {
-                fprintf(stderr, "worker: %s\n", derr);
-                return PSC_EXIT_USAGE;
-            }
-            to->devices = optarg;
-            break;
-        }
-        case OPT_SHUTDOWN_PS:
-            if (psc_parse_int(optarg, 0, 1, &v)) {
-                fprintf(stderr, "worker: --shutdown_ps_at_end: expected 0 or 1, got \"%s\"\n", optarg);
-                return PSC_EXIT_USAGE;
-            }
-            to->shutdown_ps = (int)v;
-            break;
-        case PSC_OPT_LOG_LEVEL: {
-            enum psc_log_level lv;
-            if (psc_log_parse_level(optarg, &lv)) {
-                fprintf(stderr, "worker: --log_level: expected debug|info|warn|error, got \"%s\"\n", optarg);
-                return PSC_EXIT_USAGE;
-            }
-            psc_log_set_level(lv);
-            break;
-        }
-        case PSC_OPT_HELP: usage(stdout); return 0;
-        case PSC_OPT_VERSION: printf("worker (psc) %s\n", PSC_VERSION); return 0;
-        default:
-            if (psc_security_flag(c, optarg, &secf)) break;
-            fprintf(stderr, "worker: unknown or incomplete option \"%s\" (see --help)\n", argv[optind - 1]);
-            return PSC_EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "worker: unexpected argument \"%s\" (see --help)\n", argv[optind]);
-        return PSC_EXIT_USAGE;
-    }
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+        if ((rc = parse_opt(a, c, optarg, argv[optind - 1])) != PSC_FLAG_NEXT) return rc;
+    return psc_daemon_flags_end(&a->df, argc, argv, optind);
+}
 
+/* ---- building, running, tearing down ---- */
+
+/* The task (TF_CONFIG and flags), the whole job spec checked against this
+ * cluster and the data this task reads (replicas the training set, the chief
+ * and the evaluator the test set), the listen address, TLS. 0 or the exit
+ * code, with the problem printed. */
+static int configure(worker_t *w)
+{
     char err[1024];
-    psc_tf_config_t cfg;
-    if (psc_config_resolve(getenv("TF_CONFIG"), &flags, 1, &cfg, err, sizeof err)) {
+    if (psc_tf_config_resolve(getenv("TF_CONFIG"), &w->args.df.task, 1, &w->cfg, err, sizeof err)) {
         fprintf(stderr, "worker: %s\n", err);
         return PSC_EXIT_CONFIG;
     }
-    if (cfg.task.type == PSC_JOB_PS) {
+    w->have_cfg = 1;
+    const psc_cluster_t *cl = &w->cfg.cluster;
+    psc_task_t task = w->cfg.task;
+    if (task.type == PSC_JOB_PS) {
         fprintf(stderr, "worker: task type %s: ps tasks run ps_server (worker runs chief, worker and evaluator)\n",
-                psc_job_type_name(cfg.task.type));
-        psc_tf_config_deinit(&cfg);
+                psc_job_type_name(task.type));
         return PSC_EXIT_CONFIG;
     }
-    /* The whole spec at start, against this cluster and the data this task reads:
-     * replicas the training set, the chief and the evaluator the test set. */
-    psc_job_spec_t spec;
-    memset(&spec, 0, sizeof spec);
-    int is_chief = psc_task_is_chief(&cfg.cluster, cfg.task);
-    int reads_train = psc_task_replica_rank(&cfg.cluster, cfg.task) >= 0;
-    int reads_test = is_chief || cfg.task.type == PSC_JOB_EVALUATOR;
-    if (job_spec_path && psc_job_spec_load_checked(job_spec_path, &cfg.cluster, reads_train, reads_test, &spec, err,
-                                                   sizeof err)) {
+    w->is_chief = psc_task_is_chief(cl, task);
+    int reads_train = psc_task_replica_rank(cl, task) >= 0;
+    int reads_test = w->is_chief || task.type == PSC_JOB_EVALUATOR;
+    if (w->args.job_spec_path &&
+        psc_job_spec_load_checked(w->args.job_spec_path, cl, reads_train, reads_test, &w->spec, err, sizeof err)) {
         fprintf(stderr, "worker: %s\n", err);
-        psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
     }
-    char component[48], bind[300];
-    snprintf(component, sizeof component, "%s:%d", psc_job_type_name(cfg.task.type), cfg.task.index);
+    char component[48];
+    snprintf(component, sizeof component, "%s:%d", psc_job_type_name(task.type), task.index);
     psc_log_set_component(component);
-    if (psc_bind_address(psc_cluster_addr(&cfg.cluster, cfg.task), cfg.port, bind, sizeof bind)) {
-        fprintf(stderr, "worker: cannot derive a listen address from \"%s\"\n",
-                psc_cluster_addr(&cfg.cluster, cfg.task));
-        psc_job_spec_deinit(&spec);
-        psc_tf_config_deinit(&cfg);
+    if (psc_task_bind_address(psc_cluster_addr(cl, task), w->cfg.port, w->bind, sizeof w->bind)) {
+        fprintf(stderr, "worker: cannot derive a listen address from \"%s\"\n", psc_cluster_addr(cl, task));
         return PSC_EXIT_CONFIG;
     }
-
-    if (psc_security_apply(&secf, PSC_SEC_BOTH, err, sizeof err)) {
+    if (psc_security_apply(&w->args.df.sec, PSC_SEC_BOTH, err, sizeof err)) {
         fprintf(stderr, "worker: %s\n", err);
-        psc_job_spec_deinit(&spec);
-        psc_tf_config_deinit(&cfg);
         return PSC_EXIT_CONFIG;
     }
-    if (secf.tls_ca && !secf.tls_client_auth)
+    if (w->args.df.sec.tls_ca && !w->args.df.sec.tls_client_auth)
         PSC_WARN("--tls_ca verifies only the servers this worker connects to: without --tls_client_auth its own "
                  "listener accepts clients that present no certificate");
-    psc_signals_block();
+    return 0;
+}
+
+/* The metrics, the psc.Worker service and the trainer's options. 0 or the
+ * exit code, with the problem printed. */
+static int serve(worker_t *w)
+{
+    char err[1024];
+    trainer_opts_t *to = &w->args.trainer;
+    const psc_cluster_t *cl = &w->cfg.cluster;
+    psc_signals_block();        /* before any thread */
     psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
-    psc_metrics_t *metrics = metrics_port ? psc_metrics_create() : NULL;
-    if (metrics && psc_metrics_serve_for(metrics, bind, (int)metrics_port, err, sizeof err)) {
-        fprintf(stderr, "worker: --metrics_port: %s\n", err);
-        psc_metrics_destroy(metrics);
-        return PSC_EXIT_UNAVAILABLE;
+    if (w->args.df.metrics_port) {
+        w->metrics = psc_metrics_create();
+        if (psc_metrics_serve_for(w->metrics, w->bind, (int)w->args.df.metrics_port, err, sizeof err)) {
+            fprintf(stderr, "worker: --metrics_port: %s\n", err);
+            return PSC_EXIT_UNAVAILABLE;
+        }
     }
     /* the role label: "chief" for worker 0 acting as chief too (README "Metrics") */
-    to->metrics = worker_metrics_create(metrics, psc_job_type_name(is_chief ? PSC_JOB_CHIEF : cfg.task.type));
-    psc_rpc_server_t *server = psc_rpc_server_create(bind, 1, err, sizeof err);
-    if (!server) {
+    to->metrics = worker_metrics_create(w->metrics, psc_job_type_name(w->is_chief ? PSC_JOB_CHIEF : w->cfg.task.type));
+    if (!(w->server = psc_rpc_server_create(w->bind, 1, err, sizeof err))) {
         fprintf(stderr, "worker: %s\n", err);
         return PSC_EXIT_SOFTWARE;
     }
-    psc_rpc_server_add_service(server, "psc.Worker");
-    const psc_cluster_t *cl = &cfg.cluster;
-    const char *chief_addr = cl->n[PSC_JOB_CHIEF] > 0 ? cl->addr[PSC_JOB_CHIEF][0]
-                             : cl->n[PSC_JOB_WORKER] > 0 ? cl->addr[PSC_JOB_WORKER][0]
-                                                         : NULL;
-    control_t *control = control_create(is_chief, chief_addr);
-    control_register(control, server);
-    if (psc_rpc_server_start(server, err, sizeof err) < 0) {
+    psc_rpc_server_add_service(w->server, "psc.Worker");
+    w->requests = ckpt_requests_create();
+    w->control = control_create(w->is_chief, psc_cluster_addr(cl, psc_cluster_chief(cl)), w->requests);
+    control_register(w->control, w->server);
+    if (psc_rpc_server_start(w->server, err, sizeof err) < 0) {
         fprintf(stderr, "worker: %s\n", err);
-        psc_rpc_server_destroy(server);
-        control_destroy(control);
         return PSC_EXIT_UNAVAILABLE;
     }
-    static volatile int stop = 0;
-    to->cluster = &cfg.cluster;
-    to->task = cfg.task;
-    to->control = control;
+    to->cluster = cl;
+    to->task = w->cfg.task;
+    to->ckpt_requests = w->requests;
     trainer_opts_defaults(to);
-    if (!job_spec_path) { /* standalone-client mode: jobs come from psctl */
-        runner_t *runner = runner_create(to);
-        control_set_standalone(control, runner, &cfg.cluster, psc_task_replica_rank(&cfg.cluster, cfg.task),
-                               to->rpc_timeout_ms);
-        PSC_INFO("serving on %s; no job: ready and waiting for one (psctl train)", bind);
-        int sig;
-        while ((sig = psc_signals_wait()) == SIGUSR1) {}
-        PSC_INFO("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        control_close(control, "the worker is stopping");
-        psc_rpc_server_shutdown(server, 1000);
-        runner_destroy(runner); /* cancels a running job and waits for it */
-        psc_rpc_server_destroy(server);
-        control_destroy(control);
-        worker_metrics_destroy(to->metrics);
-        psc_metrics_destroy(metrics);
-        psc_tf_config_deinit(&cfg);
-        return 0;
-    }
-    PSC_INFO("health service on %s; job %s", bind, spec.job_id);
+    return 0;
+}
 
-    to->spec = &spec;
-    to->stop = &stop;
+/* Standalone-client mode: jobs come from psctl until SIGINT/SIGTERM. */
+static int run_standalone(worker_t *w)
+{
+    const psc_cluster_t *cl = &w->cfg.cluster;
+    w->runner = runner_create(&w->args.trainer);
+    control_set_standalone(w->control, w->runner, cl, psc_task_replica_rank(cl, w->cfg.task),
+                           w->args.trainer.rpc_timeout_ms);
+    PSC_INFO("serving on %s; no job: ready and waiting for one (psctl train)", w->bind);
+    int sig;
+    while ((sig = psc_signals_wait()) == SIGUSR1) {}
+    PSC_INFO("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    return 0;
+}
+
+/* In-cluster mode: runs --job_spec's job on a thread until it ends or
+ * SIGINT/SIGTERM stops it at the next step. The exit code. */
+static int run_in_cluster(worker_t *w)
+{
+    PSC_INFO("health service on %s; job %s", w->bind, w->spec.job_id);
+    w->args.trainer.spec = &w->spec;
+    w->args.trainer.stop = &w->stop;
+    w->run.opts = &w->args.trainer;
     pthread_t th;
-    PSC_ASSERT(pthread_create(&th, NULL, run_thread, &run) == 0);
+    char err[256];
+    if (psc_thread_start(&th, run_thread, &w->run, "training", err, sizeof err)) {
+        PSC_ERROR("%s", err);
+        return PSC_EXIT_SOFTWARE;
+    }
     int sig, exit_code = 0;
     while ((sig = psc_signals_wait()) != SIGUSR1) {
         PSC_INFO("%s: stopping training at the next step", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        stop = 1;
+        atomic_store(&w->stop, 1);
         exit_code = sig == SIGINT ? 130 : 143;
     }
     pthread_join(th, NULL);
-    if (run.rc == 0) {
-        if (run.res.evaluated && cfg.task.type != PSC_JOB_EVALUATOR) {
-            printf("test accuracy: %.4f\n", run.res.test_accuracy);
-            printf("test loss: %.4f\n", run.res.test_loss);
+    if (w->run.rc == 0) {
+        if (w->run.res.evaluated && w->cfg.task.type != PSC_JOB_EVALUATOR) {
+            printf("test accuracy: %.4f\n", w->run.res.test_accuracy);
+            printf("test loss: %.4f\n", w->run.res.test_loss);
             fflush(stdout);
         }
-    } else if (run.rc == PSC_ECANCELLED) {
-        PSC_INFO("%s", run.err);
+    } else if (w->run.rc == PSC_ECANCELLED) {
+        PSC_INFO("%s", w->run.err);
     } else {
-        PSC_ERROR("training failed: %s", run.err);
+        PSC_ERROR("training failed: %s", w->run.err);
         exit_code = 1;
     }
-    control_close(control, "the worker is stopping"); /* answers parked requests before the shutdown waits on them */
-    psc_rpc_server_shutdown(server, 1000);
-    psc_rpc_server_destroy(server);
-    control_destroy(control);
-    worker_metrics_destroy(to->metrics);
-    psc_metrics_destroy(metrics);
-    psc_job_spec_deinit(&spec);
-    psc_tf_config_deinit(&cfg);
     return exit_code;
+}
+
+/* Frees whatever was built, in any state main() reached. */
+static void teardown(worker_t *w)
+{
+    /* parked requests are answered before the server's shutdown waits on them */
+    ckpt_requests_close(w->requests, "the worker is stopping");
+    if (w->server) psc_rpc_server_shutdown(w->server, 1000);
+    runner_destroy(w->runner); /* cancels a running job and waits for it */
+    psc_rpc_server_destroy(w->server);
+    control_destroy(w->control);
+    ckpt_requests_destroy(w->requests);
+    worker_metrics_destroy(w->args.trainer.metrics);
+    psc_metrics_destroy(w->metrics);
+    psc_job_spec_deinit(&w->spec);
+    if (w->have_cfg) psc_tf_config_deinit(&w->cfg);
+}
+
+int main(int argc, char **argv)
+{
+    static worker_t w; /* large, zeroed, and outlives every thread (the stop flag) */
+    int code = parse_args(argc, argv, &w.args);
+    if (code != PSC_FLAG_NEXT) return code;
+    if ((code = configure(&w)) == 0 && (code = serve(&w)) == 0)
+        code = w.args.job_spec_path ? run_in_cluster(&w) : run_standalone(&w);
+    teardown(&w);
+    return code;
 }

@@ -6,15 +6,24 @@
  * placed piece maps to a contiguous range of the slab (axis-0 parts are
  * contiguous in row-major order). Every operation issues all its chunk calls at
  * once (up to `in_flight` at a time across all PS) and waits for all of them.
- * Not thread-safe: one thread uses a ps_client at a time.
+ * The data plane (ps_client.c): pull, push-pull (blocking, or started on the
+ * client's own thread and waited for later), sync steps. The control plane
+ * (ps_client_ctl.c, the chief's): the model's creation, checkpoints, status,
+ * WorkerDone, Shutdown.
+ *
+ * Not thread-safe: one thread uses a ps_client at a time, and not at all
+ * between ps_client_push_pull_start and ps_client_push_pull_wait (except for
+ * that wait, and ps_client_destroy).
  */
 #ifndef PSC_PS_CLIENT_H
 #define PSC_PS_CLIENT_H
 
 #include "job_spec.h"
+#include "model_spec.h"
 #include "placement.h"
 #include "tf_config.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,7 +76,9 @@ typedef struct ps_ckpt_list {
  * rank: this replica's rank (sent with pushes). timeout_ms: deadline per call. */
 ps_client_t *ps_client_create(const psc_cluster_t *cluster, const psc_var_desc_t *vars, int nvars,
                               const psc_placed_var_t *placed, int nplaced, int rank, int timeout_ms);
-void ps_client_destroy(ps_client_t *pc); /* NULL ok */
+/* Lets a push-pull in flight finish (its outcome is dropped), ends the
+ * push-pull thread, closes the channels. NULL ok. */
+void ps_client_destroy(ps_client_t *pc);
 /* Pieces of at most max_bytes (capped at PSC_BATCH_BYTES) that live on one PS
  * travel together in Batch calls (wire.h) in asynchronous rounds and live
  * pulls, with the global_step Step when that PS holds it; 0 turns batching
@@ -122,7 +133,7 @@ int ps_client_ckpt_restore(ps_client_t *pc, const char *job_id, uint64_t id, int
 /* Waits (polling Status) until every PS reports the model of job_id ready, at
  * most wait_secs. PSC_ETIMEOUT with a message otherwise. stop: optional flag
  * that aborts the wait (PSC_ECANCELLED) when it becomes non-zero. */
-int ps_client_wait_ready(ps_client_t *pc, const char *job_id, double wait_secs, volatile int *stop, char *err,
+int ps_client_wait_ready(ps_client_t *pc, const char *job_id, double wait_secs, atomic_int *stop, char *err,
                          size_t errlen);
 
 /* Pulls every variable into the slab; *global_step gets its value (if non-NULL). */
@@ -135,6 +146,20 @@ int ps_client_pull_checkpoint(ps_client_t *pc, uint64_t ckpt, float *params, cha
  * *global_step). */
 int ps_client_push_pull(ps_client_t *pc, const float *grads, float *params, int64_t step_inc, int64_t *global_step,
                         char *err, size_t errlen);
+
+/* The same push-pull (step_inc 1) in flight while the caller goes on, as
+ * ps-lite's KVWorker returns a timestamp to wait on: _start hands grads and
+ * params to the ps_client's push-pull thread (started by the first call) and
+ * returns at once; neither buffer may be touched, nor pc used, until _wait.
+ * One call at a time: every _start is followed by one _wait. _wait blocks
+ * until the call ends and returns its outcome as ps_client_push_pull does
+ * (global_step: the new value, on success); *secs (if non-NULL) gets the
+ * call's duration. When the thread cannot be started, the call fails with
+ * PSC_ENOMEM ("cannot start the push-pull thread: ..."). background 0: the
+ * caller waits at once, so _wait runs the call itself on the caller's thread
+ * (no hand-off, no thread; the plain loop's default path). */
+void ps_client_push_pull_start(ps_client_t *pc, const float *grads, float *params, int background);
+int ps_client_push_pull_wait(ps_client_t *pc, int64_t *global_step, double *secs, char *err, size_t errlen);
 
 /* Pushes the gradient slab only (no values back); adds step_inc to global_step. */
 int ps_client_push(ps_client_t *pc, const float *grads, int64_t step_inc, int64_t *global_step, char *err,

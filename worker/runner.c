@@ -6,6 +6,7 @@
 #include "psc.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,7 @@ struct runner {
     psc_job_spec_t spec;   /* the current job's spec (valid while have_spec) */
     int have_spec;
     char *spec_json;       /* its text (psctl eval parses a private copy) */
-    volatile int stop;
+    atomic_int stop;       /* the job's trainer_opts_t.stop: set by runner_cancel, read by the job thread */
     double started, ended;
     trainer_progress_t progress;
     trainer_result_t result;
@@ -60,7 +61,7 @@ static void *job_main(void *arg)
     r->ended = psc_now();
     if (rc == 0) {
         r->state = RUNNER_SUCCEEDED;
-    } else if (rc == PSC_ECANCELLED || r->stop) {
+    } else if (rc == PSC_ECANCELLED || atomic_load(&r->stop)) {
         r->state = RUNNER_CANCELLED;
         snprintf(r->error, sizeof r->error, "%s", err);
     } else {
@@ -95,7 +96,7 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
     if (rc) return rc;
     pthread_mutex_lock(&r->lock);
     /* a job being cancelled ends at its next step: give it that long */
-    for (int i = 0; i < 1200 && r->state == RUNNER_RUNNING && r->stop; i++) {
+    for (int i = 0; i < 1200 && r->state == RUNNER_RUNNING && atomic_load(&r->stop); i++) {
         pthread_mutex_unlock(&r->lock);
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -114,7 +115,7 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
     free(r->spec_json);
     r->spec_json = psc_xstrdup(spec_json);
     r->state = RUNNER_RUNNING;
-    r->stop = 0;
+    atomic_store(&r->stop, 0);
     r->started = psc_now();
     r->ended = 0;
     r->error[0] = '\0';
@@ -129,8 +130,13 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
     r->progress.checkpoints = r->progress.checkpoint_failures = 0;
     r->progress.checkpoint_error[0] = '\0';
     pthread_mutex_unlock(&r->progress.lock);
+    if ((rc = psc_thread_start(&r->thread, job_main, r, "job", r->error, sizeof r->error))) {
+        r->state = RUNNER_FAILED; /* the job never ran: its status says why */
+        r->ended = psc_now();
+        pthread_mutex_unlock(&r->lock);
+        return psc_seterr(err, errlen, rc, "job %s not started: %s", spec.job_id, r->error);
+    }
     if (job_id) snprintf(job_id, 17, "%s", spec.job_id);
-    PSC_ASSERT(pthread_create(&r->thread, NULL, job_main, r) == 0);
     r->have_thread = 1;
     pthread_mutex_unlock(&r->lock);
     return 0;
@@ -140,7 +146,7 @@ int runner_cancel(runner_t *r)
 {
     pthread_mutex_lock(&r->lock);
     int running = r->state == RUNNER_RUNNING;
-    if (running) r->stop = 1;
+    if (running) atomic_store(&r->stop, 1);
     pthread_mutex_unlock(&r->lock);
     if (running) PSC_INFO("cancelling job %s at its next step", r->spec.job_id);
     return running;
@@ -190,10 +196,10 @@ int runner_evaluate(runner_t *r, trainer_result_t *res, int64_t *global_step, ch
     if (rc) return rc;
     trainer_opts_t o = r->base;
     o.spec = &spec;
-    eval_ctx_t *e;
-    if ((rc = eval_ctx_create(&o, &e, err, errlen)) == 0) {
-        rc = eval_ctx_run(e, 0, res, global_step, err, errlen);
-        eval_ctx_destroy(e);
+    evaluator_ctx_t *e;
+    if ((rc = evaluator_ctx_create(&o, &e, err, errlen)) == 0) {
+        rc = evaluator_ctx_run(e, 0, res, global_step, err, errlen);
+        evaluator_ctx_destroy(e);
     }
     psc_job_spec_deinit(&spec);
     return rc;

@@ -26,8 +26,8 @@ typedef struct runner_status {
     char error[512];             /* failed: why */
 } runner_status_t;
 
-/* base: the daemon's trainer options (cluster, task, flags); spec and the
- * control fields are filled per job. Copied. */
+/* base: the daemon's trainer options (cluster, task, flags); spec, stop and
+ * progress are filled per job. Copied. */
 runner_t *runner_create(const trainer_opts_t *base);
 /* Cancels a running job, waits for its thread. NULL ok. */
 void runner_destroy(runner_t *r);

@@ -15,13 +15,6 @@
 #include <math.h>
 #include <string.h>
 
-const tower_ops_t *tower_backend_find(const char *name)
-{
-    for (int i = 0; tower_backends[i]; i++)
-        if (strcmp(tower_backends[i]->name, name) == 0) return tower_backends[i];
-    return NULL;
-}
-
 int64_t tower_layout(const psc_var_desc_t *vars, int nvars, int64_t *offsets)
 {
     int64_t total = 0;

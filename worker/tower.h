@@ -12,6 +12,7 @@
 #define PSC_TOWER_H
 
 #include "job_spec.h"
+#include "model_spec.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -508,6 +508,47 @@ static int pad_before(int in, int out, int k, int s, enum psc_padding pad)
     return total / 2;
 }
 
+/* The variables must be the spec's model's (want), in its order. */
+static int check_vars(const psc_var_desc_t *vars, int nvars, const psc_var_desc_t *want, int nwant, char *err,
+                      size_t errlen)
+{
+    if (nvars != nwant)
+        return psc_seterr(err, errlen, PSC_EMISMATCH, "cpu tower: %d variables given, the model has %d", nvars, nwant);
+    for (int k = 0; k < nvars; k++) {
+        int same = vars[k].rank == want[k].rank && vars[k].layer == want[k].layer &&
+                   !vars[k].is_step == !want[k].is_step && vars[k].numel == want[k].numel;
+        for (int d = 0; same && d < want[k].rank; d++) same = vars[k].shape[d] == want[k].shape[d];
+        if (!same)
+            return psc_seterr(err, errlen, PSC_EMISMATCH, "cpu tower: variable %d (%s) does not match the model's %s",
+                              k, vars[k].name, want[k].name);
+    }
+    return 0;
+}
+
+/* One slab for the activations (each layer's out and mask, the backward
+ * ping-pong buffers, im2col's columns), one for the argmax indices. */
+static void carve_slabs(cpu_tower_t *t, int max_batch, int64_t max_size, int64_t act_floats, int64_t col_floats,
+                        int64_t argmax_ints)
+{
+    int64_t dbuf_floats = (int64_t)max_batch * max_size;
+    t->acts = psc_xaligned((size_t)(act_floats + 2 * dbuf_floats + col_floats) * sizeof(float));
+    t->argmax_mem = argmax_ints ? psc_xaligned((size_t)argmax_ints * sizeof(int32_t)) : NULL;
+    float *p = t->acts;
+    int32_t *q = t->argmax_mem;
+    for (int i = 0; i < t->num_layers; i++) {
+        cpu_layer_t *L = &t->layers[i];
+        int64_t batch_out = (int64_t)max_batch * L->out_size;
+        if (L->type != PSC_LAYER_FLATTEN) { L->out = p; p += batch_out; }       /* (B, out_h, out_w, out_c) */
+        if (L->type == PSC_LAYER_DROPOUT) { L->mask = p; p += batch_out; }      /* (B, out_size) */
+        if (L->type == PSC_LAYER_MAX_POOL2D) { L->argmax = q; q += batch_out; } /* (B, out_h, out_w, out_c) */
+    }
+    t->dbuf[0] = p; /* (B, max_size) */
+    p += dbuf_floats;
+    t->dbuf[1] = p; /* (B, max_size) */
+    p += dbuf_floats;
+    t->col = col_floats ? p : NULL; /* (col_floats) */
+}
+
 static int cpu_create(const psc_job_spec_t *spec, const psc_var_desc_t *vars, int nvars, int max_batch, int device,
                       tower_t **out, char *err, size_t errlen)
 {
@@ -525,20 +566,7 @@ static int cpu_create(const psc_job_spec_t *spec, const psc_var_desc_t *vars, in
     if ((rc = psc_model_variables(spec, &want, &nwant, err, errlen))) goto fail;
     shapes = psc_xcalloc((size_t)nl, sizeof *shapes);
     if ((rc = psc_model_shapes(spec, shapes, err, errlen))) goto fail;
-    if (nvars != nwant) {
-        rc = psc_seterr(err, errlen, PSC_EMISMATCH, "cpu tower: %d variables given, the model has %d", nvars, nwant);
-        goto fail;
-    }
-    for (int k = 0; k < nvars; k++) {
-        int same = vars[k].rank == want[k].rank && vars[k].layer == want[k].layer &&
-                   !vars[k].is_step == !want[k].is_step && vars[k].numel == want[k].numel;
-        for (int d = 0; same && d < want[k].rank; d++) same = vars[k].shape[d] == want[k].shape[d];
-        if (!same) {
-            rc = psc_seterr(err, errlen, PSC_EMISMATCH, "cpu tower: variable %d (%s) does not match the model's %s",
-                            k, vars[k].name, want[k].name);
-            goto fail;
-        }
-    }
+    if ((rc = check_vars(vars, nvars, want, nwant, err, errlen))) goto fail;
 
     t = psc_xcalloc(1, sizeof *t);
     t->base.ops = &tower_cpu_ops;
@@ -614,24 +642,7 @@ static int cpu_create(const psc_job_spec_t *spec, const psc_var_desc_t *vars, in
     for (int i = nl - 1; i >= 0; i--)
         if (t->layers[i].w) t->first_trainable = i;
 
-    /* One slab for the activations, one for the argmax indices. */
-    int64_t dbuf_floats = (int64_t)max_batch * max_size;
-    t->acts = psc_xaligned((size_t)(act_floats + 2 * dbuf_floats + col_floats) * sizeof(float));
-    t->argmax_mem = argmax_ints ? psc_xaligned((size_t)argmax_ints * sizeof(int32_t)) : NULL;
-    float *p = t->acts;
-    int32_t *q = t->argmax_mem;
-    for (int i = 0; i < nl; i++) {
-        cpu_layer_t *L = &t->layers[i];
-        int64_t batch_out = (int64_t)max_batch * L->out_size;
-        if (L->type != PSC_LAYER_FLATTEN) { L->out = p; p += batch_out; }       /* (B, out_h, out_w, out_c) */
-        if (L->type == PSC_LAYER_DROPOUT) { L->mask = p; p += batch_out; }      /* (B, out_size) */
-        if (L->type == PSC_LAYER_MAX_POOL2D) { L->argmax = q; q += batch_out; } /* (B, out_h, out_w, out_c) */
-    }
-    t->dbuf[0] = p; /* (B, max_size) */
-    p += dbuf_floats;
-    t->dbuf[1] = p; /* (B, max_size) */
-    p += dbuf_floats;
-    t->col = col_floats ? p : NULL; /* (col_floats) */
+    carve_slabs(t, max_batch, max_size, act_floats, col_floats, argmax_ints);
 
     free(want);
     free(shapes);

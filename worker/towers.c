@@ -233,8 +233,8 @@ int towers_create(const char *devices, const psc_job_spec_t *spec, const psc_var
             at += (size_t)snprintf(ts->describe + at, sizeof ts->describe - at, "%sgpu:%d", i ? "," : "", devs[i]);
         if (at >= sizeof ts->describe) at = sizeof ts->describe - 1;
     }
-    for (int i = 1; i < ts->count; i++)
-        PSC_ASSERT(pthread_create(&ts->slots[i].thread, NULL, slot_thread, &ts->slots[i]) == 0);
+    for (int i = 1; i < ts->count; i++) /* towers_destroy cannot tell a started slot from another: fatal */
+        PSC_ASSERT(psc_thread_start(&ts->slots[i].thread, slot_thread, &ts->slots[i], "tower", err, errlen) == 0);
     *out = ts;
     return 0;
 }

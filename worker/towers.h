@@ -18,6 +18,7 @@
 #define PSC_TOWERS_H
 
 #include "job_spec.h"
+#include "model_spec.h"
 #include "tower.h"
 
 #include <stddef.h>

@@ -11,13 +11,12 @@
 
 #include "chief.h"
 #include "dataset.h"
-#include "evaluator.h"
 #include "log.h"
+#include "model_spec.h"
 #include "placement.h"
 #include "ps_client.h"
 #include "psc.h"
 #include "rng.h"
-#include "rpc.h"
 #include "tfevents.h"
 #include "tower.h"
 #include "towers.h"
@@ -39,7 +38,7 @@ void trainer_opts_defaults(trainer_opts_t *o)
     if (o->prefetch <= 0) o->prefetch = 2;
 }
 
-static int stopped(const trainer_opts_t *o) { return o->stop && *o->stop; }
+static int stopped(const trainer_opts_t *o) { return o->stop && atomic_load(o->stop); }
 
 /* Publishes progress (phase < 0: keep; loss < 0: only the counters). */
 static void report(const trainer_opts_t *o, int phase, int epoch, int64_t step, int64_t max_steps, int64_t global_step,
@@ -65,107 +64,6 @@ static void report(const trainer_opts_t *o, int phase, int epoch, int64_t step, 
 
 static int retryable(int rc) { return rc == PSC_EUNAVAILABLE || rc == PSC_ENOTREADY || rc == PSC_ETIMEOUT; }
 
-/* ---- overlapping the push-pull with the next step (spec->overlap_push_pull) ----
- *
- * One thread runs the asynchronous push-pull of step s while the tower
- * computes step s+1 on the weights of step s-1 (one step more staleness,
- * which asynchronous training has anyway). One call at a time: the trainer
- * touches the ps_client only while no call is in flight (pp_bg_wait first). */
-typedef struct pp_bg {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    ps_client_t *pc;
-    const float *grads;
-    float *params;
-    enum { PP_IDLE, PP_ASKED, PP_DONE, PP_QUIT } state;
-    int rc;
-    int64_t global_step;
-    double secs;
-    char err[512];
-} pp_bg_t;
-
-static void *pp_bg_main(void *arg)
-{
-    pp_bg_t *b = arg;
-    pthread_mutex_lock(&b->mu);
-    for (;;) {
-        while (b->state != PP_ASKED && b->state != PP_QUIT) pthread_cond_wait(&b->cv, &b->mu);
-        if (b->state == PP_QUIT) break;
-        pthread_mutex_unlock(&b->mu);
-        char err[512] = "";
-        int64_t gs = 0;
-        double t0 = psc_now();
-        int rc = ps_client_push_pull(b->pc, b->grads, b->params, 1, &gs, err, sizeof err);
-        double secs = psc_now() - t0;
-        pthread_mutex_lock(&b->mu);
-        b->rc = rc;
-        b->global_step = gs;
-        b->secs = secs;
-        memcpy(b->err, err, sizeof err);
-        b->state = PP_DONE;
-        pthread_cond_broadcast(&b->cv);
-    }
-    pthread_mutex_unlock(&b->mu);
-    return NULL;
-}
-
-static int pp_bg_start(pp_bg_t *b, ps_client_t *pc, char *err, size_t errlen)
-{
-    memset(b, 0, sizeof *b);
-    b->pc = pc;
-    pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
-    if (pthread_create(&b->thread, NULL, pp_bg_main, b)) {
-        pthread_mutex_destroy(&b->mu);
-        pthread_cond_destroy(&b->cv);
-        b->pc = NULL;
-        return psc_seterr(err, errlen, PSC_ENOMEM, "cannot start the push-pull thread");
-    }
-    return 0;
-}
-
-/* Starts push-pull(grads) into params; neither may be touched until pp_bg_wait. */
-static void pp_bg_submit(pp_bg_t *b, const float *grads, float *params)
-{
-    pthread_mutex_lock(&b->mu);
-    PSC_ASSERT(b->state == PP_IDLE);
-    b->grads = grads;
-    b->params = params;
-    b->state = PP_ASKED;
-    pthread_cond_broadcast(&b->cv);
-    pthread_mutex_unlock(&b->mu);
-}
-
-/* Waits for the call started by pp_bg_submit: its result, global_step, duration and error. */
-static int pp_bg_wait(pp_bg_t *b, int64_t *global_step, double *secs, char *err, size_t errlen)
-{
-    pthread_mutex_lock(&b->mu);
-    while (b->state != PP_DONE) pthread_cond_wait(&b->cv, &b->mu);
-    b->state = PP_IDLE;
-    int rc = b->rc;
-    if (rc == 0) *global_step = b->global_step;
-    *secs = b->secs;
-    if (rc) snprintf(err, errlen, "%s", b->err);
-    pthread_mutex_unlock(&b->mu);
-    return rc;
-}
-
-/* Lets a call in flight finish, then ends the thread (no-op when never started). */
-static void pp_bg_stop(pp_bg_t *b)
-{
-    if (!b->pc) return;
-    pthread_mutex_lock(&b->mu);
-    while (b->state == PP_ASKED) pthread_cond_wait(&b->cv, &b->mu);
-    b->state = PP_QUIT;
-    pthread_cond_broadcast(&b->cv);
-    pthread_mutex_unlock(&b->mu);
-    pthread_join(b->thread, NULL);
-    pthread_mutex_destroy(&b->mu);
-    pthread_cond_destroy(&b->cv);
-    b->pc = NULL;
-}
-
 /* ---- one replica's job ---- */
 
 typedef struct run {
@@ -179,8 +77,8 @@ typedef struct run {
     int nplaced;
     int64_t *offsets;
     int64_t nparams;
-    psc_dataset_t train, test;
-    psc_loader_t *loader;
+    dataset_t train, test;
+    dataset_loader_t *loader;
     towers_t *towers;
     int eval_batch;
     ps_client_t *pc;
@@ -189,9 +87,8 @@ typedef struct run {
     float *params, *grads;     /* (nparams) the weights the towers use; their gradient */
     float *grads_sum;          /* (nparams) per_step > 1: the step's summed gradient */
     float *params_next, *grads_next; /* (nparams) overlap: the buffers of the push-pull in flight */
-    pp_bg_t pp;
-    int pp_pending;            /* overlap: the previous step's push-pull is in flight */
-    int pp_examples;
+    int pp_pending;                  /* async: a push-pull is in flight (overlap: the previous step's) */
+    int pp_examples;                 /* its step's examples and start time (for the metrics) */
     double pp_t_step;
     int64_t global_step, max_steps;
     int more, epoch;           /* the loader has batches; the epoch of the last one (1-based) */
@@ -201,11 +98,6 @@ typedef struct run {
     double loss_acc;
 } run_t;
 
-/* After a PS call failed with a retryable error (err says which): retries with
- * backoff (0.1 s doubling to 2 s) for at most o->retry_secs. The chief declares
- * the model again on every PS, which restores the latest checkpoint on every PS
- * when one lost its state (restarted); everyone then pulls the current weights
- * and global_step into params and goes on from there. */
 /* After a PS call failed with a retryable error (err says which): retries with
  * backoff (0.1 s doubling to 2 s) for at most o->retry_secs. The chief declares
  * the model again on every PS, which restores the latest checkpoint on every PS
@@ -271,12 +163,12 @@ static int setup(run_t *r, char *err, size_t errlen)
              r->nvars - 1, (long long)r->nparams, (double)r->nparams * 4 / 1048576.0, r->nplaced, num_ps, r->rank,
              r->replicas, r->is_chief ? " (chief)" : "");
 
-    if ((rc = psc_dataset_load(spec->train_path, spec->train_examples, &r->train, err, errlen))) return rc;
+    if ((rc = dataset_load(spec->train_path, spec->train_examples, &r->train, err, errlen))) return rc;
     int features = spec->input_shape[0] * (spec->input_rank == 3 ? spec->input_shape[1] * spec->input_shape[2] : 1);
     if (r->train.features != features)
         return psc_seterr(err, errlen, PSC_ECONFIG, "data %s has %d features per example; model.input_shape wants %d",
                           spec->train_path, r->train.features, features);
-    if (r->is_chief && (rc = psc_dataset_load(spec->test_path, spec->test_examples, &r->test, err, errlen))) return rc;
+    if (r->is_chief && (rc = dataset_load(spec->test_path, spec->test_examples, &r->test, err, errlen))) return rc;
 
     r->eval_batch = PSC_MAX(spec->batch_size, 256);
     if ((rc = towers_create(o->devices, spec, r->vars, r->nvars, r->eval_batch, &r->towers, err, errlen))) return rc;
@@ -303,7 +195,7 @@ static int setup(run_t *r, char *err, size_t errlen)
                            .cluster = o->cluster,
                            .wait_workers_secs = o->wait_workers_secs,
                            .stop = o->stop,
-                           .control = o->control,
+                           .requests = o->ckpt_requests,
                            .progress = o->progress,
                            .metrics = o->metrics,
                            .shutdown_ps = o->shutdown_ps};
@@ -353,7 +245,7 @@ static void resume(run_t *r)
                  (long long)r->max_steps);
     }
     if (done == 0) return;
-    for (int64_t k = 0; k < done * r->per_step && loader_next(r->loader, &(psc_batch_t){0}) == 0; k++) {}
+    for (int64_t k = 0; k < done * r->per_step && dataset_loader_next(r->loader, &(dataset_batch_t){0}) == 0; k++) {}
     r->res->steps = done;
     ps_client_set_progress(r->pc, done);
 }
@@ -365,9 +257,9 @@ static void resume(run_t *r)
  * *batches 0: the data ran out. */
 static int compute(run_t *r, int *batches, int *examples)
 {
-    psc_batch_t b;
+    dataset_batch_t b;
     *batches = *examples = 0;
-    while (*batches < r->per_step && (r->more = loader_next(r->loader, &b) == 0)) {
+    while (*batches < r->per_step && (r->more = dataset_loader_next(r->loader, &b) == 0)) {
         float loss;
         int correct, rc;
         uint64_t seed = psc_seed_mix(r->spec->seed,
@@ -393,58 +285,13 @@ static int compute(run_t *r, int *batches, int *examples)
     return 0;
 }
 
-/* Overlap: waits for the previous step's push-pull; its weights become the
- * next step's (params and params_next swap). */
-static int overlap_collect(run_t *r, char *err, size_t errlen)
+/* The end of a step's exchange, rc its outcome: a PS that went away is
+ * waited for (the chief restores it), then everyone pulls and goes on (this
+ * step's gradients are lost with the PS's state); the step is counted in the
+ * metrics and the chief takes the checkpoints that are due or asked for. */
+static int after_exchange(run_t *r, int rc, int examples, double t_step, double pp_secs, int stale, char *err,
+                          size_t errlen)
 {
-    if (!r->pp_pending) return 0;
-    r->pp_pending = 0;
-    double secs;
-    int rc = pp_bg_wait(&r->pp, &r->global_step, &secs, err, errlen);
-    if (rc == 0) {
-        float *t = r->params;
-        r->params = r->params_next;
-        r->params_next = t;
-    } else if (retryable(rc)) { /* as in exchange(); that step's gradient is lost with the PS's state */
-        worker_metrics_retry(r->o->metrics);
-        rc = recover(r, r->params, err, errlen);
-        secs = -1;
-    }
-    if (rc) return rc;
-    worker_metrics_step(r->o->metrics, r->pp_examples, psc_now() - r->pp_t_step, secs, 0);
-    if (r->chief) chief_after_step(r->chief, r->global_step);
-    return 0;
-}
-
-/* The step's exchange with the PS: push the gradient, get the weights and
- * global_step back. Overlapped (async): this step's push-pull starts on the
- * push-pull thread and the next step computes meanwhile. */
-static int exchange(run_t *r, int batches, int examples, double t_step, char *err, size_t errlen)
-{
-    const psc_job_spec_t *spec = r->spec;
-    int rc;
-    ps_client_set_progress(r->pc, r->res->steps + 1);
-    if (spec->overlap_push_pull) {
-        if ((rc = overlap_collect(r, err, errlen))) return rc;
-        pp_bg_submit(&r->pp, r->grads, r->params_next);
-        r->pp_pending = 1;
-        r->pp_examples = examples;
-        r->pp_t_step = t_step;
-        float *t = r->grads;
-        r->grads = r->grads_next;
-        r->grads_next = t;
-        return 0;
-    }
-    double t_pp = psc_now();
-    int stale = 0;
-    if (spec->sync) /* the reply comes once step `global_step` is applied (or says we were stale) */
-        rc = ps_client_push_pull_sync(r->pc, r->per_step > 1 ? r->grads_sum : r->grads, r->params, r->global_step,
-                                      (uint32_t)batches, &r->global_step, &stale, err, errlen);
-    else
-        rc = ps_client_push_pull(r->pc, r->grads, r->params, 1, &r->global_step, err, errlen);
-    double pp_secs = psc_now() - t_pp;
-    /* a PS that went away: wait for it (the chief restores it), pull, go on;
-     * this step's gradients are lost with the PS's state */
     if (rc && retryable(rc)) {
         worker_metrics_retry(r->o->metrics);
         rc = recover(r, r->params, err, errlen);
@@ -457,6 +304,55 @@ static int exchange(run_t *r, int batches, int examples, double t_step, char *er
     }
     worker_metrics_step(r->o->metrics, examples, psc_now() - t_step, pp_secs, stale);
     if (r->chief) chief_after_step(r->chief, r->global_step);
+    return 0;
+}
+
+/* Async: waits for the push-pull in flight (no-op when none). Overlapped, its
+ * weights (params_next) become the next step's: params and params_next swap. */
+static int push_pull_collect(run_t *r, char *err, size_t errlen)
+{
+    if (!r->pp_pending) return 0;
+    r->pp_pending = 0;
+    double secs = -1;
+    int rc = ps_client_push_pull_wait(r->pc, &r->global_step, &secs, err, errlen);
+    if (rc == 0 && r->spec->overlap_push_pull) {
+        float *t = r->params;
+        r->params = r->params_next;
+        r->params_next = t;
+    }
+    return after_exchange(r, rc, r->pp_examples, r->pp_t_step, secs, 0, err, errlen);
+}
+
+/* The step's exchange with the PS: push the gradient, get the weights and
+ * global_step back. Sync: one blocking step (the reply comes once step
+ * global_step is applied, or says this replica was stale). Async: the
+ * push-pull starts on the ps_client's thread and is waited for at once, or,
+ * overlapped (spec->overlap_push_pull), at the next step, which computes
+ * meanwhile on the weights of the step before (one step more staleness, which
+ * asynchronous training has anyway). */
+static int exchange(run_t *r, int batches, int examples, double t_step, char *err, size_t errlen)
+{
+    const psc_job_spec_t *spec = r->spec;
+    int rc;
+    if (spec->sync) {
+        ps_client_set_progress(r->pc, r->res->steps + 1);
+        double t_pp = psc_now();
+        int stale = 0;
+        rc = ps_client_push_pull_sync(r->pc, r->per_step > 1 ? r->grads_sum : r->grads, r->params, r->global_step,
+                                      (uint32_t)batches, &r->global_step, &stale, err, errlen);
+        return after_exchange(r, rc, examples, t_step, psc_now() - t_pp, stale, err, errlen);
+    }
+    if ((rc = push_pull_collect(r, err, errlen))) return rc; /* overlap: the previous step's */
+    ps_client_set_progress(r->pc, r->res->steps + 1);
+    ps_client_push_pull_start(r->pc, r->grads, spec->overlap_push_pull ? r->params_next : r->params,
+                              spec->overlap_push_pull);
+    r->pp_pending = 1;
+    r->pp_examples = examples;
+    r->pp_t_step = t_step;
+    if (!spec->overlap_push_pull) return push_pull_collect(r, err, errlen);
+    float *t = r->grads; /* the next step computes into the other gradient buffer */
+    r->grads = r->grads_next;
+    r->grads_next = t;
     return 0;
 }
 
@@ -540,17 +436,16 @@ static int finish(run_t *r, char *err, size_t errlen)
 
 static void teardown(run_t *r, int rc)
 {
-    pp_bg_stop(&r->pp); /* before the ps_client it uses */
     char why[96];
     snprintf(why, sizeof why, "job %s %s", r->spec->job_id,
              rc == 0 ? "finished" : rc == PSC_ECANCELLED ? "was cancelled" : "failed");
     chief_destroy(r->chief, why);
     psc_tfevents_close(r->tb);
-    ps_client_destroy(r->pc);
-    loader_destroy(r->loader);
+    ps_client_destroy(r->pc); /* after a push-pull in flight ends, before its buffers are freed */
+    dataset_loader_destroy(r->loader);
     towers_destroy(r->towers);
-    psc_dataset_deinit(&r->train);
-    psc_dataset_deinit(&r->test);
+    dataset_deinit(&r->train);
+    dataset_deinit(&r->test);
     free(r->params);
     free(r->grads);
     free(r->grads_sum);
@@ -580,15 +475,15 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     int rc = setup(&r, err, errlen);
     if (rc == 0) rc = join_model(&r, err, errlen);
     if (rc == 0) {
-        r.loader = loader_create(&r.train, r.rank, r.replicas, r.spec->batch_size, r.spec->seed, r.spec->shuffle,
-                                 r.spec->epochs, o->prefetch, err, errlen);
+        r.loader = dataset_loader_create(&r.train, r.rank, r.replicas, r.spec->batch_size, r.spec->seed,
+                                         r.spec->shuffle, r.spec->epochs, o->prefetch, err, errlen);
         if (!r.loader) rc = PSC_EINVAL;
     }
     if (rc) goto out;
-    int64_t per_epoch = loader_steps_per_epoch(r.loader);
+    int64_t per_epoch = dataset_loader_steps_per_epoch(r.loader);
     r.max_steps = r.spec->steps > 0 ? r.spec->steps : (per_epoch * r.spec->epochs + r.per_step - 1) / r.per_step;
     PSC_INFO("training on %lld examples (shard %d of %d), %lld steps per epoch, %d epochs, batch %d, %s",
-             (long long)loader_shard_size(r.loader), r.rank, r.replicas, (long long)per_epoch, r.spec->epochs,
+             (long long)dataset_loader_shard_size(r.loader), r.rank, r.replicas, (long long)per_epoch, r.spec->epochs,
              r.spec->batch_size, psc_optim_name(r.spec->optimizer.kind));
     rc = ps_client_pull(r.pc, r.params, &r.global_step, err, errlen);
     if (rc && retryable(rc)) rc = recover(&r, r.params, err, errlen);
@@ -600,10 +495,8 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         if ((rc = psc_tfevents_open(o->logdir, ".chief", &r.tb, err, errlen))) goto out;
         PSC_INFO("TensorBoard events: %s", psc_tfevents_path(r.tb));
     }
-    if (r.spec->overlap_push_pull) {
-        if ((rc = pp_bg_start(&r.pp, r.pc, err, errlen))) goto out;
+    if (r.spec->overlap_push_pull)
         PSC_INFO("overlap_push_pull: each step's push-pull runs while the next step computes");
-    }
 
     r.t0 = r.t_log = psc_now();
     r.gs_log = r.global_step;
@@ -616,7 +509,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         if (rc) goto out;
         log_progress(&r, res->steps == r.max_steps || !r.more);
     }
-    rc = overlap_collect(&r, err, errlen); /* overlap: the last step's push-pull */
+    rc = push_pull_collect(&r, err, errlen); /* overlap: the last step's push-pull */
     if (rc == 0) rc = finish(&r, err, errlen);
 out:
     teardown(&r, rc);

@@ -12,6 +12,7 @@
 #include "tf_config.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,8 +45,8 @@ typedef struct trainer_opts {
     int blas_threads;         /* CPU towers: OpenBLAS threads (0: its default; several CPU towers use 1 each) */
     int batch_bytes;          /* ps_client_set_batch_bytes (-1: the default, PSC_BATCH_TENSOR_BYTES) */
     int shutdown_ps;          /* chief: tell every PS to exit at the end (in-cluster mode) */
-    volatile int *stop;       /* set to non-zero to stop early (SIGTERM) */
-    struct control *control;  /* requests from outside (psctl checkpoint); may be NULL */
+    atomic_int *stop;         /* set to non-zero (any thread) to stop early (SIGTERM, a cancel); may be NULL */
+    struct ckpt_requests *ckpt_requests; /* chief: psctl checkpoint requests (ckpt_requests.h); may be NULL */
     trainer_progress_t *progress; /* may be NULL */
     const char *logdir;       /* chief and evaluator: TensorBoard event files here (NULL: none) */
     struct worker_metrics *metrics; /* Prometheus series (worker_metrics.h); NULL: off */

@@ -14,6 +14,7 @@
  *          X ms/step, E examples/s"
  */
 #include "job_spec.h"
+#include "model_spec.h"
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"

@@ -13,6 +13,7 @@
  * usage: bench_tower [seconds-per-point]   (default 2)
  */
 #include "job_spec.h"
+#include "model_spec.h"
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"

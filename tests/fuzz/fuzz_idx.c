@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     put(img, data + 1, cut);
     put(lab, data + 1 + cut, n - cut);
     char err[512];
-    psc_dataset_t ds;
-    if (idx_load(img, lab, 0, &ds, err, sizeof err) == 0) psc_dataset_deinit(&ds);
+    dataset_t ds;
+    if (dataset_idx_load(img, lab, 0, &ds, err, sizeof err) == 0) dataset_deinit(&ds);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* fuzz_job_spec — libFuzzer target: job spec JSON (common/job_spec.c) and the
  * model it describes (variables, placement). */
 #include "job_spec.h"
+#include "model_spec.h"
 #include "placement.h"
 
 #include <stdint.h>

@@ -69,7 +69,6 @@ int psc_rpc_server_observe(psc_rpc_server_t *s, const char *path, psc_rpc_observ
     (void)s, (void)path, (void)fn, (void)arg;
     return 0;
 }
-const char *psc_rpc_code_name(int code) { return code ? "ERROR" : "OK"; }
 
 static void complete(psc_rpc_call_t *c, int code)
 {

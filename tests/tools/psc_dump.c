@@ -13,6 +13,7 @@
  * every task. Prints the job's global_step on stdout after a dump.
  */
 #include "job_spec.h"
+#include "model_spec.h"
 #include "placement.h"
 #include "ps_client.h"
 #include "psc.h"

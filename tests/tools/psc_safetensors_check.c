@@ -11,6 +11,7 @@
  *   psc_safetensors_check FILE JOB_SPEC SLAB      exit 0 when all holds, else 1 with the reason
  */
 #include "job_spec.h"
+#include "model_spec.h"
 #include "psc.h"
 #include "tower.h"
 

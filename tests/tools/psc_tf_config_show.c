@@ -39,7 +39,7 @@ int main(int argc, char **argv)
         return 78;
     }
     char bind[300] = "?";
-    psc_bind_address(psc_cluster_addr(&cfg.cluster, cfg.task), -1, bind, sizeof bind);
+    psc_task_bind_address(psc_cluster_addr(&cfg.cluster, cfg.task), -1, bind, sizeof bind);
     printf("task %s %d\n", psc_job_type_name(cfg.task.type), cfg.task.index);
     printf("is_chief %d\n", psc_task_is_chief(&cfg.cluster, cfg.task));
     printf("replica_rank %d\n", psc_task_replica_rank(&cfg.cluster, cfg.task));

@@ -102,7 +102,7 @@ static void write_idx(const char *name, idx_opts_t o, char *prefix, size_t plen)
     free(buf);
 }
 
-static void expect_contents(const psc_dataset_t *d, uint32_t n, uint32_t rows, uint32_t cols, uint32_t salt)
+static void expect_contents(const dataset_t *d, uint32_t n, uint32_t rows, uint32_t cols, uint32_t salt)
 {
     assert_int_equal(d->n, n);
     assert_int_equal(d->rows, rows);
@@ -129,30 +129,30 @@ static void test_idx_plain(void **state)
     (void)state;
     char prefix[512], err[512] = "";
     write_idx("plain", good(23, 3, 5, 0), prefix, sizeof prefix);
-    psc_dataset_t d;
-    int rc = psc_dataset_load(prefix, 0, &d, err, sizeof err);
+    dataset_t d;
+    int rc = dataset_load(prefix, 0, &d, err, sizeof err);
     if (rc) fail_msg("%s", err);
     expect_contents(&d, 23, 3, 5, 0);
     assert_int_equal(d.num_classes, 7);
-    psc_dataset_deinit(&d);
+    dataset_deinit(&d);
     assert_null(d.x);
-    psc_dataset_deinit(&d); /* twice is fine */
+    dataset_deinit(&d); /* twice is fine */
 
     /* limit keeps the first examples */
-    assert_int_equal(psc_dataset_load(prefix, 4, &d, err, sizeof err), 0);
+    assert_int_equal(dataset_load(prefix, 4, &d, err, sizeof err), 0);
     expect_contents(&d, 4, 3, 5, 0);
-    psc_dataset_deinit(&d);
-    assert_int_equal(psc_dataset_load(prefix, 1000, &d, err, sizeof err), 0);
+    dataset_deinit(&d);
+    assert_int_equal(dataset_load(prefix, 1000, &d, err, sizeof err), 0);
     assert_int_equal(d.n, 23);
-    psc_dataset_deinit(&d);
+    dataset_deinit(&d);
 
-    /* idx_load with explicit paths */
+    /* dataset_idx_load with explicit paths */
     char ip[600], lp[600];
     snprintf(ip, sizeof ip, "%s-images-idx3-ubyte", prefix);
     snprintf(lp, sizeof lp, "%s-labels-idx1-ubyte", prefix);
-    assert_int_equal(idx_load(ip, lp, 0, &d, err, sizeof err), 0);
+    assert_int_equal(dataset_idx_load(ip, lp, 0, &d, err, sizeof err), 0);
     expect_contents(&d, 23, 3, 5, 0);
-    psc_dataset_deinit(&d);
+    dataset_deinit(&d);
 }
 
 static void test_idx_gz(void **state)
@@ -160,27 +160,27 @@ static void test_idx_gz(void **state)
     (void)state;
     char prefix[512], err[512] = "";
     write_idx("gz", good(300, 4, 4, 1), prefix, sizeof prefix);
-    psc_dataset_t d;
-    int rc = psc_dataset_load(prefix, 0, &d, err, sizeof err);
+    dataset_t d;
+    int rc = dataset_load(prefix, 0, &d, err, sizeof err);
     if (rc) fail_msg("%s", err);
     expect_contents(&d, 300, 4, 4, 0);
-    psc_dataset_deinit(&d);
+    dataset_deinit(&d);
 
     /* explicit .gz paths work too */
     char ip[600], lp[600];
     snprintf(ip, sizeof ip, "%s-images-idx3-ubyte.gz", prefix);
     snprintf(lp, sizeof lp, "%s-labels-idx1-ubyte.gz", prefix);
-    assert_int_equal(idx_load(ip, lp, 0, &d, err, sizeof err), 0);
+    assert_int_equal(dataset_idx_load(ip, lp, 0, &d, err, sizeof err), 0);
     assert_int_equal(d.n, 300);
-    psc_dataset_deinit(&d);
+    dataset_deinit(&d);
 
     /* both present: the .gz is read first */
     idx_opts_t plain = good(10, 2, 2, 0);
     plain.salt = 9;
     write_idx("gz", plain, prefix, sizeof prefix);
-    assert_int_equal(psc_dataset_load(prefix, 0, &d, err, sizeof err), 0);
+    assert_int_equal(dataset_load(prefix, 0, &d, err, sizeof err), 0);
     expect_contents(&d, 300, 4, 4, 0);
-    psc_dataset_deinit(&d);
+    dataset_deinit(&d);
 }
 
 /* Loading `prefix` fails with `code` and an error naming `file_suffix`'s file and
@@ -188,9 +188,9 @@ static void test_idx_gz(void **state)
 static void expect_load_error(const char *prefix, int code, const char *file_suffix, const char *what)
 {
     char err[1024] = "", path[600];
-    psc_dataset_t d;
+    dataset_t d;
     memset(&d, 0x5a, sizeof d);
-    int rc = psc_dataset_load(prefix, 0, &d, err, sizeof err);
+    int rc = dataset_load(prefix, 0, &d, err, sizeof err);
     assert_int_equal(rc, code);
     assert_null(d.x);
     assert_null(d.y);
@@ -259,8 +259,8 @@ static void test_fashion_mnist(void **state)
     (void)state;
     if (access(FMNIST "-images-idx3-ubyte.gz", R_OK) != 0) skip();
     char err[512] = "";
-    psc_dataset_t d;
-    int rc = psc_dataset_load(FMNIST, 0, &d, err, sizeof err);
+    dataset_t d;
+    int rc = dataset_load(FMNIST, 0, &d, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(d.n, 60000);
     assert_int_equal(d.rows, 28);
@@ -277,7 +277,7 @@ static void test_fashion_mnist(void **state)
     }
     assert_float_equal(lo, 0.0f, 0);
     assert_float_equal(hi, 1.0f, 0);
-    psc_dataset_deinit(&d);
+    dataset_deinit(&d);
 }
 
 /* ---- the loader ---- */
@@ -286,7 +286,7 @@ static void test_fashion_mnist(void **state)
 #define DS_F 3
 
 /* An in-memory data set whose example i has x = (i, -i, 0.5) and y = i % 10. */
-static psc_dataset_t g_ds;
+static dataset_t g_ds;
 
 static void make_ds(void)
 {
@@ -310,16 +310,16 @@ static void make_ds(void)
 static int run_loader(int shard, int W, int batch, uint64_t seed, int epochs, int prefetch, int *ids)
 {
     char err[256] = "";
-    psc_loader_t *l = loader_create(&g_ds, shard, W, batch, seed, 1, epochs, prefetch, err, sizeof err);
+    dataset_loader_t *l = dataset_loader_create(&g_ds, shard, W, batch, seed, 1, epochs, prefetch, err, sizeof err);
     if (!l) fail_msg("%s", err);
-    int64_t size = loader_shard_size(l);
+    int64_t size = dataset_loader_shard_size(l);
     assert_int_equal(size, (DS_N - shard + W - 1) / W);
-    assert_int_equal(loader_steps_per_epoch(l), (size + batch - 1) / batch);
+    assert_int_equal(dataset_loader_steps_per_epoch(l), (size + batch - 1) / batch);
     int count = 0, steps = 0;
-    psc_batch_t b;
+    dataset_batch_t b;
     int expect_epoch = 0;
     int64_t expect_step = 0;
-    while (loader_next(l, &b) == 0) {
+    while (dataset_loader_next(l, &b) == 0) {
         assert_int_equal(b.epoch, expect_epoch);
         assert_int_equal(b.step_in_epoch, expect_step);
         int64_t first = expect_step * batch;
@@ -334,15 +334,15 @@ static int run_loader(int shard, int W, int batch, uint64_t seed, int epochs, in
             ids[count++] = id;
         }
         steps++;
-        if (++expect_step == loader_steps_per_epoch(l)) {
+        if (++expect_step == dataset_loader_steps_per_epoch(l)) {
             expect_step = 0;
             expect_epoch++;
         }
     }
     assert_int_equal(expect_epoch, epochs);
-    assert_int_equal(steps, loader_steps_per_epoch(l) * epochs);
-    assert_int_equal(loader_next(l, &b), 1); /* stays done */
-    loader_destroy(l);
+    assert_int_equal(steps, dataset_loader_steps_per_epoch(l) * epochs);
+    assert_int_equal(dataset_loader_next(l, &b), 1); /* stays done */
+    dataset_loader_destroy(l);
     return count;
 }
 
@@ -406,35 +406,35 @@ static void test_loader_destroy_early(void **state)
 {
     (void)state;
     char err[256] = "";
-    psc_batch_t b;
+    dataset_batch_t b;
     /* mid-epoch: the producer is blocked on a full ring */
     for (int prefetch = 1; prefetch <= 3; prefetch++) {
-        psc_loader_t *l = loader_create(&g_ds, 0, 1, 4, 3, 1, 5, prefetch, err, sizeof err);
+        dataset_loader_t *l = dataset_loader_create(&g_ds, 0, 1, 4, 3, 1, 5, prefetch, err, sizeof err);
         assert_non_null(l);
-        assert_int_equal(loader_next(l, &b), 0);
-        assert_int_equal(loader_next(l, &b), 0);
+        assert_int_equal(dataset_loader_next(l, &b), 0);
+        assert_int_equal(dataset_loader_next(l, &b), 0);
         assert_int_equal(b.step_in_epoch, 1);
         usleep(2000); /* let the producer fill the ring and wait */
-        loader_destroy(l);
+        dataset_loader_destroy(l);
     }
     /* before the first batch, and right after create */
-    psc_loader_t *l = loader_create(&g_ds, 0, 1, 4, 3, 1, 5, 2, err, sizeof err);
+    dataset_loader_t *l = dataset_loader_create(&g_ds, 0, 1, 4, 3, 1, 5, 2, err, sizeof err);
     assert_non_null(l);
-    loader_destroy(l);
-    loader_destroy(NULL);
+    dataset_loader_destroy(l);
+    dataset_loader_destroy(NULL);
 }
 
 static void test_loader_errors(void **state)
 {
     (void)state;
     char err[256] = "";
-    psc_dataset_t tiny = g_ds;
+    dataset_t tiny = g_ds;
     tiny.n = 2;
-    assert_null(loader_create(&tiny, 2, 3, 4, 1, 1, 1, 1, err, sizeof err));
+    assert_null(dataset_loader_create(&tiny, 2, 3, 4, 1, 1, 1, 1, err, sizeof err));
     assert_non_null(strstr(err, "empty"));
-    assert_null(loader_create(&g_ds, 3, 3, 4, 1, 1, 1, 1, err, sizeof err));
-    assert_null(loader_create(&g_ds, 0, 1, 0, 1, 1, 1, 1, err, sizeof err));
-    assert_null(loader_create(&g_ds, 0, 1, 4, 1, 1, 1, 0, err, sizeof err));
+    assert_null(dataset_loader_create(&g_ds, 3, 3, 4, 1, 1, 1, 1, err, sizeof err));
+    assert_null(dataset_loader_create(&g_ds, 0, 1, 0, 1, 1, 1, 1, err, sizeof err));
+    assert_null(dataset_loader_create(&g_ds, 0, 1, 4, 1, 1, 1, 0, err, sizeof err));
 }
 
 /* ---- setup ---- */
@@ -460,7 +460,7 @@ static int teardown(void **state)
 {
     (void)state;
     rm_tree(g_dir);
-    psc_dataset_deinit(&g_ds);
+    dataset_deinit(&g_ds);
     return 0;
 }
 

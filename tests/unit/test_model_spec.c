@@ -8,6 +8,7 @@
  * naming the layer (psc_model_check gives the same errors without allocating).
  */
 #include "job_spec.h"
+#include "model_spec.h"
 #include "psc.h"
 
 #include <setjmp.h>

@@ -214,7 +214,7 @@ static void test_resolve_flags_override_env(void **state)
 
     /* Environment alone. */
     psc_task_flags_t none = {NULL, NULL, -1, -1};
-    int rc = psc_config_resolve(env, &none, 1, &cfg, err, sizeof err);
+    int rc = psc_tf_config_resolve(env, &none, 1, &cfg, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(cfg.task.type, PSC_JOB_WORKER);
     assert_int_equal(cfg.task.index, 1);
@@ -224,7 +224,7 @@ static void test_resolve_flags_override_env(void **state)
 
     /* --job and --task_index replace the task; --port is kept. */
     psc_task_flags_t f = {NULL, "ps", 0, 4000};
-    rc = psc_config_resolve(env, &f, 1, &cfg, err, sizeof err);
+    rc = psc_tf_config_resolve(env, &f, 1, &cfg, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(cfg.task.type, PSC_JOB_PS);
     assert_int_equal(cfg.task.index, 0);
@@ -234,7 +234,7 @@ static void test_resolve_flags_override_env(void **state)
 
     /* Only --task_index: the type stays the environment's. */
     psc_task_flags_t fi = {NULL, NULL, 0, -1};
-    rc = psc_config_resolve(env, &fi, 1, &cfg, err, sizeof err);
+    rc = psc_tf_config_resolve(env, &fi, 1, &cfg, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(cfg.task.type, PSC_JOB_WORKER);
     assert_int_equal(cfg.task.index, 0);
@@ -243,7 +243,7 @@ static void test_resolve_flags_override_env(void **state)
     /* --cluster inline replaces the environment's cluster; the env's index 1 is
      * checked against the new cluster (3 workers). */
     psc_task_flags_t fc = {"  {\"worker\": [\"x0:9\", \"x1:9\", \"x2:9\"]}", NULL, -1, -1};
-    rc = psc_config_resolve(env, &fc, 1, &cfg, err, sizeof err);
+    rc = psc_tf_config_resolve(env, &fc, 1, &cfg, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(cfg.cluster.n[PSC_JOB_WORKER], 3);
     assert_int_equal(cfg.cluster.n[PSC_JOB_PS], 0);
@@ -253,71 +253,71 @@ static void test_resolve_flags_override_env(void **state)
 
     /* An index valid only in the flag's cluster passes; the env's cluster is gone. */
     const char *env3 = "{\"cluster\": {\"worker\": [\"w0:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 2}}";
-    rc = psc_config_resolve(env3, &fc, 1, &cfg, err, sizeof err);
+    rc = psc_tf_config_resolve(env3, &fc, 1, &cfg, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(cfg.task.index, 2);
     psc_tf_config_deinit(&cfg);
 
     /* Out of range after the flags: the message names the flag. */
     psc_task_flags_t fbad = {NULL, "worker", 5, -1};
-    assert_int_equal(psc_config_resolve(env, &fbad, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fbad, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "--task_index 5 out of range: the cluster has 2 worker tasks");
     assert_cluster_empty(&cfg.cluster);
     psc_task_flags_t fbad_idx = {NULL, NULL, 3, -1}; /* the type from the environment */
-    assert_int_equal(psc_config_resolve(env, &fbad_idx, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fbad_idx, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "--task_index 3 out of range: the cluster has 2 worker tasks");
     /* --job of a type the cluster lacks, with the environment's index: names --job,
      * not "TF_CONFIG: task.index" (issue 16 item 9) */
     psc_task_flags_t fchief = {NULL, "chief", -1, -1};
-    assert_int_equal(psc_config_resolve(env, &fchief, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fchief, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "--job chief: the cluster has no chief task");
     assert_cluster_empty(&cfg.cluster);
     psc_task_flags_t fevalidx = {NULL, "evaluator", 0, -1};
-    assert_int_equal(psc_config_resolve(env, &fevalidx, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fevalidx, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "--job evaluator: the cluster has no evaluator task");
     /* --job of a type the cluster has, the environment's index out of its range */
     psc_task_flags_t fps_env = {"{\"ps\": [\"p0:1\"], \"worker\": [\"w0:1\", \"w1:1\"]}", "ps", -1, -1};
-    assert_int_equal(psc_config_resolve(env, &fps_env, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fps_env, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "TF_CONFIG's task.index 1 (with --job ps) out of range: the cluster has 1 ps task "
                              "(pass --task_index)");
     /* a hole of a sparse --cluster named by --task_index */
     psc_task_flags_t fhole = {"{\"worker\": {\"0\": \"w0:1\", \"2\": \"w2:1\"}}", "worker", 1, -1};
-    assert_int_equal(psc_config_resolve(NULL, &fhole, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(NULL, &fhole, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "--task_index 1 is not in the cluster: the sparse cluster has no address for worker 1");
     assert_cluster_empty(&cfg.cluster);
     psc_task_flags_t fbad_ps = {"{\"worker\": [\"a:1\"]}", NULL, -1, -1};
-    assert_int_equal(psc_config_resolve(env, &fbad_ps, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fbad_ps, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_non_null(strstr(err, "TF_CONFIG: task.index 1 out of range (cluster has 1 worker task)"));
 
     psc_task_flags_t fjob = {NULL, "master", -1, -1};
-    assert_int_equal(psc_config_resolve(env, &fjob, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fjob, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_non_null(strstr(err, "--job"));
     assert_non_null(strstr(err, "master"));
     assert_cluster_empty(&cfg.cluster);
 
     psc_task_flags_t fneg = {NULL, NULL, -5, -1};
-    assert_int_equal(psc_config_resolve(env, &fneg, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fneg, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_non_null(strstr(err, "--task_index"));
 
     psc_task_flags_t fport = {NULL, NULL, -1, 70000};
-    assert_int_equal(psc_config_resolve(env, &fport, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fport, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_non_null(strstr(err, "--port"));
 
     /* Errors in the flag's document say so. */
     psc_task_flags_t fdoc = {"{\"worker\": [\"nohost\"]}", NULL, -1, -1};
-    assert_int_equal(psc_config_resolve(env, &fdoc, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fdoc, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_true(strncmp(err, "--cluster: ", 11) == 0);
     assert_non_null(strstr(err, "worker[0]"));
     psc_task_flags_t fsyntax = {"{\"worker\": ", NULL, -1, -1};
-    assert_int_equal(psc_config_resolve(env, &fsyntax, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fsyntax, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_true(strncmp(err, "--cluster: ", 11) == 0);
     psc_task_flags_t fempty = {"{}", NULL, -1, -1};
-    assert_int_equal(psc_config_resolve(env, &fempty, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &fempty, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_non_null(strstr(err, "no tasks"));
 
     /* A bad environment is an error even with flags. */
     psc_task_flags_t fall = {"{\"worker\": [\"a:1\"]}", "worker", 0, -1};
-    assert_int_equal(psc_config_resolve("{\"cluster\": 1}", &fall, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve("{\"cluster\": 1}", &fall, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_true(strncmp(err, "TF_CONFIG: ", 11) == 0);
 }
 
@@ -330,7 +330,7 @@ static void test_resolve_without_env(void **state)
     /* Flags only, inline cluster that is a whole TF_CONFIG document (task ignored). */
     psc_task_flags_t f = {"{\"cluster\": {\"ps\": [\"p:1\"], \"worker\": [\"w:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 7}}",
                           "worker", 0, -1};
-    int rc = psc_config_resolve(NULL, &f, 1, &cfg, err, sizeof err);
+    int rc = psc_tf_config_resolve(NULL, &f, 1, &cfg, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(cfg.task.type, PSC_JOB_WORKER);
     assert_int_equal(cfg.task.index, 0);
@@ -338,27 +338,27 @@ static void test_resolve_without_env(void **state)
     psc_tf_config_deinit(&cfg);
 
     /* A blank environment counts as unset. */
-    rc = psc_config_resolve("  \n", &f, 1, &cfg, err, sizeof err);
+    rc = psc_tf_config_resolve("  \n", &f, 1, &cfg, err, sizeof err);
     if (rc) fail_msg("%s", err);
     psc_tf_config_deinit(&cfg);
 
     /* No cluster anywhere. */
     psc_task_flags_t none = {NULL, NULL, -1, -1};
-    assert_int_equal(psc_config_resolve(NULL, &none, 0, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(NULL, &none, 0, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_non_null(strstr(err, "--cluster"));
-    assert_int_equal(psc_config_resolve(NULL, NULL, 0, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(NULL, NULL, 0, &cfg, err, sizeof err), PSC_ECONFIG);
 
     /* require_task: the task must come from somewhere. */
     const char *env = "{\"cluster\": {\"worker\": [\"w0:1\"]}}";
-    assert_int_equal(psc_config_resolve(env, &none, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &none, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_non_null(strstr(err, "no task"));
     assert_non_null(strstr(err, "--job"));
     assert_cluster_empty(&cfg.cluster);
     psc_task_flags_t only_job = {NULL, "worker", -1, -1};
-    assert_int_equal(psc_config_resolve(env, &only_job, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(env, &only_job, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_non_null(strstr(err, "no task"));
     /* ...but psctl (require_task = 0) may have none. */
-    rc = psc_config_resolve(env, &none, 0, &cfg, err, sizeof err);
+    rc = psc_tf_config_resolve(env, &none, 0, &cfg, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(cfg.has_task, 0);
     assert_int_equal(cfg.cluster.n[PSC_JOB_WORKER], 1);
@@ -378,7 +378,7 @@ static void test_resolve_cluster_file(void **state)
     psc_tf_config_t cfg;
     char err[512] = "";
     psc_task_flags_t f = {path, "worker", 1, -1};
-    int rc = psc_config_resolve(NULL, &f, 1, &cfg, err, sizeof err);
+    int rc = psc_tf_config_resolve(NULL, &f, 1, &cfg, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(cfg.cluster.n[PSC_JOB_WORKER], 2);
     assert_string_equal(cfg.cluster.addr[PSC_JOB_PS][0], "p0:6000");
@@ -390,14 +390,14 @@ static void test_resolve_cluster_file(void **state)
     assert_non_null(fp);
     fputs("{\"worker\": [\"w0:5000\"],\n \"chief\": [\"c:1\", \"c:2\"]}\n", fp);
     fclose(fp);
-    assert_int_equal(psc_config_resolve(NULL, &f, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(NULL, &f, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     assert_true(strncmp(err, "--cluster: ", 11) == 0);
     assert_non_null(strstr(err, path));
     assert_non_null(strstr(err, "chief"));
     unlink(path);
 
     /* A missing file. */
-    assert_int_equal(psc_config_resolve(NULL, &f, 1, &cfg, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(psc_tf_config_resolve(NULL, &f, 1, &cfg, err, sizeof err), PSC_ECONFIG);
     char want[600];
     snprintf(want, sizeof want, "--cluster %s: cannot read: No such file or directory", path);
     assert_string_equal(err, want);
@@ -488,29 +488,29 @@ static void test_bind_address(void **state)
 {
     (void)state;
     char buf[64];
-    assert_int_equal(psc_bind_address("127.0.0.1:5000", -1, buf, sizeof buf), 0);
+    assert_int_equal(psc_task_bind_address("127.0.0.1:5000", -1, buf, sizeof buf), 0);
     assert_string_equal(buf, "127.0.0.1:5000");
-    assert_int_equal(psc_bind_address("ps-0.ps:2222", -1, buf, sizeof buf), 0);
+    assert_int_equal(psc_task_bind_address("ps-0.ps:2222", -1, buf, sizeof buf), 0);
     assert_string_equal(buf, "0.0.0.0:2222");
-    assert_int_equal(psc_bind_address("ps-0.ps:2222", 4444, buf, sizeof buf), 0);
+    assert_int_equal(psc_task_bind_address("ps-0.ps:2222", 4444, buf, sizeof buf), 0);
     assert_string_equal(buf, "0.0.0.0:4444");
-    assert_int_equal(psc_bind_address("127.0.0.1:5000", 0, buf, sizeof buf), 0);
+    assert_int_equal(psc_task_bind_address("127.0.0.1:5000", 0, buf, sizeof buf), 0);
     assert_string_equal(buf, "127.0.0.1:0");
-    assert_int_equal(psc_bind_address("[::1]:7", -1, buf, sizeof buf), 0);
+    assert_int_equal(psc_task_bind_address("[::1]:7", -1, buf, sizeof buf), 0);
     assert_string_equal(buf, "[::1]:7");
-    assert_int_equal(psc_bind_address("[::1]:7", 8, buf, sizeof buf), 0);
+    assert_int_equal(psc_task_bind_address("[::1]:7", 8, buf, sizeof buf), 0);
     assert_string_equal(buf, "[::1]:8");
-    assert_int_equal(psc_bind_address("localhost:80", -1, buf, sizeof buf), 0);
+    assert_int_equal(psc_task_bind_address("localhost:80", -1, buf, sizeof buf), 0);
     assert_string_equal(buf, "0.0.0.0:80");
     /* No port: the default 2222. */
-    assert_int_equal(psc_bind_address("worker-3", -1, buf, sizeof buf), 0);
+    assert_int_equal(psc_task_bind_address("worker-3", -1, buf, sizeof buf), 0);
     assert_string_equal(buf, "0.0.0.0:2222");
-    assert_int_equal(psc_bind_address("10.1.2.3", -1, buf, sizeof buf), 0);
+    assert_int_equal(psc_task_bind_address("10.1.2.3", -1, buf, sizeof buf), 0);
     assert_string_equal(buf, "10.1.2.3:2222");
     /* Not an address, or no room. */
-    assert_int_equal(psc_bind_address(NULL, -1, buf, sizeof buf), PSC_EINVAL);
-    assert_int_equal(psc_bind_address("h:99999", -1, buf, sizeof buf), PSC_EINVAL);
-    assert_int_equal(psc_bind_address("127.0.0.1:5000", -1, buf, 8), PSC_EINVAL);
+    assert_int_equal(psc_task_bind_address(NULL, -1, buf, sizeof buf), PSC_EINVAL);
+    assert_int_equal(psc_task_bind_address("h:99999", -1, buf, sizeof buf), PSC_EINVAL);
+    assert_int_equal(psc_task_bind_address("127.0.0.1:5000", -1, buf, 8), PSC_EINVAL);
 }
 
 int main(void)

@@ -576,11 +576,28 @@ static void test_open_errors(void **state)
         chmod(path, 0755);
     }
 
-    /* The names for the next few seconds taken: never clobbered, PSC_EEXISTS. */
+    /* This second's name taken (a job started in the second its last one
+     * opened its file): the next free second's name, the other untouched. */
     char host[256] = "";
     gethostname(host, sizeof host);
     long long now = (long long)wall();
-    for (long long s = now; s < now + 5; s++) {
+    snprintf(path, sizeof path, "%s/events.out.tfevents.%010lld.%s.%ld.y", f->dir, now, host, (long)getpid());
+    fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("keep", fp);
+    fclose(fp);
+    assert_int_equal(psc_tfevents_open(f->dir, ".y", &w, err, sizeof err), 0);
+    assert_string_not_equal(psc_tfevents_path(w), path);
+    assert_non_null(strstr(psc_tfevents_path(w), ".y"));
+    psc_tfevents_close(w);
+    w = NULL;
+    size_t kept;
+    uint8_t *kbuf = slurp(path, &kept);
+    assert_int_equal(kept, 4);
+    free(kbuf);
+
+    /* The names of the next 100 seconds taken: never clobbered, PSC_EEXISTS. */
+    for (long long s = now; s < now + 101; s++) {
         snprintf(path, sizeof path, "%s/events.out.tfevents.%010lld.%s.%ld.x", f->dir, s, host, (long)getpid());
         fp = fopen(path, "w");
         assert_non_null(fp);
@@ -591,7 +608,7 @@ static void test_open_errors(void **state)
     assert_int_equal(psc_tfevents_open(f->dir, ".x", &w, err, sizeof err), PSC_EEXISTS);
     assert_null(w);
     assert_non_null(strstr(err, f->dir));
-    for (long long s = now; s < now + 5; s++) {
+    for (long long s = now; s < now + 101; s++) {
         snprintf(path, sizeof path, "%s/events.out.tfevents.%010lld.%s.%ld.x", f->dir, s, host, (long)getpid());
         size_t size;
         uint8_t *buf = slurp(path, &size);

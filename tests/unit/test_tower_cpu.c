@@ -17,6 +17,7 @@
  * Keras initialization and the argument checks.
  */
 #include "job_spec.h"
+#include "model_spec.h"
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"

@@ -22,6 +22,7 @@
  * against the CPU's reduce. Also the argument checks and a missing device.
  */
 #include "job_spec.h"
+#include "model_spec.h"
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"

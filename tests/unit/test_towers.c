@@ -5,6 +5,7 @@
  * splits and for a batch smaller than the number of towers.
  */
 #include "job_spec.h"
+#include "model_spec.h"
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"

@@ -1,0 +1,99 @@
+/* ps_client_internal.h — what the two halves of the ps_client share:
+ * ps_client.c (the data plane: the client's life cycle, the chunk and Batch
+ * rounds of pull, push and push-pull, sync steps, the push-pull thread) and
+ * ps_client_ctl.c (the chief's control plane: create/restore/initialize the
+ * model, checkpoints, Status, wait-ready, WorkerDone, Shutdown). Not for other
+ * modules: they use ps_client.h.
+ */
+#ifndef PSC_PS_CLIENT_INTERNAL_H
+#define PSC_PS_CLIENT_INTERNAL_H
+
+#include "ps_client.h"
+#include "psc.pb-c.h"
+#include "rpc.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* calls of one round in flight at a time, across every PS */
+#define PS_CLIENT_IN_FLIGHT 16
+/* room for a chunk call's request header (a Chunk without data, a PullRequest) */
+#define PS_CLIENT_HDR_CAP 320
+
+typedef struct piece_chunk {
+    int piece;       /* index into placed */
+    uint64_t offset; /* byte offset inside the piece */
+    size_t len;
+    size_t slab_byte; /* byte offset of this chunk inside the slab */
+    uint8_t hdr[PS_CLIENT_HDR_CAP];
+    size_t hdr_len;
+} piece_chunk_t;
+
+/* A Batch call to one PS: its pieces of at most batch_max bytes (each one chunk). */
+typedef struct ps_batch {
+    int ps;
+    size_t *chunk; /* (n) indices into pc->chunks */
+    size_t n;
+    int step;         /* carries the round's Step (the PS holds global_step) */
+    Psc__Chunk *push; /* (n) request items, refilled each round */
+    Psc__Chunk **push_p;
+    Psc__PullRequest *pull; /* (n) */
+    Psc__PullRequest **pull_p;
+    uint8_t *req; /* the packed request */
+    size_t req_cap;
+} ps_batch_t;
+
+struct ps_client {
+    int num_ps;
+    psc_rpc_channel_t **ch;
+    psc_placed_var_t *placed;
+    int nplaced;
+    int64_t *slab_offset; /* per placed piece: element offset in the slab */
+    int step_ps;          /* -1 if the model has no global_step */
+    int rank;
+    int timeout_ms;
+    piece_chunk_t *chunks; /* every chunk of every trainable piece */
+    size_t nchunks;
+    psc_rpc_op_t *ops; /* nchunks + nbatches + 1 */
+    size_t *op_chunk;  /* (nchunks) per chunk op of a round: its chunk */
+    /* Batch calls (ps_client_set_batch_bytes): async rounds and live pulls */
+    size_t batch_max; /* pieces of at most this many bytes are batched; 0: none */
+    ps_batch_t *batches;
+    int nbatches;
+    int *chunk_batch; /* (nchunks) the batch of chunk k, or -1 */
+    /* sync replicas (ps_client_set_sync) */
+    int sync;
+    int sync_r, sync_n;
+    double sync_timeout;
+    int64_t replica_step; /* this replica's steps, sent with every Step (ps_client_set_progress) */
+    /* bfloat16 pushes (ps_client_set_gradient_dtype) */
+    int64_t nelems;   /* floats in the slab */
+    int encoding;     /* PSC_ENC_* of pushed gradients */
+    uint16_t *wire16; /* (nelems) the gradients as sent */
+    float *resid;     /* (nelems) rounding errors still to send; NULL without error feedback */
+    /* the push-pull thread (ps_client_push_pull_start/wait), started by the
+     * first start, ended by ps_client_destroy */
+    struct {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        pthread_t thread;
+        int running; /* the thread exists */
+        enum { PCL_PP_IDLE, PCL_PP_INLINE, PCL_PP_ASKED, PCL_PP_DONE, PCL_PP_QUIT } state; /* INLINE: wait runs it */
+        const float *grads; /* the call asked for (PCL_PP_ASKED) */
+        float *params;
+        int rc; /* its outcome (PCL_PP_DONE) */
+        int64_t global_step;
+        double secs;
+        char err[512];
+    } pp;
+};
+
+/* The first failed op of a run, formatted into err ("WHAT on HOST:PORT
+ * failed: CODE: message", its PSC_E* code from psc_rpc_code_errno); 0 if none
+ * failed. */
+int pcl_op_error(const psc_rpc_op_t *ops, size_t n, const char *what, char *err, size_t errlen);
+/* Releases the reply buffers of n finished ops. */
+void pcl_clear_ops(psc_rpc_op_t *ops, size_t n);
+
+#endif
