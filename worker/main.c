@@ -73,7 +73,8 @@ static void usage(FILE *f)
             "  --prefetch N             batches prepared ahead by the input thread, 1..64 (default 2)\n"
             "  --debug_step_delay_ms MS testing: sleep MS in every step (simulates a slow replica)\n"
             "  --devices LIST           towers: cpu, cpu,cpu, gpu, gpu:0,gpu:1 (default: every visible GPU,\n"
-            "                           else one CPU tower); the batch is split across them\n"
+            "                           else one CPU tower); the batch is split across them. GPUs named but not\n"
+            "                           usable (none visible, CUDA driver too old) exit 78\n"
             "  --blas_threads N         threads of a CPU tower's matrix products, 0..1024 (default 0:\n"
             "                           OpenBLAS's own choice, one per core; 1 is faster where a PS shares the cores)\n"
             "  --batch_tensor_bytes N   asynchronous rounds and pulls: tensors of at most N bytes on one PS travel\n"
@@ -180,9 +181,10 @@ static int parse_opt(worker_args_t *a, int c, const char *arg, const char *text)
         const tower_ops_t *backend;
         int devs[PSC_MAX_TOWERS], ndev;
         char derr[256];
-        if (towers_parse_devices(arg, &backend, devs, &ndev, derr, sizeof derr)) {
+        int drc = towers_parse_devices(arg, &backend, devs, &ndev, derr, sizeof derr);
+        if (drc) { /* malformed: usage; well-formed but the GPUs are not there or not usable: configuration */
             fprintf(stderr, "worker: %s\n", derr);
-            return PSC_EXIT_USAGE;
+            return drc == PSC_EINVAL ? PSC_EXIT_USAGE : PSC_EXIT_CONFIG;
         }
         to->devices = arg;
         break;
@@ -278,7 +280,6 @@ static int serve(worker_t *w)
     char err[1024];
     trainer_opts_t *to = &w->args.trainer;
     const psc_cluster_t *cl = &w->cfg.cluster;
-    psc_signals_block();        /* before any thread */
     psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
     if (w->args.df.metrics_port) {
         w->metrics = psc_metrics_create();
@@ -377,6 +378,12 @@ static void teardown(worker_t *w)
 int main(int argc, char **argv)
 {
     static worker_t w; /* large, zeroed, and outlives every thread (the stop flag) */
+    /* Before anything that may start a thread: --devices initializes the CUDA
+     * runtime (its driver starts threads), and a thread that does not block
+     * SIGTERM would take it with the default action (exit, no clean stop).
+     * OpenBLAS's pool started before main(): restart it under this mask. */
+    psc_signals_block();
+    tower_cpu_threads_restart();
     int code = parse_args(argc, argv, &w.args);
     if (code != PSC_FLAG_NEXT) return code;
     if ((code = configure(&w)) == 0 && (code = serve(&w)) == 0)

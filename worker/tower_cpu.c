@@ -298,14 +298,17 @@ static void maxpool_backward(cpu_layer_t *L, const float *dy, float *dx, int n)
 
 /* ---- dropout (inverted: scaled at training time, identity at inference) ---- */
 
-static void dropout_forward(cpu_layer_t *L, int n, uint64_t seed)
+/* Layer `layer`'s mask for examples first .. first + n - 1 of the step's batch:
+ * unit j of this slice is unit first * out_size + j of the batch, kept when
+ * psc_dropout_bits says so (rng.h; the CUDA tower's kernel calls the same). */
+static void dropout_forward(cpu_layer_t *L, int n, uint64_t seed, int layer, int64_t first)
 {
-    psc_rng_t r;
-    psc_rng_seed(&r, seed);
     float scale = 1.0f / (1.0f - L->rate);
+    uint32_t threshold = psc_dropout_threshold(L->rate);
+    uint64_t element0 = (uint64_t)first * (uint64_t)L->out_size;
     int64_t count = n * L->out_size;
     for (int64_t j = 0; j < count; j++) {
-        L->mask[j] = psc_rng_uniform(&r) >= (double)L->rate ? scale : 0.0f;
+        L->mask[j] = psc_dropout_bits(seed, (uint32_t)layer, element0 + (uint64_t)j) >= threshold ? scale : 0.0f;
         L->out[j] = L->x[j] * L->mask[j];
     }
 }
@@ -342,8 +345,9 @@ static double softmax_xent(const float *logits, const int32_t *y, int n, int C, 
 /* ---- the model ---- */
 
 /* Forward pass over n examples x (n, features); returns the logits (n, classes).
- * train: dropout on, its masks from psc_seed_mix(dropout_seed, layer index). */
-static const float *forward(cpu_tower_t *t, const float *x, int n, int train, uint64_t dropout_seed)
+ * train: dropout on, its masks from (dropout_seed, layer index, unit index in
+ * the batch, x being examples first.. of it). */
+static const float *forward(cpu_tower_t *t, const float *x, int n, int train, uint64_t dropout_seed, int64_t first)
 {
     const float *h = x; /* (n, features) */
     for (int i = 0; i < t->num_layers; i++) {
@@ -367,7 +371,7 @@ static const float *forward(cpu_tower_t *t, const float *x, int n, int train, ui
             break;
         case PSC_LAYER_DROPOUT: /* (n, size) -> (n, size) */
             if (train) {
-                dropout_forward(L, n, psc_seed_mix(dropout_seed, (uint64_t)i));
+                dropout_forward(L, n, dropout_seed, i, first);
                 L->y = L->out;
             } else {
                 L->y = L->x;
@@ -438,14 +442,15 @@ static int cpu_get_grads(tower_t *base, float *grads)
     return 0;
 }
 
-static int cpu_train_step(tower_t *base, const float *x, const int32_t *y, int n, uint64_t dropout_seed, float *loss,
-                          int *correct)
+static int cpu_train_step(tower_t *base, const float *x, const int32_t *y, int n, uint64_t dropout_seed, int64_t first,
+                          float *loss, int *correct)
 {
     cpu_tower_t *t = (cpu_tower_t *)base;
     int rc = check_batch(t, x, y, n);
     if (rc) return rc;
-    const float *logits = forward(t, x, n, 1, dropout_seed); /* (n, classes) */
-    float *dlogits = t->dbuf[0];                              /* (n, classes) */
+    if (first < 0) return PSC_EINVAL;
+    const float *logits = forward(t, x, n, 1, dropout_seed, first); /* (n, classes) */
+    float *dlogits = t->dbuf[0];                                     /* (n, classes) */
     int hits = 0;
     double loss_sum = softmax_xent(logits, y, n, t->classes, dlogits, &hits);
     backward(t, dlogits, n);
@@ -459,7 +464,7 @@ static int cpu_evaluate(tower_t *base, const float *x, const int32_t *y, int n, 
     cpu_tower_t *t = (cpu_tower_t *)base;
     int rc = check_batch(t, x, y, n);
     if (rc) return rc;
-    const float *logits = forward(t, x, n, 0, 0); /* (n, classes) */
+    const float *logits = forward(t, x, n, 0, 0, 0); /* (n, classes) */
     int hits = 0;
     double sum = softmax_xent(logits, y, n, t->classes, NULL, &hits);
     if (loss_sum) *loss_sum += sum;
@@ -481,7 +486,26 @@ static void cpu_destroy(tower_t *base)
 
 void tower_cpu_set_threads(int n) { openblas_set_num_threads(n); }
 
+/* OpenBLAS's own (not in cblas.h); its fork handler calls it too. Weak: an
+ * OpenBLAS without it (the OpenMP build) leaves the pool as it is. */
+extern void blas_thread_shutdown_(void) __attribute__((weak));
+
+void tower_cpu_threads_restart(void)
+{
+    /* The pthreads OpenBLAS starts its thread pool when the library loads, with
+     * the signal mask of a process that has blocked nothing yet. Shut down, the
+     * pool is started again by the next parallel GEMM, from a thread that
+     * inherited main's mask. */
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
+
 static int cpu_device_count(void) { return 1; }
+
+static int cpu_device_error(char *why, size_t whylen)
+{
+    if (whylen) why[0] = '\0';
+    return 0;
+}
 
 static int cpu_reduce_grads(tower_t *dst_base, tower_t *const *srcs, const float *weights, int n)
 {
@@ -667,4 +691,5 @@ const tower_ops_t tower_cpu_ops = {
     .evaluate = cpu_evaluate,
     .device_count = cpu_device_count,
     .reduce_grads = cpu_reduce_grads,
+    .device_error = cpu_device_error,
 };

@@ -10,7 +10,7 @@
  * max-pool argmax, the backward ping-pong buffers, the im2col scratch, the bias
  * gradient partial sums, the per-row loss / hit arrays and cuBLAS's workspace —
  * and every host staging buffer from ONE pinned cudaHostAlloc slab (input batch,
- * labels, dropout masks, per-row losses and hits). A step is
+ * labels, per-row losses and hits). A step is
  *
  *     x, y     -> device                       pinned staging, async on the stream
  *     logits   = forward(x)                    kernels + GEMMs queued on the stream
@@ -20,7 +20,8 @@
  *
  * and allocates nothing (cuBLAS gets its workspace from our slab, so it does
  * not allocate one either). Every op starts with cudaSetDevice(device): towers
- * on different GPUs are driven from different threads.
+ * on different GPUs are driven from different threads. create() refuses a
+ * device this build has no kernel image for (kernel_image_check), naming it.
  *
  * reduce_grads(dst, srcs, w) runs on dst's stream: dst's gradients are scaled by
  * dst's own weight (if dst is among srcs; else cleared), then each other src's
@@ -29,8 +30,11 @@
  * staging slab (peer access is enabled lazily, per device pair, where the
  * hardware allows; otherwise the driver stages the copy through host memory). Every CUDA runtime and
  * cuBLAS call, and every kernel launch, goes through CUDA_CHECK / CUDA_LAUNCH,
- * which log the statement, file and line and return a PSC_E* code (create also
- * puts the text in err); nothing aborts on a CUDA error.
+ * which log the statement, file and line, clear the thread's pending error and
+ * return a PSC_E* code (create also puts the text in err); nothing aborts on a
+ * CUDA error. An op that fails after queuing work still synchronizes its stream
+ * before returning (stream_finish), so no copy from a pinned staging buffer or
+ * a caller's buffer is in flight when the next op or the caller touches it.
  *
  * Layout (as tower_cpu.c): activations (n, h, w, c) row-major (NHWC), a flat one
  * (n, features); dense kernels (in, units); conv kernels (kh, kw, in_c, filters)
@@ -40,10 +44,10 @@
  * as C^T = op(B)^T op(A)^T (gemm_rm).
  *
  * Matching the CPU tower exactly where it is discrete:
- *   - dropout masks are drawn on the HOST with the same psc_rng stream as
- *     tower_cpu.c (layer i of a step seeded with psc_seed_mix(dropout_seed, i),
- *     one psc_rng_uniform per element in order), written into the layer's pinned
- *     region and copied to the device: both backends drop the same units;
+ *   - dropout masks are drawn on the device by k_dropout_forward with the
+ *     counter-based psc_dropout_bits (rng.h) of (dropout_seed, layer, the unit's
+ *     index in the step's batch), the function tower_cpu.c calls: both backends
+ *     drop the same units, and nothing is drawn on or copied from the host;
  *   - max-pool keeps the first maximum in (ky, kx) order, as the CPU loop;
  *   - the logits' argmax keeps the first maximum; the loss is taken around the
  *     row maximum in double, and the rows' losses are summed on the host in row
@@ -106,6 +110,13 @@ static int cuda_status(cudaError_t e, const char *stmt, const char *file, int li
     snprintf(cuda_last_error, sizeof cuda_last_error, "%s failed at %s:%d: %s (%s)", stmt, file, line,
              cudaGetErrorString(e), cudaGetErrorName(e));
     PSC_ERROR("cuda tower: %s", cuda_last_error);
+    /* A failed runtime call also leaves its error pending for this thread: clear
+     * it, or the next launch check (cudaGetLastError) would report it again
+     * against an unrelated kernel. This only clears non-sticky errors (a bad
+     * argument, out of memory); a sticky one (an illegal address or a trap in a
+     * kernel) has corrupted the context: every later call on this device fails
+     * with it until the process exits, and is logged where it happens. */
+    (void)cudaGetLastError();
     return e == cudaErrorMemoryAllocation ? PSC_ENOMEM : PSC_EIO;
 }
 
@@ -169,7 +180,6 @@ typedef struct cuda_layer {
     float *out;      /* (B, out_h, out_w, out_c) post-activation; not for flatten */
     float *mask;     /* dropout: (B, out_size), each 0 or 1 / (1 - rate) */
     int32_t *argmax; /* max_pool2d: (B, out_h, out_w, out_c), index into the example's input */
-    float *hmask;    /* dropout: pinned host (B, out_size), where the mask is drawn */
     /* set by each forward pass (device) */
     const float *x; /* (n, in_size) */
     const float *y; /* (n, out_size) */
@@ -409,7 +419,22 @@ static __global__ void k_maxpool_backward(const float *__restrict__ dy, const in
     }
 }
 
-/* out = x * mask (dropout forward), or dy *= mask in place (backward: out = x = dy). */
+/* Dropout forward: mask (count) = scale where the unit is kept, else 0, and
+ * out = x * mask; unit i is unit element0 + i of the step's batch
+ * (psc_dropout_bits, as tower_cpu.c's dropout_forward). */
+static __global__ void k_dropout_forward(const float *__restrict__ x, float *__restrict__ mask, float *__restrict__ out,
+                                         int64_t count, uint64_t seed, uint32_t layer, uint64_t element0,
+                                         uint32_t threshold, float scale)
+{
+    GRID_STRIDE(i, count)
+    {
+        float m = psc_dropout_bits(seed, layer, element0 + (uint64_t)i) >= threshold ? scale : 0.0f;
+        mask[i] = m;
+        out[i] = x[i] * m;
+    }
+}
+
+/* dy *= mask in place (dropout backward: out = x = dy). */
 static __global__ void k_mul(const float *x, const float *mask, float *out, int64_t count)
 {
     GRID_STRIDE(i, count) out[i] = x[i] * mask[i];
@@ -568,25 +593,21 @@ static int conv2d_backward(cuda_tower_t *t, cuda_layer_t *L, const float *dy, fl
     return 0;
 }
 
-/* Draws layer L's mask for n examples on the host, exactly as tower_cpu.c's
- * dropout_forward (one uniform per element, in order, from psc_rng seeded with
- * seed), into its pinned region; copies it over and applies it. The pinned
- * region is free: the previous step synchronized before returning. */
-static int dropout_forward(cuda_tower_t *t, cuda_layer_t *L, int n, uint64_t seed)
+/* Layer `layer`'s mask for the n examples first.. of the step's batch, drawn on
+ * the device (the same units as tower_cpu.c's dropout_forward), and applied. */
+static int dropout_forward(cuda_tower_t *t, cuda_layer_t *L, int n, uint64_t seed, int layer, int64_t first)
 {
-    psc_rng_t r;
-    psc_rng_seed(&r, seed);
-    float scale = 1.0f / (1.0f - L->rate);
+    float scale = 1.0f / (1.0f - L->rate); /* as the CPU computes it */
     int64_t count = n * L->out_size;
-    for (int64_t j = 0; j < count; j++) L->hmask[j] = psc_rng_uniform(&r) >= (double)L->rate ? scale : 0.0f;
-    CUDA_CHECK(cudaMemcpyAsync(L->mask, L->hmask, (size_t)count * sizeof(float), cudaMemcpyHostToDevice, t->stream));
-    CUDA_LAUNCH(t, k_mul, blocks_for(count), L->x, L->mask, L->out, count);
+    CUDA_LAUNCH(t, k_dropout_forward, blocks_for(count), L->x, L->mask, L->out, count, seed, (uint32_t)layer,
+                (uint64_t)first * (uint64_t)L->out_size, psc_dropout_threshold(L->rate), scale);
     return 0;
 }
 
 /* Forward pass over the n examples in t->x; *logits (n, classes). train: dropout
- * on, layer i's mask from psc_seed_mix(dropout_seed, i) (tower_cpu.c's forward). */
-static int forward(cuda_tower_t *t, int n, int train, uint64_t dropout_seed, const float **logits)
+ * on, masks from (dropout_seed, layer, unit index in the batch, t->x holding
+ * examples first.. of it), as tower_cpu.c's forward. */
+static int forward(cuda_tower_t *t, int n, int train, uint64_t dropout_seed, int64_t first, const float **logits)
 {
     const float *h = t->x; /* (n, features) */
     int rc = 0;
@@ -613,7 +634,7 @@ static int forward(cuda_tower_t *t, int n, int train, uint64_t dropout_seed, con
             break;
         case PSC_LAYER_DROPOUT:
             if (train) {
-                rc = dropout_forward(t, L, n, psc_seed_mix(dropout_seed, (uint64_t)i));
+                rc = dropout_forward(t, L, n, dropout_seed, i, first);
                 L->y = L->out;
             } else {
                 L->y = L->x;
@@ -709,16 +730,27 @@ static double loss_sum_rows(const cuda_tower_t *t, int n, int *hits)
 
 /* ---- the operations ---- */
 
+/* Every op's single exit once it has queued work on t's stream: waits for the
+ * stream whatever rc is. On an error path too: the copies queued from the
+ * pinned staging buffers (which the next op refills), to them (which the next
+ * op reads) or from and to the caller's buffers (which the caller reuses as
+ * soon as we return) may still be running. Keeps the op's first error; after a
+ * sticky error the synchronize fails as well (logged). */
+static int stream_finish(cuda_tower_t *t, int rc)
+{
+    int sync = cuda_status(cudaStreamSynchronize(t->stream), "cudaStreamSynchronize(t->stream)", __FILE__, __LINE__);
+    return rc ? rc : sync;
+}
+
 static int cuda_set_params(tower_t *base, const float *params)
 {
     cuda_tower_t *t = (cuda_tower_t *)base;
     CUDA_CHECK(cudaSetDevice(t->device));
     if (!t->nparams) return 0;
-    CUDA_CHECK(cudaMemcpyAsync(t->params, params, (size_t)t->nparams * sizeof(float), cudaMemcpyHostToDevice,
-                               t->stream));
     /* the caller may change params once we return */
-    CUDA_CHECK(cudaStreamSynchronize(t->stream));
-    return 0;
+    return stream_finish(t, cuda_status(cudaMemcpyAsync(t->params, params, (size_t)t->nparams * sizeof(float),
+                                                        cudaMemcpyHostToDevice, t->stream),
+                                        "cudaMemcpyAsync(t->params, params)", __FILE__, __LINE__));
 }
 
 static int cuda_get_grads(tower_t *base, float *grads)
@@ -726,25 +758,32 @@ static int cuda_get_grads(tower_t *base, float *grads)
     cuda_tower_t *t = (cuda_tower_t *)base;
     CUDA_CHECK(cudaSetDevice(t->device));
     if (!t->nparams) return 0;
-    CUDA_CHECK(cudaMemcpyAsync(grads, t->grads, (size_t)t->nparams * sizeof(float), cudaMemcpyDeviceToHost,
-                               t->stream));
-    CUDA_CHECK(cudaStreamSynchronize(t->stream));
-    return 0;
+    return stream_finish(t, cuda_status(cudaMemcpyAsync(grads, t->grads, (size_t)t->nparams * sizeof(float),
+                                                        cudaMemcpyDeviceToHost, t->stream),
+                                        "cudaMemcpyAsync(grads, t->grads)", __FILE__, __LINE__));
 }
 
-static int cuda_train_step(tower_t *base, const float *x, const int32_t *y, int n, uint64_t dropout_seed, float *loss,
-                           int *correct)
+/* Queues a whole step (train_step's work up to its synchronize). */
+static int train_queue(cuda_tower_t *t, const float *x, const int32_t *y, int n, uint64_t dropout_seed,
+                       int64_t first)
 {
-    cuda_tower_t *t = (cuda_tower_t *)base;
-    CUDA_CHECK(cudaSetDevice(t->device));
     int rc = load_batch(t, x, y, n);
     if (rc) return rc;
     const float *logits; /* (n, classes) */
-    if ((rc = forward(t, n, 1, dropout_seed, &logits))) return rc;
+    if ((rc = forward(t, n, 1, dropout_seed, first, &logits))) return rc;
     float *dlogits = t->dbuf[0]; /* (n, classes) */
     if ((rc = loss_queue(t, logits, n, dlogits))) return rc;
-    if ((rc = backward(t, dlogits, n))) return rc;
-    CUDA_CHECK(cudaStreamSynchronize(t->stream));
+    return backward(t, dlogits, n);
+}
+
+static int cuda_train_step(tower_t *base, const float *x, const int32_t *y, int n, uint64_t dropout_seed,
+                           int64_t first, float *loss, int *correct)
+{
+    cuda_tower_t *t = (cuda_tower_t *)base;
+    if (first < 0) return PSC_EINVAL;
+    CUDA_CHECK(cudaSetDevice(t->device));
+    int rc = stream_finish(t, train_queue(t, x, y, n, dropout_seed, first));
+    if (rc) return rc;
     int hits;
     double sum = loss_sum_rows(t, n, &hits);
     if (loss) *loss = (float)(sum / n);
@@ -752,16 +791,22 @@ static int cuda_train_step(tower_t *base, const float *x, const int32_t *y, int 
     return 0;
 }
 
+/* Queues an evaluation (evaluate's work up to its synchronize). */
+static int evaluate_queue(cuda_tower_t *t, const float *x, const int32_t *y, int n)
+{
+    int rc = load_batch(t, x, y, n);
+    if (rc) return rc;
+    const float *logits;
+    if ((rc = forward(t, n, 0, 0, 0, &logits))) return rc;
+    return loss_queue(t, logits, n, NULL);
+}
+
 static int cuda_evaluate(tower_t *base, const float *x, const int32_t *y, int n, double *loss_sum, int *correct)
 {
     cuda_tower_t *t = (cuda_tower_t *)base;
     CUDA_CHECK(cudaSetDevice(t->device));
-    int rc = load_batch(t, x, y, n);
+    int rc = stream_finish(t, evaluate_queue(t, x, y, n));
     if (rc) return rc;
-    const float *logits;
-    if ((rc = forward(t, n, 0, 0, &logits))) return rc;
-    if ((rc = loss_queue(t, logits, n, NULL))) return rc;
-    CUDA_CHECK(cudaStreamSynchronize(t->stream));
     int hits;
     double sum = loss_sum_rows(t, n, &hits);
     if (loss_sum) *loss_sum += sum;
@@ -790,10 +835,44 @@ static int cuda_device_count(void)
 {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError(); /* no driver or no device: clear it, it is not an error here */
+        (void)cudaGetLastError(); /* not pending for the next check: device_error tells why */
         return 0;
     }
     return n;
+}
+
+/* "major.minor" of a CUDA version number (13000 -> "13.0"). */
+static void version_text(int v, char *buf, size_t len) { snprintf(buf, len, "%d.%d", v / 1000, v % 1000 / 10); }
+
+/* Why cudaGetDeviceCount failed, unless that means "no GPU here": the runtime
+ * says cudaErrorNoDevice with a driver and no device, and
+ * cudaErrorInsufficientDriver with NO driver (cudaDriverGetVersion gives 0),
+ * both the CPU-only machine's normal state. Anything else (a driver older than
+ * this runtime needs, a driver/library mismatch, no permission on /dev/nvidia*)
+ * is a broken GPU node that must not pass for a CPU one. */
+static int cuda_device_error(char *why, size_t whylen)
+{
+    int n = 0, driver = 0, runtime = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (whylen) why[0] = '\0';
+    if (e == cudaSuccess || e == cudaErrorNoDevice) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+    (void)cudaGetLastError();
+    if (e == cudaErrorInsufficientDriver && driver == 0) return 0; /* no NVIDIA driver installed */
+    char dv[16], rv[16];
+    version_text(driver, dv, sizeof dv);
+    version_text(runtime, rv, sizeof rv);
+    if (e == cudaErrorInsufficientDriver)
+        return psc_seterr(why, whylen, PSC_ECONFIG,
+                          "the CUDA driver cannot run this build: %s (%s): the driver supports CUDA %s, this build "
+                          "needs CUDA %s (upgrade the NVIDIA driver, or use an image built for CUDA %s)",
+                          cudaGetErrorString(e), cudaGetErrorName(e), dv, rv, dv);
+    return psc_seterr(why, whylen, PSC_ECONFIG, "cudaGetDeviceCount failed: %s (%s); driver CUDA %s, runtime CUDA %s",
+                      cudaGetErrorString(e), cudaGetErrorName(e), dv, rv);
 }
 
 /* Once per (tower, peer device): lets t's device reach peer's memory directly
@@ -816,15 +895,10 @@ static void peer_enable(cuda_tower_t *t, int peer)
     (void)cudaGetLastError(); /* none of these outcomes is a pending error */
 }
 
-static int cuda_reduce_grads(tower_t *dst_base, tower_t *const *srcs, const float *weights, int n)
+/* Queues reduce_grads' work on dst's stream (see cuda_reduce_grads). */
+static int reduce_queue(cuda_tower_t *dst, tower_t *const *srcs, const float *weights, int n)
 {
-    cuda_tower_t *dst = (cuda_tower_t *)dst_base;
-    CUDA_CHECK(cudaSetDevice(dst->device));
-    for (int i = 0; i < n; i++) {
-        if (srcs[i]->ops != &tower_cuda_ops) return PSC_EINVAL;
-        if (((const cuda_tower_t *)srcs[i])->nparams != dst->nparams) return PSC_EMISMATCH;
-    }
-    if (!dst->nparams) return 0;
+    tower_t *dst_base = &dst->base;
     /* dst may be among srcs: fold its own term in first, then add the others
      * (the CPU tower's order). */
     float self = 0.0f;
@@ -848,9 +922,20 @@ static int cuda_reduce_grads(tower_t *dst_base, tower_t *const *srcs, const floa
         }
         CUDA_LAUNCH(dst, k_accumulate, blocks_for(count), dst->grads, 1.0f, from, weights[i], count);
     }
-    /* the srcs may start their next step once we return */
-    CUDA_CHECK(cudaStreamSynchronize(dst->stream));
     return 0;
+}
+
+static int cuda_reduce_grads(tower_t *dst_base, tower_t *const *srcs, const float *weights, int n)
+{
+    cuda_tower_t *dst = (cuda_tower_t *)dst_base;
+    CUDA_CHECK(cudaSetDevice(dst->device));
+    for (int i = 0; i < n; i++) {
+        if (srcs[i]->ops != &tower_cuda_ops) return PSC_EINVAL;
+        if (((const cuda_tower_t *)srcs[i])->nparams != dst->nparams) return PSC_EMISMATCH;
+    }
+    if (!dst->nparams) return 0;
+    /* the srcs may start their next step once we return, failed or not */
+    return stream_finish(dst, reduce_queue(dst, srcs, weights, n));
 }
 
 /* TF padding before the first row/column for one dimension (tower_cpu.c). */
@@ -890,7 +975,6 @@ static void carve_all(cuda_tower_t *t, char *dbase, char *hbase, int64_t dbuf_fl
         size_t batch_out = (size_t)(B * L->out_size);
         L->out = L->type != PSC_LAYER_FLATTEN ? (float *)carve(&d, batch_out * sizeof(float)) : NULL;
         L->mask = L->type == PSC_LAYER_DROPOUT ? (float *)carve(&d, batch_out * sizeof(float)) : NULL;
-        L->hmask = L->type == PSC_LAYER_DROPOUT ? (float *)carve(&h, batch_out * sizeof(float)) : NULL;
         L->argmax = L->type == PSC_LAYER_MAX_POOL2D ? (int32_t *)carve(&d, batch_out * sizeof(int32_t)) : NULL;
     }
     t->dbuf[0] = (float *)carve(&d, (size_t)dbuf_floats * sizeof(float));
@@ -906,6 +990,52 @@ static void carve_all(cuda_tower_t *t, char *dbase, char *hbase, int64_t dbuf_fl
     t->hrow_hit = (int32_t *)carve(&h, (size_t)B * sizeof(int32_t));
     *dbytes = d.off;
     *hbytes = h.off;
+}
+
+/* The architectures this file was compiled for, "sm_75, sm_80, ..." (nvcc
+ * defines __CUDA_ARCH_LIST__ in the host pass too: the virtual architectures,
+ * each built as SASS, the newest also as PTX; see CMakeLists.txt). */
+static void built_archs(char *buf, size_t len)
+{
+#ifdef __CUDA_ARCH_LIST__
+    static const int archs[] = {__CUDA_ARCH_LIST__};
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0] && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%ssm_%d", i ? ", " : "", archs[i] / 10);
+#else
+    snprintf(buf, len, "no architecture list");
+#endif
+}
+
+/* Refuses a device this build has no kernel image for (its compute capability
+ * is not among the built SASS and older than the PTX): otherwise the first
+ * kernel of the first step would fail. The current device is t's. */
+static int kernel_image_check(int device, char *err, size_t errlen)
+{
+    cudaFuncAttributes attr;
+    cudaError_t e = cudaFuncGetAttributes(&attr, k_accumulate);
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    cudaDeviceProp prop;
+    char name[sizeof prop.name + 1] = "?";
+    int major = 0, minor = 0;
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+        snprintf(name, sizeof name, "%s", prop.name);
+        major = prop.major;
+        minor = prop.minor;
+    }
+    (void)cudaGetLastError();
+    char archs[160];
+    built_archs(archs, sizeof archs);
+    if (e == cudaErrorInvalidDeviceFunction || e == cudaErrorNoKernelImageForDevice)
+        return psc_seterr(err, errlen, PSC_EUNSUPPORTED,
+                          "cuda tower: device %d (%s, compute capability %d.%d) has no kernel image in this build "
+                          "(built for %s): rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d if this CUDA supports it, or "
+                          "run with --devices cpu",
+                          device, name, major, minor, archs, major, minor);
+    return psc_seterr(err, errlen, PSC_EIO, "cuda tower: device %d (%s): cudaFuncGetAttributes failed: %s (%s)", device,
+                      name, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 /* The CUDA side of create: device, stream, cuBLAS, the two slabs. */
@@ -939,10 +1069,17 @@ static int cuda_create(const psc_job_spec_t *spec, const psc_var_desc_t *vars, i
     if (max_batch < 1)
         return psc_seterr(err, errlen, PSC_EINVAL, "cuda tower: max_batch must be >= 1, got %d", max_batch);
     int ndev = cuda_device_count();
+    char why[256];
+    if (ndev == 0 && cuda_device_error(why, sizeof why))
+        return psc_seterr(err, errlen, PSC_ECONFIG, "cuda tower: no CUDA device %d: %s", device, why);
     if (device < 0 || device >= ndev)
         return psc_seterr(err, errlen, PSC_ENOTFOUND, "cuda tower: no CUDA device %d (%d visible%s)", device, ndev,
                           ndev ? "" : ": no driver or no GPU; check nvidia-smi and CUDA_VISIBLE_DEVICES");
-    int nl = spec->num_layers, rc;
+    if (cuda_status(cudaSetDevice(device), "cudaSetDevice(device)", __FILE__, __LINE__))
+        return psc_seterr(err, errlen, PSC_EIO, "cuda tower: %s", cuda_last_error);
+    int rc = kernel_image_check(device, err, errlen);
+    if (rc) return rc;
+    int nl = spec->num_layers;
     psc_var_desc_t *want = NULL;
     int nwant = 0;
     int(*shapes)[3] = NULL;
@@ -1080,4 +1217,5 @@ extern "C" const tower_ops_t tower_cuda_ops = {
     /* .evaluate = */ cuda_evaluate,
     /* .device_count = */ cuda_device_count,
     /* .reduce_grads = */ cuda_reduce_grads,
+    /* .device_error = */ cuda_device_error,
 };

@@ -10,7 +10,6 @@
 
 #include "log.h"
 #include "psc.h"
-#include "rng.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -56,6 +55,11 @@ int towers_parse_devices(const char *devices, const tower_ops_t **backend, int *
 {
     const tower_ops_t *cuda = tower_backend_find("cuda");
     int gpus = cuda ? cuda->device_count() : 0;
+    /* No GPU because the driver is unusable (too old for this build's CUDA, a
+     * broken install) is not "no GPU here": a pod that asked for one would
+     * silently train on the CPU. */
+    char why[256] = "";
+    int broken = cuda && gpus == 0 ? cuda->device_error(why, sizeof why) : 0;
     *ndev = 0;
     *backend = NULL;
     if (!devices || !devices[0] || strcmp(devices, "auto") == 0) {
@@ -65,8 +69,11 @@ int towers_parse_devices(const char *devices, const tower_ops_t **backend, int *
         } else {
             *backend = &tower_cpu_ops;
             devs[(*ndev)++] = 0;
-            PSC_INFO("no GPU visible (%s): one CPU tower",
-                     cuda ? "the CUDA backend found no device" : "this build has no CUDA backend");
+            if (broken)
+                PSC_WARN("no usable GPU (%s): one CPU tower (--devices gpu makes this an error)", why);
+            else
+                PSC_INFO("no GPU visible (%s): one CPU tower",
+                         cuda ? "the CUDA backend found no device" : "this build has no CUDA backend");
         }
         return 0;
     }
@@ -88,6 +95,7 @@ int towers_parse_devices(const char *devices, const tower_ops_t **backend, int *
                 return psc_seterr(err, errlen, PSC_EUNSUPPORTED,
                                   "--devices: \"%s\": this build has no CUDA backend (nvcc was not found)", tok);
             b = cuda;
+            if (gpus == 0 && broken) return psc_seterr(err, errlen, broken, "--devices: \"%s\": %s", tok, why);
             if (tok[3] == '\0') {
                 if (gpus == 0) return psc_seterr(err, errlen, PSC_EUNSUPPORTED, "--devices: \"gpu\": no GPU is visible");
                 last = first + gpus - 1;
@@ -130,8 +138,8 @@ static void run_slot(towers_t *ts, slot_t *s)
         s->loss = 0;
         s->correct = 0;
         if (s->n > 0)
-            s->rc = tower_train_step(s->tower, ts->x + (int64_t)s->off * ts->features, ts->y + s->off, s->n,
-                                     psc_seed_mix(ts->seed, (uint64_t)s->index), &s->loss, &s->correct);
+            s->rc = tower_train_step_at(s->tower, ts->x + (int64_t)s->off * ts->features, ts->y + s->off, s->n,
+                                        ts->seed, s->off, &s->loss, &s->correct);
         break;
     case JOB_EVAL:
         s->loss_sum = 0;

@@ -12,7 +12,9 @@
  * Devices ("--devices"): a comma list of "cpu" or "gpu:K" entries, or "gpu"
  * (every visible GPU); "cpu,cpu" gives two CPU towers. Every entry must be of
  * one backend (their gradients are reduced by that backend). NULL, "" or "auto"
- * picks every visible GPU, else one CPU tower (and logs why).
+ * picks every visible GPU, else one CPU tower (and logs why: INFO when there is
+ * no GPU or no driver, WARN when the CUDA driver is unusable, e.g. older than
+ * this build's CUDA runtime needs).
  */
 #ifndef PSC_TOWERS_H
 #define PSC_TOWERS_H
@@ -29,7 +31,11 @@
 typedef struct towers towers_t;
 
 /* Parses a devices string into a backend and device list (no tower is built).
- * *backend is the chosen backend, devices[] its device indices (0 for cpu). */
+ * *backend is the chosen backend, devices[] its device indices (0 for cpu).
+ * Errors, with the text in err: PSC_EINVAL for a malformed string; for GPUs
+ * that are not there PSC_EUNSUPPORTED (no CUDA in this build, no GPU, no GPU K)
+ * or the CUDA backend's device_error code (an unusable driver). May initialize
+ * the CUDA runtime (and its threads): call it after blocking signals. */
 int towers_parse_devices(const char *devices, const tower_ops_t **backend, int *devices_out, int *ndevices, char *err,
                          size_t errlen);
 
@@ -43,8 +49,9 @@ int towers_count(const towers_t *ts);
 const char *towers_describe(const towers_t *ts);
 
 int towers_set_params(towers_t *ts, const float *params);
-/* One step on n examples: loss is the mean over all n, correct the hits. Each
- * tower's dropout seed is mixed from seed and its index. */
+/* One step on n examples: loss is the mean over all n, correct the hits.
+ * Every tower gets seed and its slice's offset in the batch, so the dropout
+ * masks (tower.h) do not depend on how the batch is split. */
 int towers_train_step(towers_t *ts, const float *x, const int32_t *y, int n, uint64_t seed, float *loss,
                       int *correct);
 /* The averaged gradient into the host slab. */

@@ -15,6 +15,11 @@
  * a separable toy set with plain SGD. Replication invariant: the size-weighted mean
  * of two half-batch gradients equals the full-batch gradient. Also the slab layout,
  * Keras initialization and the argument checks.
+ * Dropout masks (rng.h's counter-based generator): Philox-4x32-10's known answers
+ * from Random123; the drop rate within a statistical tolerance; the tower's mask
+ * is psc_dropout_bits of (seed, layer, the unit's index in the step's batch), so
+ * a tower given a slice (tower_train_step_at) drops what a tower on the whole
+ * batch drops there (loss and gradient of two slices == the whole batch's).
  */
 #include "job_spec.h"
 #include "model_spec.h"
@@ -364,6 +369,127 @@ static void test_dropout_mask(void **state)
     int zero = 0;
     for (int j = 0; j < HID; j++) zero += dw[j * 2] == 0.0f && dw[j * 2 + 1] == 0.0f;
     assert_true(zero > HID * 4 / 10 && zero < HID * 6 / 10);
+    model_free(m);
+}
+
+/* Random123's kat_vectors for philox4x32 10 (counter, key -> result). */
+static void test_philox_known_answers(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t ctr[4], key[2], want[4];
+    } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+         {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+         {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+        psc_philox4_t c;
+        memcpy(c.v, kat[i].ctr, sizeof c.v);
+        psc_philox4_t out = psc_philox4x32_10(c, kat[i].key[0], kat[i].key[1]);
+        for (int k = 0; k < 4; k++) assert_int_equal(out.v[k], kat[i].want[k]);
+    }
+    assert_int_equal(psc_dropout_threshold(0.0f), 0);
+    assert_int_equal(psc_dropout_threshold(0.5f), 0x80000000u);
+    assert_int_equal(psc_dropout_threshold(0.25f), 0x40000000u);
+}
+
+/* The share of dropped units is the rate: 2^20 units per (rate, seed, layer),
+ * within 5 standard deviations of a binomial; and the streams of different
+ * seeds, layers and elements differ. */
+static void test_dropout_rate(void **state)
+{
+    (void)state;
+    enum { N = 1 << 20 };
+    static const float rates[] = {0.1f, 0.25f, 0.5f, 0.9f};
+    for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
+        uint32_t th = psc_dropout_threshold(rates[r]);
+        for (uint64_t seed = 1; seed < 3; seed++)
+            for (uint32_t layer = 0; layer < 2; layer++) {
+                int64_t dropped = 0;
+                for (uint64_t e = 0; e < N; e++) dropped += psc_dropout_bits(seed, layer, e) < th;
+                double share = (double)dropped / N, sd = sqrt(rates[r] * (1.0 - rates[r]) / N);
+                if (fabs(share - rates[r]) > 5 * sd)
+                    fail_msg("rate %.2f seed %llu layer %u: dropped %.5f", rates[r], (unsigned long long)seed, layer,
+                             share);
+            }
+    }
+    /* neighbours in seed, layer and element give unrelated bits */
+    int same = 0;
+    for (uint64_t e = 0; e < 4096; e++) {
+        uint32_t b = psc_dropout_bits(7, 1, e);
+        same += b == psc_dropout_bits(8, 1, e);
+        same += b == psc_dropout_bits(7, 2, e);
+        same += b == psc_dropout_bits(7, 1, e + 1);
+        same += b == psc_dropout_bits((uint64_t)7 << 32, 1, e);
+    }
+    assert_true(same <= 1);
+}
+
+/* The tower's mask for example e of a slice that starts at example `first` is
+ * unit (first + e) * features + j of the batch: dropout(0.5) on the input, then
+ * a dense layer: row j of its kernel's gradient is zero exactly where input unit
+ * j was dropped (x has no zeros). Two slices of a batch give the whole batch's
+ * loss and gradient; the same slice at another offset does not. */
+static void test_dropout_batch_split(void **state)
+{
+    (void)state;
+    enum { F = 64, N = 7, K = 3 };
+    psc_layer_spec_t L[] = {dropout(0.5f), dense("dense", 3, PSC_ACT_TANH), dense("dense_1", 2, PSC_ACT_NONE)};
+    model_t *m = model_new(1, F, 0, 0, L, 3, N, 21);
+    float x[N * F];
+    int32_t y[N];
+    random_batch(22, N, F, 2, x, y);
+    for (int i = 0; i < N * F; i++)
+        if (x[i] == 0.0f) x[i] = 0.5f;
+    const uint64_t seed = 0x5eed;
+    const uint32_t th = psc_dropout_threshold(0.5f);
+    float lw, la, lb, lshift;
+    int c;
+    assert_int_equal(tower_set_params(m->t, m->params), 0);
+
+    /* one example at offset 5: the zero rows of dense/kernel (F, 3) are the drops */
+    assert_int_equal(tower_train_step_at(m->t, x, y, 1, seed, 5, &la, &c), 0);
+    assert_int_equal(tower_get_grads(m->t, m->grads), 0);
+    const float *dw = m->grads + m->offsets[0]; /* dense/kernel */
+    int dropped = 0;
+    for (int j = 0; j < F; j++) {
+        int zero = dw[j * 3] == 0.0f && dw[j * 3 + 1] == 0.0f && dw[j * 3 + 2] == 0.0f;
+        int want = psc_dropout_bits(seed, 0, (uint64_t)5 * F + (uint64_t)j) < th;
+        if (zero != want) fail_msg("unit %d: %s by the tower, %s by the generator", j, zero ? "dropped" : "kept",
+                                   want ? "dropped" : "kept");
+        dropped += want;
+    }
+    assert_true(dropped > 0 && dropped < F);
+
+    /* the whole batch vs its slices [0, K) and [K, N) */
+    float *gw = malloc((size_t)m->nparams * sizeof(float)), *ga = malloc((size_t)m->nparams * sizeof(float));
+    assert_int_equal(tower_train_step(m->t, x, y, N, seed, &lw, &c), 0);
+    assert_int_equal(tower_get_grads(m->t, gw), 0);
+    assert_int_equal(tower_train_step_at(m->t, x, y, K, seed, 0, &la, &c), 0);
+    assert_int_equal(tower_get_grads(m->t, ga), 0);
+    assert_int_equal(tower_train_step_at(m->t, x + K * F, y + K, N - K, seed, K, &lb, &c), 0);
+    assert_int_equal(tower_get_grads(m->t, m->grads), 0);
+    double lsum = ((double)la * K + (double)lb * (N - K)) / N;
+    assert_true(fabs(lsum - lw) <= 1e-6 * fmax(1.0, fabs(lw)));
+    double maxdiff = 0, maxabs = 0;
+    for (int64_t k = 0; k < m->nparams; k++) {
+        double g = ((double)ga[k] * K + (double)m->grads[k] * (N - K)) / N;
+        maxdiff = fmax(maxdiff, fabs(g - gw[k]));
+        maxabs = fmax(maxabs, fabs((double)gw[k]));
+    }
+    assert_true(maxabs > 1e-4);
+    assert_true(maxdiff <= 1e-6 * fmax(maxabs, 1.0));
+    /* the offset matters: the second slice drawn as if it started the batch */
+    assert_int_equal(tower_train_step_at(m->t, x + K * F, y + K, N - K, seed, 0, &lshift, &c), 0);
+    assert_true(lshift != lb);
+    assert_int_equal(tower_train_step_at(m->t, x, y, 1, seed, -1, &la, &c), PSC_EINVAL);
+    free(gw);
+    free(ga);
     model_free(m);
 }
 
@@ -740,6 +866,9 @@ int main(void)
         cmocka_unit_test(test_grad_maxpool),
         cmocka_unit_test(test_grad_dropout),
         cmocka_unit_test(test_dropout_mask),
+        cmocka_unit_test(test_philox_known_answers),
+        cmocka_unit_test(test_dropout_rate),
+        cmocka_unit_test(test_dropout_batch_split),
         cmocka_unit_test(test_forward_padding),
         cmocka_unit_test(test_dropout_scale),
         cmocka_unit_test(test_softmax_xent_known),

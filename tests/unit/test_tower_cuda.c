@@ -19,13 +19,23 @@
  * give the same masks: the same units dropped on both); flatten; a conv whose
  * im2col is chunked over the batch on both backends; then a full CNN training
  * step (conv-pool-conv-pool-dense-dropout-dense) and reduce_grads of two towers
- * against the CPU's reduce. Also the argument checks and a missing device.
+ * against the CPU's reduce; more than 32 classes (the loss kernel's lanes loop
+ * over a row), layers without bias, batches over 512 examples; a worker's
+ * towers (worker/towers.c) on gpu:0,gpu:1, gpu:0,gpu:0 and three towers on two
+ * devices against one CPU tower on the whole batch. Also the argument checks
+ * and a missing device.
+ *
+ * Built twice: against the real CUDA tower (label cuda, needs a GPU), and as
+ * unit.test_tower_cuda_emu against the unchanged tower_cuda.cu on the emulated
+ * CUDA of tests/cuda_emu (PSC_CUDA_EMU: two emulated devices; the towers run
+ * with peer access and without; any mistake the emulation reports fails).
  */
 #include "job_spec.h"
 #include "model_spec.h"
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"
+#include "towers.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -37,6 +47,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#ifdef PSC_CUDA_EMU
+#include "cuda_emu.h" /* the emulated build (tests/cuda_emu): peer access on/off, mistakes seen */
+#endif
 
 #define TOL 1e-3
 
@@ -161,11 +175,13 @@ static void random_batch(uint64_t seed, int n, int features, int classes, float 
     for (int i = 0; i < n; i++) y[i] = (int32_t)psc_rng_below(&r, (uint64_t)classes);
 }
 
-/* max|a - b| / max(max|b|, 1e-6): b is the reference. */
+/* max|a - b| / max(max|b|, 1e-6): b is the reference. NaN anywhere gives NaN
+ * (which fails every "<= TOL"): fmax alone would drop it. */
 static double rel_err(const float *a, const float *b, int64_t n)
 {
     double diff = 0, scale = 0;
     for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return NAN;
         diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
         scale = fmax(scale, fabs((double)b[i]));
     }
@@ -334,7 +350,8 @@ static void test_dropout(void **state)
     pair_free(p);
 
     /* The same units dropped: dense_1's kernel gradient rows are zero exactly for
-     * the dropped units (one example), on both backends. */
+     * the dropped units (one example), on both backends, and they are the
+     * generator's for that example's place in the batch (first = 0, 1, 2). */
     enum { IN = 3, HID = 400 };
     psc_layer_spec_t M[] = {dense("dense", HID, PSC_ACT_SIGMOID), dropout("dropout", 0.5f),
                             dense("dense_1", 2, PSC_ACT_NONE)};
@@ -347,8 +364,9 @@ static void test_dropout(void **state)
         int c;
         assert_int_equal(tower_set_params(p->cpu, p->params), 0);
         assert_int_equal(tower_set_params(p->gpu, p->params), 0);
-        assert_int_equal(tower_train_step(p->cpu, x, y, 1, seed, &l, &c), 0);
-        assert_int_equal(tower_train_step(p->gpu, x, y, 1, seed, &l, &c), 0);
+        int64_t first = (int64_t)seed - 5;
+        assert_int_equal(tower_train_step_at(p->cpu, x, y, 1, seed, first, &l, &c), 0);
+        assert_int_equal(tower_train_step_at(p->gpu, x, y, 1, seed, first, &l, &c), 0);
         assert_int_equal(tower_get_grads(p->cpu, p->gcpu), 0);
         assert_int_equal(tower_get_grads(p->gpu, p->gcuda), 0);
         const float *dc = p->gcpu + p->offsets[3], *dg = p->gcuda + p->offsets[3]; /* dense_1/kernel (HID, 2) */
@@ -357,6 +375,9 @@ static void test_dropout(void **state)
             int zc = dc[j * 2] == 0.0f && dc[j * 2 + 1] == 0.0f;
             int zg = dg[j * 2] == 0.0f && dg[j * 2 + 1] == 0.0f;
             if (zc != zg) fail_msg("seed %llu: unit %d dropped on %s only", (unsigned long long)seed, j, zc ? "cpu" : "cuda");
+            int want = psc_dropout_bits(seed, 1, (uint64_t)first * HID + (uint64_t)j) < psc_dropout_threshold(0.5f);
+            if (zg != want) fail_msg("seed %llu: unit %d %s on cuda, not by the generator", (unsigned long long)seed, j,
+                                     zg ? "dropped" : "kept");
             zero += zc;
         }
         assert_true(zero > HID * 4 / 10 && zero < HID * 6 / 10);
@@ -532,6 +553,145 @@ static void test_reduce_grads(void **state)
     pair_free(p);
 }
 
+/* ---- shapes the models above do not reach ---- */
+
+static psc_layer_spec_t no_bias(psc_layer_spec_t L)
+{
+    L.use_bias = 0;
+    return L;
+}
+
+/* Over 32 classes: each lane of the loss kernel's warp takes several logits of
+ * its row (33: one lane twice; 70: every lane twice, six three times). Over 512
+ * examples: a loss grid of more than 64 blocks and a bias gradient in several
+ * row slices. Layers without bias (dense and conv2d): no bias gradient kernel,
+ * the activation kernel alone (and none for a linear layer). */
+static void test_wide_big_no_bias(void **state)
+{
+    (void)state;
+    psc_layer_spec_t D[] = {dense("dense", 24, PSC_ACT_RELU), no_bias(dense("dense_1", 33, PSC_ACT_NONE))};
+    pair_t *p = pair_new(1, 7, 0, 0, D, 2, 513, 180);
+    compare_batches(p, 181, "33 classes, 513 examples, no bias");
+    pair_free(p);
+
+    psc_layer_spec_t C[] = {no_bias(conv("conv2d", 3, 3, 3, 1, PSC_PAD_SAME, PSC_ACT_TANH)), flatten(),
+                            no_bias(dense("dense", 20, PSC_ACT_SIGMOID)), dropout("dropout", 0.25f),
+                            dense("dense_1", 70, PSC_ACT_NONE)};
+    p = pair_new(3, 5, 4, 2, C, 5, 600, 182);
+    compare_batches(p, 183, "70 classes, 600 examples, conv no bias");
+    pair_free(p);
+}
+
+/* Before any step, get_grads gives zeros on both backends (create clears the
+ * device slab), and evaluate needs no step either. */
+static void test_before_first_step(void **state)
+{
+    (void)state;
+    psc_layer_spec_t L[] = {conv("conv2d", 2, 2, 2, 1, PSC_PAD_VALID, PSC_ACT_RELU), flatten(),
+                            dense("dense", 3, PSC_ACT_NONE)};
+    pair_t *p = pair_new(3, 4, 4, 1, L, 3, 5, 185);
+    assert_int_equal(tower_get_grads(p->cpu, p->gcpu), 0);
+    assert_int_equal(tower_get_grads(p->gpu, p->gcuda), 0);
+    for (int64_t k = 0; k < p->nparams; k++)
+        if (p->gcuda[k] != 0.0f || p->gcpu[k] != 0.0f)
+            fail_msg("gradient %lld before any step: cuda %g, cpu %g", (long long)k, (double)p->gcuda[k],
+                     (double)p->gcpu[k]);
+    float x[5 * 16];
+    int32_t y[5];
+    random_batch(186, 5, 16, 3, x, y);
+    double sc = 0, sg = 0;
+    int ec = 0, eg = 0;
+    assert_int_equal(tower_set_params(p->cpu, p->params), 0);
+    assert_int_equal(tower_set_params(p->gpu, p->params), 0);
+    assert_int_equal(tower_evaluate(p->cpu, x, y, 5, &sc, &ec), 0);
+    assert_int_equal(tower_evaluate(p->gpu, x, y, 5, &sg, &eg), 0);
+    assert_true(rel_err_scalar(sg, sc) <= TOL);
+    assert_int_equal(eg, ec);
+    pair_free(p);
+}
+
+/* ---- a worker's towers (worker/towers.c) on CUDA ---- */
+
+/* Two steps of `devices`' towers on n examples against one CPU tower on the
+ * whole batch: the size-weighted reduce_grads gives that tower's gradient, the
+ * towers' dropout masks are its (each slice draws at its place in the batch),
+ * and the loss, hits and evaluation are its. */
+static void towers_case(pair_t *p, const char *devices, const float *x, const int32_t *y, int n)
+{
+    towers_t *ts = NULL;
+    char err[256] = "", what[96];
+    if (towers_create(devices, &p->spec, p->vars, p->nvars, p->max_batch, &ts, err, sizeof err))
+        fail_msg("%s: %s", devices, err);
+    assert_string_equal(towers_describe(ts), devices);
+    for (uint64_t step = 0; step < 2; step++) {
+        float lt = -1, lc = -2;
+        int ct = -1, cc = -2;
+        /* the second step from other parameters: every gradient is overwritten */
+        if (step)
+            for (int64_t k = 0; k < p->nparams; k++) p->params[k] *= 0.9f;
+        snprintf(what, sizeof what, "towers %s n=%d step %d", devices, n, (int)step);
+        assert_int_equal(towers_set_params(ts, p->params), 0);
+        assert_int_equal(tower_set_params(p->cpu, p->params), 0);
+        assert_int_equal(towers_train_step(ts, x, y, n, 40 + step, &lt, &ct), 0);
+        assert_int_equal(tower_train_step(p->cpu, x, y, n, 40 + step, &lc, &cc), 0);
+        assert_int_equal(towers_get_grads(ts, p->gcuda), 0);
+        assert_int_equal(tower_get_grads(p->cpu, p->gcpu), 0);
+        if (!(rel_err_scalar(lt, lc) <= TOL)) fail_msg("%s: loss towers %.7g, cpu %.7g", what, (double)lt, (double)lc);
+        if (ct != cc) fail_msg("%s: correct towers %d, cpu %d", what, ct, cc);
+        expect_grads_close(p, what);
+        double st = 0, sc = 0;
+        int et = 0, ec = 0;
+        assert_int_equal(towers_evaluate(ts, x, y, n, &st, &et), 0);
+        assert_int_equal(tower_evaluate(p->cpu, x, y, n, &sc, &ec), 0);
+        if (!(rel_err_scalar(st, sc) <= TOL)) fail_msg("%s: evaluate loss towers %.9g, cpu %.9g", what, st, sc);
+        if (et != ec) fail_msg("%s: evaluate correct towers %d, cpu %d", what, et, ec);
+    }
+    fprintf(stderr, "  %-40s n=%-3d matches one CPU tower\n", devices, n);
+    towers_destroy(ts);
+}
+
+static void test_towers(void **state)
+{
+    (void)state;
+    enum { B = 24, F = 8 * 8 * 2 };
+    psc_layer_spec_t L[] = {conv("conv2d", 4, 3, 3, 1, PSC_PAD_VALID, PSC_ACT_RELU),
+                            pool("max_pooling2d", 2, 2, PSC_PAD_VALID), flatten(), dense("dense", 16, PSC_ACT_RELU),
+                            dropout("dropout", 0.3f), dense("dense_1", 5, PSC_ACT_NONE)};
+    pair_t *p = pair_new(3, 8, 8, 2, L, 6, B, 190);
+    float *params0 = malloc((size_t)p->nparams * sizeof(float));
+    memcpy(params0, p->params, (size_t)p->nparams * sizeof(float));
+    static float x[B * F];
+    int32_t y[B];
+    random_batch(191, B, F, 5, x, y);
+    static const char *const cases[] = {"gpu:0,gpu:1", "gpu:0,gpu:0", "gpu:0,gpu:1,gpu:0", "gpu:1,gpu:0,gpu:1"};
+    int two = cuda->device_count() > 1;
+    int peer_modes = 1;
+#ifdef PSC_CUDA_EMU
+    peer_modes = 2; /* with peer access (the copies go device to device) and without (through the host) */
+#endif
+    for (int mode = 0; mode < peer_modes; mode++) {
+#ifdef PSC_CUDA_EMU
+        cuda_emu_set_peer_access(mode == 0);
+        fprintf(stderr, "  peer access %s\n", mode == 0 ? "on" : "off");
+#endif
+        for (size_t c = 0; c < PSC_ARRAY_LEN(cases); c++) {
+            if (!two && strstr(cases[c], "gpu:1")) {
+                fprintf(stderr, "  %s: skipped (one GPU)\n", cases[c]);
+                continue;
+            }
+            memcpy(p->params, params0, (size_t)p->nparams * sizeof(float));
+            towers_case(p, cases[c], x, y, B);
+            memcpy(p->params, params0, (size_t)p->nparams * sizeof(float));
+            towers_case(p, cases[c], x, y, 7); /* uneven slices */
+        }
+    }
+#ifdef PSC_CUDA_EMU
+    cuda_emu_set_peer_access(1);
+#endif
+    free(params0);
+    pair_free(p);
+}
+
 /* ---- argument checks ---- */
 
 static void test_bad_arguments(void **state)
@@ -581,6 +741,18 @@ static void test_bad_arguments(void **state)
     pair_free(p);
 }
 
+#ifdef PSC_CUDA_EMU
+/* Last: no mistake reported by the emulation anywhere above, also none in a
+ * call whose failure the tower only logs (destroy). */
+static void test_emu_no_mistakes(void **state)
+{
+    (void)state;
+    long m = cuda_emu_mistakes();
+    if (m) fail_msg("the CUDA emulation reported %ld mistake(s) (\"cuda emu: MISTAKE\" lines above)", m);
+    assert_int_equal(cuda_emu_pending(), 0);
+}
+#endif
+
 int main(void)
 {
     cuda = tower_backend_find("cuda");
@@ -599,7 +771,13 @@ int main(void)
         cmocka_unit_test(test_ties),
         cmocka_unit_test(test_cnn_step),
         cmocka_unit_test(test_reduce_grads),
+        cmocka_unit_test(test_wide_big_no_bias),
+        cmocka_unit_test(test_before_first_step),
+        cmocka_unit_test(test_towers),
         cmocka_unit_test(test_bad_arguments),
+#ifdef PSC_CUDA_EMU
+        cmocka_unit_test(test_emu_no_mistakes),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# mutate.sh — does the emulated CUDA test catch real CUDA bugs? (not in `make test`)
+#
+#   tests/cuda_emu/mutate.sh [BUILD_DIR]          (default: build-mutate)
+#
+# Injects one bug at a time into a COPY of worker/tower_cuda.cu (the source file
+# is never touched), builds test_tower_cuda_emu against the copy (CMake's
+# PSC_CUDA_EMU_SRC, in BUILD_DIR), runs it, and prints a table: the mutation,
+# whether a test failed ("caught"), and which check saw it (the failed tests and
+# the first "cuda emu: MISTAKE" or cmocka error line). The unmutated copy must
+# pass first. A mutation whose text is no longer in tower_cuda.cu shows "n/a"
+# (update its pattern below). Exit 0 when every applicable mutation is caught.
+# Needs python3 (the replacements), cmake and g++.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+B=${1:-$SRC/build-mutate}
+mkdir -p "$B/mutants"
+B=$(cd "$B" && pwd)
+ORIG=$SRC/worker/tower_cuda.cu
+MUT=$B/mutants/tower_cuda.cu
+LOG=$B/mutants
+JOBS=${JOBS:-2}
+
+# name | exact text in tower_cuda.cu | its replacement ("\n" is a newline)
+MUTATIONS=$(cat <<'EOF'
+swapped GEMM transposes (gemm_rm passes op(A) for B)|trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N|trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N
+removed stream sync (train_step reads the losses unsynchronized)|int rc = stream_finish(t, train_queue(t, x, y, n, dropout_seed, first));|int rc = train_queue(t, x, y, n, dropout_seed, first);
+removed cudaSetDevice in the gradient reduction|cuda_tower_t *dst = (cuda_tower_t *)dst_base;\n    CUDA_CHECK(cudaSetDevice(dst->device));|cuda_tower_t *dst = (cuda_tower_t *)dst_base;
+half a warp returns before the loss kernel's shuffles|int lane = threadIdx.x & 31;|int lane = threadIdx.x & 31;\n    if (lane >= 16) return;
+swapped kx/ky in col2im|(ky * g.kw + kx) * g.in_c + c]|(kx * g.kw + ky) * g.in_c + c]
+kernels on the default stream (CUDA_LAUNCH)|BLOCK, 0, (t)->stream>>>|BLOCK, 0, 0>>>
+removed __syncthreads in the bias gradient|    acc[threadIdx.y][threadIdx.x] = sum;\n    __syncthreads();|    acc[threadIdx.y][threadIdx.x] = sum;
+wrong copy direction for the input batch|cudaMemcpyAsync(t->x, t->hx, xbytes, cudaMemcpyHostToDevice|cudaMemcpyAsync(t->x, t->hx, xbytes, cudaMemcpyDeviceToHost
+another device's gradients read in place (no staging copy)|if (s->device != dst->device) {|if (0 && s->device != dst->device) {
+conv kernel gradient not accumulated over im2col chunks|e0 ? 1.0f : 0.0f, L->dw, F|0.0f, L->dw, F
+create does not clear the device slab|CUDA_CHECK(cudaMemsetAsync(t->dmem, 0, dbytes, t->stream));|
+dropout mask counted from the slice, not the batch (first ignored)|(uint64_t)first * (uint64_t)L->out_size|(uint64_t)0
+EOF
+)
+
+build() {
+    cmake --build "$B" -j"$JOBS" --target test_tower_cuda_emu >"$LOG/build.log" 2>&1 </dev/null
+}
+
+# runs the test; sets rc and which
+run_test() {
+    (cd "$B" && PSC_EMU_DEVICES=2 PSC_EMU_PEER=1 timeout 600 ./test_tower_cuda_emu </dev/null) >"$LOG/run.log" 2>&1
+    rc=$?
+    local failed first
+    failed=$(grep -E '^\[  FAILED  \] test_' "$LOG/run.log" | sed 's/^\[  FAILED  \] //' | sort -u | paste -sd, -)
+    first=$(grep -m1 'cuda emu: MISTAKE' "$LOG/run.log" | sed 's/^cuda emu: //')
+    # cmocka: fail_msg's text as "ERROR: ...", an assert's on the line before "[   LINE   ]"
+    [ -n "$first" ] || first=$(grep -m1 '^ERROR: ' "$LOG/run.log" | sed 's/^ERROR: //')
+    [ -n "$first" ] || first=$(grep -m1 -B1 -F '[   LINE   ]' "$LOG/run.log" | head -1 | sed 's/^\[  ERROR   \] --- //')
+    [ -n "$first" ] || first=$(grep -m1 -iE 'error|fail' "$LOG/run.log")
+    which="${failed:-exit $rc}: ${first:0:150}"
+}
+
+cp "$ORIG" "$MUT"
+echo "configuring $B (PSC_CUDA_EMU_SRC=$MUT)"
+cmake -S "$SRC" -B "$B" -DPSC_CUDA=OFF -DPSC_CUDA_EMU=ON -DPSC_CUDA_EMU_SRC="$MUT" >"$LOG/cmake.log" 2>&1 ||
+    { cat "$LOG/cmake.log"; exit 2; }
+echo "baseline: the unmutated copy"
+build || { tail -30 "$LOG/build.log"; echo "mutate: the unmutated build fails"; exit 2; }
+run_test
+if [ "$rc" -ne 0 ]; then
+    tail -30 "$LOG/run.log"
+    echo "mutate: the unmutated test fails (rc $rc); fix that first"
+    exit 2
+fi
+
+rows=()
+missed=0
+i=0
+while IFS='|' read -r name from to; do
+    [ -n "$name" ] || continue
+    i=$((i + 1))
+    cp "$ORIG" "$MUT"
+    if ! FROM="$from" TO="$to" python3 - "$MUT" <<'PY'
+import os, sys
+p = sys.argv[1]
+src = open(p).read()
+old = os.environ["FROM"].replace("\\n", "\n")
+new = os.environ["TO"].replace("\\n", "\n")
+if src.count(old) != 1:
+    sys.exit(1)  # not there (or not unique): the mutation does not apply
+open(p, "w").write(src.replace(old, new))
+PY
+    then
+        rows+=("$i|$name|n/a|pattern not found once in tower_cuda.cu")
+        continue
+    fi
+    echo "[$i] $name"
+    if ! build; then
+        rows+=("$i|$name|yes|does not compile: $(grep -m1 'error' "$LOG/build.log" | cut -c1-120)")
+        continue
+    fi
+    run_test
+    cp "$LOG/run.log" "$LOG/run.$i.log"
+    if [ "$rc" -ne 0 ]; then
+        rows+=("$i|$name|yes|$which")
+    else
+        rows+=("$i|$name|NO|every test passed")
+        missed=$((missed + 1))
+    fi
+done <<<"$MUTATIONS"
+
+cp "$ORIG" "$MUT"
+build >/dev/null 2>&1 # leave the build on the unmutated copy
+
+echo
+printf '| # | mutation | caught | which check (failed tests: first report) |\n|---|---|---|---|\n'
+for r in "${rows[@]}"; do
+    IFS='|' read -r n name caught which <<<"$r"
+    printf '| %s | %s | %s | %s |\n' "$n" "$name" "$caught" "$(printf '%s' "$which" | sed 's/|/\\|/g')"
+done
+echo
+echo "logs: $LOG/run.N.log"
+[ "$missed" -eq 0 ]
