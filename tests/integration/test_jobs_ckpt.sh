@@ -47,10 +47,13 @@ echo "checkpoint before any job: exit $rc after ${ms} ms: $(tail -1 "$TMP/early.
 
 # committed_ids FROM — the ids of "checkpoint N (...) committed" lines of the chief's log after line FROM
 committed_ids() { tail -n +"$(($1 + 1))" "$CHIEF_LOG" | sed -n 's/.*checkpoint \([0-9]*\) (\([a-z ]*\)) committed on every ps.*/\1 \2/p'; }
+# log_has FROM REGEX — the chief's log after line FROM has a line matching REGEX
+# (through a file: with pipefail, `tail | grep -q` fails when grep stops reading first)
+log_has() { tail -n +"$(($1 + 1))" "$CHIEF_LOG" >"$TMP/since.txt"; grep -Eq "$2" "$TMP/since.txt"; }
 # wait_log FROM REGEX SECS — waits for a chief log line after line FROM
 wait_log() {
     local t=0
-    until tail -n +"$(($1 + 1))" "$CHIEF_LOG" | grep -Eq "$2"; do
+    until log_has "$1" "$2"; do
         sleep 0.1; t=$((t + 1)); [ $t -lt $(($3 * 10)) ] || fail "no '$2' in the chief's log within $3 s"
     done
 }
@@ -72,9 +75,9 @@ run_job() {
     kinds=$(committed_ids "$FROM" | cut -d' ' -f2- | sort -u | tr '\n' ',')
     echo "job $name: global_step $GS; checkpoints $(committed_ids "$FROM" | cut -d' ' -f1 | tr '\n' ' ')($kinds); on demand: $(cat "$TMP/$name.ckpt")"
     for k in periodic requested 'end of training'; do
-        committed_ids "$FROM" | grep -q " $k\$" || fail "job $name took no $k checkpoint: $(tail -n +"$((FROM + 1))" "$CHIEF_LOG" | grep -i checkpoint)"
+        committed_ids "$FROM" | grep -c " $k\$" >/dev/null || fail "job $name took no $k checkpoint: $(tail -n +"$((FROM + 1))" "$CHIEF_LOG" | grep -i checkpoint)"
     done
-    if tail -n +"$((FROM + 1))" "$CHIEF_LOG" | grep -q 'ids are not reused'; then fail "job $name: a checkpoint id collided"; fi
+    if log_has "$FROM" 'ids are not reused'; then fail "job $name: a checkpoint id collided"; fi
 }
 
 # kill -9 ps 1 once a periodic checkpoint of this job is in, restart it; the
@@ -107,8 +110,8 @@ set +e; "${PSCTL[@]}" --timeout_secs 3 checkpoint >"$TMP/between.out" 2>&1; rc=$
 [ $rc = 1 ] && grep -q 'FAILED_PRECONDITION: .*finished' "$TMP/between.out" || fail "checkpoint between jobs: exit $rc: $(cat "$TMP/between.out")"
 KILL_PS_IN=C run_job C "$TMP/c.json"; FROM_C=$FROM; GS_C=$GS
 tail -n +"$((FROM_C + 1))" "$CHIEF_LOG" | grep -E 'waiting up to|finished [0-9]+ steps|end of training|evaluation on' | sed 's/^/  C: /'
-tail -n +"$((FROM_C + 1))" "$CHIEF_LOG" | grep -q "restored job .* from checkpoint" || fail "job C did not start from job A's checkpoint"
-tail -n +"$((FROM_C + 1))" "$CHIEF_LOG" | grep -q "the model was restored at global_step $GS_A " || fail "job C did not resume after job A's $GS_A steps"
+log_has "$FROM_C" "restored job .* from checkpoint" || fail "job C did not start from job A's checkpoint"
+log_has "$FROM_C" "the model was restored at global_step $GS_A " || fail "job C did not resume after job A's $GS_A steps"
 # C ends at its own total (3 epochs), not 3 epochs on top of A's one; the PS
 # crash can only lose steps
 total_c=$(( 2 * 3 * per_epoch )) # replicas x epochs x steps per epoch
