@@ -7,6 +7,10 @@
  *   tower_set_params(t, params); tower_train_step(t, x, y, n, ...); tower_get_grads(t, grads);
  * grads are the gradients of the MEAN loss over the n examples. The caller owns
  * the slabs. A tower is used by one thread at a time.
+ *
+ * Every backend is the same walk of the model (tower_walk.c) over its own table
+ * of kernels and memory (tower_walk.h's tower_backend_ops_t, .backend below);
+ * a backend's tower_ops_t is a thin adapter over tower_walk_*.
  */
 #ifndef PSC_TOWER_H
 #define PSC_TOWER_H
@@ -54,6 +58,9 @@ typedef struct tower_ops {
      * runtime this build needs, a broken install), else 0 (devices found, or no
      * driver installed / no device: a CPU-only machine). Any thread. */
     int (*device_error)(char *why, size_t whylen);
+    /* The per-device kernels and memory the tower walks its model over
+     * (tower_walk.h); the tests run each against the CPU backend's. */
+    const struct tower_backend_ops *backend;
 } tower_ops_t;
 
 struct tower {

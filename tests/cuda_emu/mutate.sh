@@ -23,18 +23,17 @@ JOBS=${JOBS:-2}
 
 # name | exact text in tower_cuda.cu | its replacement ("\n" is a newline)
 MUTATIONS=$(cat <<'EOF'
-swapped GEMM transposes (gemm_rm passes op(A) for B)|trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N|trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N
-removed stream sync (train_step reads the losses unsynchronized)|int rc = stream_finish(t, train_queue(t, x, y, n, dropout_seed, first));|int rc = train_queue(t, x, y, n, dropout_seed, first);
-removed cudaSetDevice in the gradient reduction|cuda_tower_t *dst = (cuda_tower_t *)dst_base;\n    CUDA_CHECK(cudaSetDevice(dst->device));|cuda_tower_t *dst = (cuda_tower_t *)dst_base;
+swapped GEMM transposes (cuda_gemm passes op(A) for B)|trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N|trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N
+sync does not wait (the walk reads the losses unsynchronized)|static int cuda_sync(tower_dev_t *d)\n{\n    CUDA_CHECK(cudaStreamSynchronize(d->stream));|static int cuda_sync(tower_dev_t *d)\n{\n    (void)d;
+select does not set the device (towers on other GPUs run on the current one)|static int cuda_select(tower_dev_t *d)\n{\n    CUDA_CHECK(cudaSetDevice(d->device));|static int cuda_select(tower_dev_t *d)\n{\n    (void)d;
 half a warp returns before the loss kernel's shuffles|int lane = threadIdx.x & 31;|int lane = threadIdx.x & 31;\n    if (lane >= 16) return;
 swapped kx/ky in col2im|(ky * g.kw + kx) * g.in_c + c]|(kx * g.kw + ky) * g.in_c + c]
-kernels on the default stream (CUDA_LAUNCH)|BLOCK, 0, (t)->stream>>>|BLOCK, 0, 0>>>
+kernels on the default stream (CUDA_LAUNCH)|BLOCK, 0, (d)->stream>>>|BLOCK, 0, 0>>>
 removed __syncthreads in the bias gradient|    acc[threadIdx.y][threadIdx.x] = sum;\n    __syncthreads();|    acc[threadIdx.y][threadIdx.x] = sum;
-wrong copy direction for the input batch|cudaMemcpyAsync(t->x, t->hx, xbytes, cudaMemcpyHostToDevice|cudaMemcpyAsync(t->x, t->hx, xbytes, cudaMemcpyDeviceToHost
-another device's gradients read in place (no staging copy)|if (s->device != dst->device) {|if (0 && s->device != dst->device) {
-conv kernel gradient not accumulated over im2col chunks|e0 ? 1.0f : 0.0f, L->dw, F|0.0f, L->dw, F
-create does not clear the device slab|CUDA_CHECK(cudaMemsetAsync(t->dmem, 0, dbytes, t->stream));|
-dropout mask counted from the slice, not the batch (first ignored)|(uint64_t)first * (uint64_t)L->out_size|(uint64_t)0
+wrong copy direction for uploads (the input batch, the parameters)|cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice|cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyDeviceToHost
+peer copy names the wrong source device|cudaMemcpyPeerAsync(dst, d->device, src, from->device|cudaMemcpyPeerAsync(dst, d->device, src, d->device
+alloc does not clear the device slab|CUDA_CHECK(cudaMemsetAsync(*out, 0, bytes, d->stream));|
+dropout mask counted from the slice, not the batch (element0 ignored)|psc_dropout_bits(seed, layer, element0 + (uint64_t)i)|psc_dropout_bits(seed, layer, (uint64_t)i)
 EOF
 )
 

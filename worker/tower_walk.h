@@ -1,0 +1,158 @@
+/* tower_walk.h — the model's walk, once for every backend, over one table of
+ * per-device kernels (ggml's shape: the graph above, the backends below).
+ *
+ * The walk (tower_walk.c) owns what does not depend on the device: the layer
+ * list and its geometry, the variable checks, the slab layout (parameters,
+ * gradients, activations, the backward ping-pong buffers, im2col scratch, the
+ * per-row loss and hits: ONE device allocation through the backend's alloc;
+ * the host staging: ONE host_alloc), and the forward / loss / backward sequence
+ * and gradient reduction. A backend (tower_cpu.c, tower_cuda.cu) supplies only
+ * memory and kernels, through a tower_backend_ops_t.
+ *
+ * Kernel conventions: every pointer a kernel gets is device memory of the
+ * kernel's own tower (from its alloc), every matrix is row-major, and a kernel
+ * is queued on the device's stream in call order (the CPU runs it at once);
+ * results are read on the host only after sync. Each entry returns 0 or a
+ * negative PSC_E* code (it has logged the failure). One thread at a time per
+ * device context; select() makes the context current for the calling thread.
+ */
+#ifndef PSC_TOWER_WALK_H
+#define PSC_TOWER_WALK_H
+
+#include "tower.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A backend's device context (stream, BLAS handle, its own scratch). */
+typedef struct tower_dev tower_dev_t;
+
+/* Window geometry of a conv2d or max_pool2d layer (passed to kernels by value). */
+typedef struct tower_window {
+    int in_h, in_w, in_c;
+    int out_h, out_w;
+    int kh, kw, sh, sw;
+    int pad_top, pad_left; /* TF padding before the first row / column (0 for valid) */
+    int col_k;             /* conv2d: kh * kw * in_c */
+    int in_size;           /* in_h * in_w * in_c */
+} tower_window_t;
+
+/* Marks the helpers below for both sides of a CUDA build (tower_cuda.cu
+ * defines it as __host__ __device__ before including this header). */
+#ifndef TOWER_KERNEL_FN
+#define TOWER_KERNEL_FN
+#endif
+
+/* Max-pool of one output element, the one definition both backends run: the
+ * maximum of channel c over output position (oy, ox)'s window of the example
+ * xe (in_h, in_w, in_c), the first maximum in (ky, kx) order winning, padding
+ * never (every window holds an input: model_spec.c). Puts it in *best and
+ * returns its index into xe. */
+static inline TOWER_KERNEL_FN int32_t tower_window_argmax(tower_window_t g, const float *xe, int oy, int ox, int c,
+                                                          float *best)
+{
+    float b = 0.0f;
+    int32_t arg = -1;
+    for (int ky = 0; ky < g.kh; ky++) {
+        int iy = oy * g.sh - g.pad_top + ky;
+        if (iy < 0 || iy >= g.in_h) continue;
+        for (int kx = 0; kx < g.kw; kx++) {
+            int ix = ox * g.sw - g.pad_left + kx;
+            if (ix < 0 || ix >= g.in_w) continue;
+            int32_t idx = (iy * g.in_w + ix) * g.in_c + c;
+            if (arg < 0 || xe[idx] > b) {
+                b = xe[idx];
+                arg = idx;
+            }
+        }
+    }
+    *best = b;
+    return arg;
+}
+
+typedef struct tower_backend_ops {
+    const char *name;   /* "cpu", "cuda": the tower's name in messages */
+    int64_t col_budget; /* floats of im2col scratch a conv layer aims for */
+
+    /* ---- context and memory ---- */
+    /* Opens `device` for a tower whose widest bias has max_cols columns: checks
+     * the device (err names it), makes its stream, BLAS handle and scratch. */
+    int (*open)(int device, int max_cols, tower_dev_t **out, char *err, size_t errlen);
+    void (*close)(tower_dev_t *d); /* after a sync; NULL does nothing */
+    int (*select)(tower_dev_t *d); /* makes d current for this thread */
+    /* Device memory (alloc) and host staging memory the device copies from and
+     * to fast (host_alloc: pinned), both zeroed; freed by free / host_free. */
+    int (*alloc)(tower_dev_t *d, size_t bytes, void **out);
+    void (*free)(tower_dev_t *d, void *p);
+    int (*host_alloc)(tower_dev_t *d, size_t bytes, void **out);
+    void (*host_free)(tower_dev_t *d, void *p);
+    int (*upload)(tower_dev_t *d, void *dst, const void *host_src, size_t bytes);   /* queued */
+    int (*download)(tower_dev_t *d, void *host_dst, const void *src, size_t bytes); /* queued */
+    /* dst (d's memory) <- src (from's memory, another device); NULL where the
+     * backend has only one device. */
+    int (*copy_peer)(tower_dev_t *d, void *dst, tower_dev_t *from, const void *src, size_t bytes);
+    int (*sync)(tower_dev_t *d); /* waits for everything queued on d */
+
+    /* ---- kernels ---- */
+    /* C (M, N) = alpha op(A) op(B) + beta C, row-major (C not read when beta = 0). */
+    int (*gemm)(tower_dev_t *d, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc);
+    /* x (m, in_h, in_w, in_c) -> col (m * out_h * out_w, col_k): a row is one
+     * output position's window in (ky, kx, c) order, zeros over the padding. */
+    int (*im2col)(tower_dev_t *d, tower_window_t g, const float *x, int m, float *col);
+    /* The adjoint of im2col: dx (m, in_h, in_w, in_c) = col folded back
+     * (overwritten; each element sums its windows in (oy, ox) order). */
+    int (*col2im)(tower_dev_t *d, tower_window_t g, const float *col, int m, float *dx);
+    /* y (rows, cols) <- act(y + b); b (cols) may be NULL. */
+    int (*bias_act)(tower_dev_t *d, float *y, const float *b, int64_t rows, int cols, enum psc_activation act);
+    /* dy (count) <- dy * act'(pre-activation), from the outputs y (count). */
+    int (*act_backward)(tower_dev_t *d, float *dy, const float *y, int64_t count, enum psc_activation act);
+    /* db (cols) = the sum over the rows of dy (rows, cols). */
+    int (*bias_grad)(tower_dev_t *d, float *db, const float *dy, int64_t rows, int cols);
+    /* out (n, out_h, out_w, C) = window maxima of x (n, in_h, in_w, C), the
+     * first maximum in (ky, kx) order winning, padding never; argmax (same
+     * shape) = its index into the example's input. */
+    int (*maxpool_fwd)(tower_dev_t *d, tower_window_t g, const float *x, int n, float *out, int32_t *argmax);
+    /* dx (n, in_h, in_w, C) = dy routed to each window's argmax (overwritten). */
+    int (*maxpool_bwd)(tower_dev_t *d, tower_window_t g, const float *dy, const int32_t *argmax, int n, float *dx);
+    /* mask (count) = scale where psc_dropout_bits(seed, layer, element0 + i)
+     * >= threshold (rng.h), else 0; out = x * mask. */
+    int (*dropout_fwd)(tower_dev_t *d, const float *x, float *mask, float *out, int64_t count, uint64_t seed,
+                       uint32_t layer, uint64_t element0, uint32_t threshold, float scale);
+    /* out (count) = x * m (out may be x). */
+    int (*mul)(tower_dev_t *d, const float *x, const float *m, float *out, int64_t count);
+    /* Sparse softmax cross-entropy of logits (n, C) against y (n): row_loss[i] =
+     * lse - z[y_i] in double (lse around the row maximum), row_hit[i] = (the
+     * first maximum == y_i); dlogits (n, C), when not NULL, = (softmax - onehot) / n. */
+    int (*softmax_xent)(tower_dev_t *d, const float *logits, const int32_t *y, int n, int C, float *dlogits,
+                        double *row_loss, int32_t *row_hit);
+    /* dst = a * dst + b * src (src NULL: dst = a * dst); a == 0 clears dst. */
+    int (*accumulate)(tower_dev_t *d, float *dst, float a, const float *src, float b, int64_t count);
+    /* Embeddings (the next issue; NULL until a backend has them): out (n, cols)
+     * = table rows idx (n); table (rows, cols) += the rows of src (n, cols) at idx. */
+    int (*gather_rows)(tower_dev_t *d, const float *table, int cols, const int32_t *idx, int n, float *out);
+    int (*scatter_add_rows)(tower_dev_t *d, float *table, int cols, const int32_t *idx, int n, const float *src);
+} tower_backend_ops_t;
+
+/* The tower_ops_t entries of every backend built on the walk: create gives the
+ * backend's kernel table and the public table the tower answers to. */
+int tower_walk_create(const tower_backend_ops_t *be, const tower_ops_t *ops, const psc_job_spec_t *spec,
+                      const psc_var_desc_t *vars, int nvars, int max_batch, int device, tower_t **out, char *err,
+                      size_t errlen);
+void tower_walk_destroy(tower_t *t);
+int tower_walk_set_params(tower_t *t, const float *params);
+int tower_walk_get_grads(tower_t *t, float *grads);
+int tower_walk_train_step(tower_t *t, const float *x, const int32_t *y, int n, uint64_t dropout_seed, int64_t first,
+                          float *loss, int *correct);
+int tower_walk_evaluate(tower_t *t, const float *x, const int32_t *y, int n, double *loss_sum, int *correct);
+int tower_walk_reduce_grads(tower_t *dst, tower_t *const *srcs, const float *weights, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
