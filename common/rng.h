@@ -31,9 +31,10 @@ uint64_t psc_seed_mix(uint64_t a, uint64_t b);
 
 /* ---- counter-based: Philox-4x32-10 ---- */
 
-#if defined(__CUDACC__)
-#define PSC_HOST_DEVICE __host__ __device__
-#else
+/* The CUDA tower defines PSC_HOST_DEVICE as __host__ __device__ before it
+ * includes this header, so its kernels call the same functions; elsewhere they
+ * are plain static inline C. */
+#ifndef PSC_HOST_DEVICE
 #define PSC_HOST_DEVICE
 #endif
 

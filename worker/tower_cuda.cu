@@ -55,6 +55,7 @@
 extern "C" {
 #include "log.h"
 #include "psc.h"
+#define PSC_HOST_DEVICE __host__ __device__ /* rng.h's Philox, for the dropout kernel */
 #include "rng.h"
 #include "tower.h"
 #define TOWER_KERNEL_FN __host__ __device__

@@ -1,5 +1,6 @@
 /* cuda_emu.h — the test-facing controls of the CUDA emulation (tests/cuda_emu),
- * callable from C. Only the emulated test build links them.
+ * callable from C. The emulated test build links the emulation's; the CUDA
+ * tests built for a real GPU link cuda_emu_none.c, where nothing is emulated.
  *
  * Environment, read at the first CUDA call:
  *   PSC_EMU_DEVICES  number of emulated devices (default 2, 0..16)
@@ -13,6 +14,8 @@
 extern "C" {
 #endif
 
+/* 1 when the CUDA runtime is this emulation, 0 on a real GPU. */
+int cuda_emu_active(void);
 /* Sets whether devices can reach each other (cudaDeviceCanAccessPeer) and
  * disables every peer access enabled so far, as a new process would see it.
  * Call it between towers' lifetimes, not while a tower runs. */

@@ -27,7 +27,7 @@
  *
  * Built twice: against the real CUDA tower (label cuda, needs a GPU), and as
  * unit.test_tower_cuda_emu against the unchanged tower_cuda.cu on the emulated
- * CUDA of tests/cuda_emu (PSC_CUDA_EMU: two emulated devices; the towers run
+ * CUDA of tests/cuda_emu (cuda_emu_active(): two emulated devices; the towers run
  * with peer access and without; any mistake the emulation reports fails).
  */
 #include "job_spec.h"
@@ -48,9 +48,7 @@
 
 #include <cmocka.h>
 
-#ifdef PSC_CUDA_EMU
-#include "cuda_emu.h" /* the emulated build (tests/cuda_emu): peer access on/off, mistakes seen */
-#endif
+#include "cuda_emu_cmocka.h" /* the emulated build (tests/cuda_emu): peer access on/off, mistakes seen */
 
 #define TOL 1e-3
 
@@ -665,15 +663,13 @@ static void test_towers(void **state)
     random_batch(191, B, F, 5, x, y);
     static const char *const cases[] = {"gpu:0,gpu:1", "gpu:0,gpu:0", "gpu:0,gpu:1,gpu:0", "gpu:1,gpu:0,gpu:1"};
     int two = cuda->device_count() > 1;
-    int peer_modes = 1;
-#ifdef PSC_CUDA_EMU
-    peer_modes = 2; /* with peer access (the copies go device to device) and without (through the host) */
-#endif
+    /* emulated: with peer access (the copies go device to device) and without (through the host) */
+    int peer_modes = cuda_emu_active() ? 2 : 1;
     for (int mode = 0; mode < peer_modes; mode++) {
-#ifdef PSC_CUDA_EMU
-        cuda_emu_set_peer_access(mode == 0);
-        fprintf(stderr, "  peer access %s\n", mode == 0 ? "on" : "off");
-#endif
+        if (cuda_emu_active()) {
+            cuda_emu_set_peer_access(mode == 0);
+            fprintf(stderr, "  peer access %s\n", mode == 0 ? "on" : "off");
+        }
         for (size_t c = 0; c < PSC_ARRAY_LEN(cases); c++) {
             if (!two && strstr(cases[c], "gpu:1")) {
                 fprintf(stderr, "  %s: skipped (one GPU)\n", cases[c]);
@@ -685,9 +681,7 @@ static void test_towers(void **state)
             towers_case(p, cases[c], x, y, 7); /* uneven slices */
         }
     }
-#ifdef PSC_CUDA_EMU
     cuda_emu_set_peer_access(1);
-#endif
     free(params0);
     pair_free(p);
 }
@@ -741,18 +735,6 @@ static void test_bad_arguments(void **state)
     pair_free(p);
 }
 
-#ifdef PSC_CUDA_EMU
-/* Last: no mistake reported by the emulation anywhere above, also none in a
- * call whose failure the tower only logs (destroy). */
-static void test_emu_no_mistakes(void **state)
-{
-    (void)state;
-    long m = cuda_emu_mistakes();
-    if (m) fail_msg("the CUDA emulation reported %ld mistake(s) (\"cuda emu: MISTAKE\" lines above)", m);
-    assert_int_equal(cuda_emu_pending(), 0);
-}
-#endif
-
 int main(void)
 {
     cuda = tower_backend_find("cuda");
@@ -775,9 +757,7 @@ int main(void)
         cmocka_unit_test(test_before_first_step),
         cmocka_unit_test(test_towers),
         cmocka_unit_test(test_bad_arguments),
-#ifdef PSC_CUDA_EMU
-        cmocka_unit_test(test_emu_no_mistakes),
-#endif
+        cmocka_unit_test(test_emu_no_mistakes), /* a real GPU: nothing emulated, nothing to see */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

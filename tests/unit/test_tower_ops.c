@@ -12,7 +12,7 @@
  * Shapes are odd sizes that are not multiples of a warp or a block.
  *
  * Built twice: against the real CUDA backend (label cuda, needs a GPU), and as
- * unit.test_tower_ops_emu on the emulated CUDA of tests/cuda_emu (PSC_CUDA_EMU:
+ * unit.test_tower_ops_emu on the emulated CUDA of tests/cuda_emu (cuda_emu_active():
  * any mistake the emulation reports fails).
  */
 #include "psc.h"
@@ -31,9 +31,7 @@
 
 #include <cmocka.h>
 
-#ifdef PSC_CUDA_EMU
-#include "cuda_emu.h"
-#endif
+#include "cuda_emu_cmocka.h" /* the emulated build (tests/cuda_emu): peer access on/off, mistakes seen */
 
 static const tower_backend_ops_t *be[2]; /* [0] CPU (reference), [1] CUDA */
 static tower_dev_t *dev[2];
@@ -364,16 +362,6 @@ static void test_rows(void **state)
     twin_free(&src);
 }
 
-#ifdef PSC_CUDA_EMU
-static void test_emu_no_mistakes(void **state)
-{
-    (void)state;
-    long m = cuda_emu_mistakes();
-    if (m) fail_msg("the CUDA emulation reported %ld mistake(s) (\"cuda emu: MISTAKE\" lines above)", m);
-    assert_int_equal(cuda_emu_pending(), 0);
-}
-#endif
-
 int main(void)
 {
     const tower_ops_t *cuda = tower_backend_find("cuda");
@@ -394,9 +382,7 @@ int main(void)
         cmocka_unit_test(test_gemm),        cmocka_unit_test(test_im2col_col2im), cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_activations), cmocka_unit_test(test_bias_grad),     cmocka_unit_test(test_dropout_mul),
         cmocka_unit_test(test_softmax_xent), cmocka_unit_test(test_accumulate),   cmocka_unit_test(test_rows),
-#ifdef PSC_CUDA_EMU
-        cmocka_unit_test(test_emu_no_mistakes),
-#endif
+        cmocka_unit_test(test_emu_no_mistakes), /* a real GPU: nothing emulated, nothing to see */
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     for (int k = 0; k < 2; k++) be[k]->close(dev[k]);
