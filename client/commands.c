@@ -371,6 +371,15 @@ static int cmd_status(const psctl_cli_t *c, const char *arg)
                                        (long long)r->vars[v]->shape[d]);
             printf("    %-32s [%s] %llu bytes\n", r->vars[v]->name, shape, (unsigned long long)r->vars[v]->bytes);
         }
+        for (size_t t = 0; t < r->n_tables; t++) {
+            const Psc__TableStatus *ts = r->tables[t];
+            printf("    table %-26s part %u of %u, %lld x %u: %llu rows touched (%.1f MiB), %llu rows pulled "
+                   "(%.0f/s), %llu pushed (%.0f/s)\n",
+                   ts->name, ts->part, ts->num_parts, (long long)ts->rows, ts->dim,
+                   (unsigned long long)ts->rows_touched, (double)ts->bytes / 1048576.0,
+                   (unsigned long long)ts->rows_pulled, ts->rows_pulled_per_sec, (unsigned long long)ts->rows_pushed,
+                   ts->rows_pushed_per_sec);
+        }
         psc__status_reply__free_unpacked(r, NULL);
     }
     return worst;

@@ -19,6 +19,7 @@
  * parsers): compact, as the reference writer emits it, strings escaped.
  */
 #include "export.h"
+#include "export_tables.h"
 
 #include "bytes.h"
 #include "chunk.h"
@@ -290,6 +291,19 @@ int psc_export_plan(psc_export_piece_t *pieces, int npieces, psc_export_tensor_t
     return 0;
 }
 
+int psc_export_layout(psc_export_tensor_t *tensors, int nt, char *err, size_t errlen)
+{
+    qsort(tensors, (size_t)nt, sizeof *tensors, tensor_cmp);
+    uint64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        if (i && strcmp(tensors[i - 1].name, tensors[i].name) == 0)
+            return psc_seterr(err, errlen, PSC_EMISMATCH, "two tensors are called \"%s\"", tensors[i].name);
+        tensors[i].begin = off;
+        tensors[i].end = off += tensors[i].bytes;
+    }
+    return 0;
+}
+
 /* ---- the header ---- */
 
 static void sb_json_str(psc_sbuf_t *b, const char *s)
@@ -356,6 +370,7 @@ typedef struct export_ctx {
     char job_id[64];
     psc_export_piece_t *pieces;
     int npieces;
+    export_tables_t tables;
 } export_ctx_t;
 
 static const char *ps_addr(const export_ctx_t *x, int ps) { return x->cluster->addr[PSC_JOB_PS][ps]; }
@@ -404,6 +419,7 @@ static int status_all(export_ctx_t *x, char *err, size_t errlen)
         else if (strcmp(r->job_id, x->job_id) != 0)
             rc = psc_seterr(err, errlen, PSC_EMISMATCH, "ps 0 (%s) holds job %s but ps %d (%s) holds job %s",
                             ps_addr(x, 0), x->job_id, i, ps_addr(x, i), r->job_id);
+        if (rc == 0) rc = export_tables_add(&x->tables, r, i, err, errlen);
         for (size_t v = 0; rc == 0 && v < r->n_vars; v++) {
             const Psc__VarStatus *vs = r->vars[v];
             if (strlen(vs->name) >= PSC_EXPORT_NAME_MAX || vs->n_shape > PSC_MAX_RANK) {
@@ -521,6 +537,7 @@ static pull_chunk_t *plan_chunks(const export_ctx_t *x, const psc_export_tensor_
         if (x->pieces[p].bytes) nchunks += psc_chunk_count(x->pieces[p].bytes);
     pull_chunk_t *chunks = psc_xcalloc(nchunks ? nchunks : 1, sizeof *chunks);
     for (int t = 0; t < nt; t++) {
+        if (tensors[t].mem) continue; /* a table's: no pulls */
         uint64_t pos = tensors[t].begin;
         for (int p = tensors[t].first_piece; p < tensors[t].first_piece + tensors[t].npieces; p++) {
             uint64_t total = x->pieces[p].bytes;
@@ -537,6 +554,43 @@ static pull_chunk_t *plan_chunks(const export_ctx_t *x, const psc_export_tensor_
     PSC_ASSERT(k == nchunks);
     *n = nchunks;
     return chunks;
+}
+
+/* Writes the byte buffer tensor by tensor in file order: a table's from
+ * memory, global_step's 8 bytes (tensor step_t, pulled already), a
+ * variable's in rounds of a contiguous range each, written as soon as it is
+ * whole. 0; 1 when a write failed (errno says why); or a pull's PSC_E* code
+ * with msg set. */
+static int write_tensors(const export_ctx_t *x, int fd, const psc_export_tensor_t *tensors, int nt, int step_t,
+                         const uint8_t *step_le, pull_chunk_t *chunks, size_t nchunks, psc_rpc_op_t *ops,
+                         uint8_t *window, char *msg, size_t msglen)
+{
+    size_t next = 0;
+    for (int t = 0; t < nt; t++) {
+        if (tensors[t].mem || t == step_t) {
+            if (write_all(fd, tensors[t].mem ? tensors[t].mem : step_le, (size_t)tensors[t].bytes)) return 1;
+            next += t == step_t;
+            continue;
+        }
+        while (next < nchunks && chunks[next].pos < tensors[t].end) {
+            uint64_t start = chunks[next].pos, end = start;
+            size_t n = 0;
+            while (next + n < nchunks && n < EXPORT_ROUND_OPS && chunks[next + n].pos < tensors[t].end &&
+                   end + chunks[next + n].len - start <= EXPORT_WINDOW) {
+                pull_chunk_t *c = &chunks[next + n];
+                PSC_ASSERT(c->pos == end); /* a tensor is one run of chunks */
+                fill_pull_op(x, c, &ops[n], window + (c->pos - start));
+                end += c->len;
+                n++;
+            }
+            PSC_ASSERT(n > 0);
+            int rc = pull_run(x, chunks + next, ops, n, msg, msglen);
+            if (rc) return rc;
+            if (write_all(fd, window, (size_t)(end - start))) return 1;
+            next += n;
+        }
+    }
+    return 0;
 }
 
 int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int timeout_ms, psc_export_info_t *info,
@@ -567,25 +621,30 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int t
     for (int i = 0; i < x.nps; i++) x.ch[i] = psc_rpc_channel_create(ps_addr(&x, i));
     if ((rc = status_all(&x, msg, sizeof msg))) goto fail;
     if ((rc = psc_export_plan(x.pieces, x.npieces, &tensors, &nt, msg, sizeof msg))) goto fail;
+    if ((rc = export_tables_fetch(&x.tables, x.ch, timeout_ms, msg, sizeof msg))) goto fail;
+    export_tables_tensors(&x.tables, &tensors, &nt);
+    if ((rc = psc_export_layout(tensors, nt, msg, sizeof msg))) goto fail;
     if (nt) data_bytes = tensors[nt - 1].end;
 
-    /* the chunks of every piece in file order; global_step (an I64 sorts first) pulled on its own */
-    int has_step = nt > 0 && tensors[0].dtype == PSC_ST_I64;
+    /* global_step (pulled first: the metadata names it) */
+    int step_t = -1;
+    for (int t = 0; t < nt; t++)
+        if (!tensors[t].mem && tensors[t].dtype == PSC_ST_I64 && strcmp(tensors[t].name, "global_step") == 0) step_t = t;
     size_t nchunks;
     chunks = plan_chunks(&x, tensors, nt, &nchunks);
     ops = psc_xcalloc(EXPORT_ROUND_OPS, sizeof *ops);
-    size_t next = 0;
-    if (has_step) {
-        PSC_ASSERT(chunks[0].len == 8 && chunks[0].pos == 0);
-        fill_pull_op(&x, &chunks[0], &ops[0], step_le);
-        if ((rc = pull_run(&x, chunks, ops, 1, msg, sizeof msg))) goto fail;
+    if (step_t >= 0) {
+        size_t k = 0;
+        while (chunks[k].pos != tensors[step_t].begin) k++;
+        PSC_ASSERT(chunks[k].len == 8);
+        fill_pull_op(&x, &chunks[k], &ops[0], step_le);
+        if ((rc = pull_run(&x, chunks + k, ops, 1, msg, sizeof msg))) goto fail;
         step = (int64_t)psc_le_get64(step_le);
         snprintf(step_txt, sizeof step_txt, "%" PRId64, step);
-        next = 1;
     }
 
     const char *keys[2] = {"job_id", "global_step"}, *vals[2] = {x.job_id, step_txt};
-    header = psc_safetensors_header(tensors, nt, keys, vals, has_step ? 2 : 1, &hlen);
+    header = psc_safetensors_header(tensors, nt, keys, vals, step_t >= 0 ? 2 : 1, &hlen);
 
     size_t plen = strlen(path);
     tmp = psc_xmalloc(plen + 5);
@@ -598,25 +657,12 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int t
     }
     uint8_t nle[8];
     psc_le_put64(nle, (uint64_t)hlen);
-    if (write_all(fd, nle, 8) || write_all(fd, header, hlen) || (has_step && write_all(fd, step_le, 8))) goto werr;
+    if (write_all(fd, nle, 8) || write_all(fd, header, hlen)) goto werr;
 
-    /* rounds: a contiguous range of the buffer each, written as soon as it is whole */
     window = psc_xmalloc(PSC_MIN(EXPORT_WINDOW, data_bytes ? data_bytes : 1));
-    while (next < nchunks) {
-        uint64_t start = chunks[next].pos, end = start;
-        size_t n = 0;
-        while (next + n < nchunks && n < EXPORT_ROUND_OPS && end + chunks[next + n].len - start <= EXPORT_WINDOW) {
-            pull_chunk_t *c = &chunks[next + n];
-            PSC_ASSERT(c->pos == end); /* the buffer is one run of chunks */
-            fill_pull_op(&x, c, &ops[n], window + (c->pos - start));
-            end += c->len;
-            n++;
-        }
-        PSC_ASSERT(n > 0);
-        if ((rc = pull_run(&x, chunks + next, ops, n, msg, sizeof msg))) goto fail;
-        if (write_all(fd, window, (size_t)(end - start))) goto werr;
-        next += n;
-    }
+    rc = write_tensors(&x, fd, tensors, nt, step_t, step_le, chunks, nchunks, ops, window, msg, sizeof msg);
+    if (rc > 0) goto werr;
+    if (rc) goto fail;
     if (fsync(fd)) goto werr;
     if (close(fd)) {
         fd = -1;
@@ -629,7 +675,8 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int t
     }
     if (info) {
         *info = (psc_export_info_t){.tensors = nt, .pieces = x.npieces, .data_bytes = data_bytes,
-                                    .bytes = 8 + hlen + data_bytes, .has_global_step = has_step, .global_step = step};
+                                    .bytes = 8 + hlen + data_bytes, .has_global_step = step_t >= 0,
+                                    .global_step = step, .tables = x.tables.n};
         snprintf(info->job_id, sizeof info->job_id, "%s", x.job_id);
     }
     goto out;
@@ -644,6 +691,7 @@ out:
     for (int i = 0; i < x.nps; i++) psc_rpc_channel_destroy(x.ch[i]);
     free(x.ch);
     free(x.pieces);
+    export_tables_free(&x.tables);
     free(tensors);
     free(chunks);
     free(ops);

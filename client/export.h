@@ -57,11 +57,14 @@ typedef struct psc_export_tensor {
     uint64_t bytes;
     uint64_t begin, end;            /* data_offsets in the byte buffer: [begin, end) */
     int first_piece, npieces;       /* its pieces, in part order, in the plan's piece array */
+    const void *mem;                /* a sparse table's tensor (export_tables.h): its bytes, already here; NULL
+                                       for a variable pulled from the PS */
 } psc_export_tensor_t;
 
 /* What an export wrote. */
 typedef struct psc_export_info {
-    int tensors;           /* tensors in the file (a partitioned variable counts once) */
+    int tensors;           /* tensors in the file (a partitioned variable counts once; a sparse table 1 or 2) */
+    int tables;            /* sparse tables among them */
     int pieces;            /* variables pulled from the PS (each part counts) */
     uint64_t bytes;        /* size of the file */
     uint64_t data_bytes;   /* size of its byte buffer */
@@ -71,7 +74,9 @@ typedef struct psc_export_info {
 } psc_export_info_t;
 
 /* Writes the variables of the cluster's ps tasks (cluster->n[PSC_JOB_PS],
- * cluster->addr[PSC_JOB_PS][i]) to `path` as safetensors. timeout_ms is the
+ * cluster->addr[PSC_JOB_PS][i]) to `path` as safetensors, and its sparse
+ * tables as export_tables.h says (dense "<name>" when small, else
+ * "<name>/ids" + "<name>/values"). timeout_ms is the
  * deadline of each call (Status, and each chunk's Pull); a PS that is down
  * fails within it. Refuses, naming the PS (index and address), when a PS is
  * unreachable, holds no model, is not ready, holds another job than ps 0, or
@@ -102,6 +107,11 @@ int psc_export_part_index(const char *name, size_t *base_len);
  * not match its shape; then *tensors is NULL. */
 int psc_export_plan(psc_export_piece_t *pieces, int npieces, psc_export_tensor_t **tensors, int *ntensors,
                     char *err, size_t errlen);
+
+/* Orders tensors as the file has them (I64 first, then by name in byte
+ * order) and lays out their data offsets contiguously from 0; pieces keep
+ * their indices. PSC_EMISMATCH when two tensors have the same name. */
+int psc_export_layout(psc_export_tensor_t *tensors, int nt, char *err, size_t errlen);
 
 /* Builds the JSON header for tensors (in file order, data offsets set) and the
  * metadata pairs keys[i]: vals[i] (strings; nmeta may be 0: no __metadata__),

@@ -9,6 +9,7 @@
 #ifndef PSC_JOB_SPEC_H
 #define PSC_JOB_SPEC_H
 
+#include "table.h"
 #include "tf_config.h"
 
 #include <stddef.h>
@@ -17,7 +18,14 @@
 enum psc_layer_type { PSC_LAYER_DENSE = 0, PSC_LAYER_FLATTEN, PSC_LAYER_CONV2D, PSC_LAYER_MAX_POOL2D, PSC_LAYER_DROPOUT };
 enum psc_activation { PSC_ACT_NONE = 0, PSC_ACT_RELU, PSC_ACT_TANH, PSC_ACT_SIGMOID };
 enum psc_padding { PSC_PAD_VALID = 0, PSC_PAD_SAME };
-enum psc_optim_kind { PSC_OPT_SGD = 0, PSC_OPT_MOMENTUM, PSC_OPT_ADAGRAD, PSC_OPT_ADAM, PSC_OPT_RMSPROP };
+enum psc_optim_kind {
+    PSC_OPT_SGD = 0,
+    PSC_OPT_MOMENTUM,
+    PSC_OPT_ADAGRAD,
+    PSC_OPT_ADAM,
+    PSC_OPT_RMSPROP,
+    PSC_OPT_FTRL /* the last: loops over the kinds end here */
+};
 enum psc_placement_strategy { PSC_PLACE_ROUND_ROBIN = 0, PSC_PLACE_GREEDY_BYTES };
 
 typedef struct psc_layer_spec {
@@ -43,9 +51,26 @@ typedef struct psc_optim_config {
     int use_nesterov;   /* momentum */
     float beta1, beta2; /* adam: 0.9, 0.999 */
     float epsilon;      /* adam 1e-8, adagrad unused, rmsprop 1e-10 */
-    float initial_accumulator_value; /* adagrad 0.1 */
+    float initial_accumulator_value; /* adagrad 0.1, ftrl 0.1 */
     float decay;        /* rmsprop rho 0.9 */
+    float learning_rate_power; /* ftrl: <= 0, default -0.5 */
+    float l1, l2;       /* ftrl: l1_regularization_strength, l2_regularization_strength >= 0, default 0 */
+    psc_lr_schedule_t schedule; /* optimizer.schedule: learning_rate as a function of global_step (table.h) */
 } psc_optim_config_t;
+
+/* Most tables a job spec may declare. */
+#define PSC_MAX_TABLES 64
+
+/* A sparse embedding table (top-level "tables"; table.h). */
+typedef struct psc_table_spec {
+    char name[64];          /* unique among tables and the model's variables */
+    int64_t rows;           /* 1..PSC_TABLE_MAX_ROWS */
+    int dim;                /* 1..PSC_TABLE_MAX_DIM */
+    psc_initializer_t init; /* default uniform(-0.05, 0.05), Keras Embedding's */
+    enum psc_partition partition; /* default mod */
+    psc_optim_config_t optimizer; /* the table's "optimizer", else a copy of the job's */
+    int own_optimizer;      /* 1 when the table declared its own */
+} psc_table_spec_t;
 
 typedef struct psc_job_spec {
     int input_shape[3]; /* (h, w, c) for images; rank 1 specs use input_shape[0] */
@@ -53,6 +78,8 @@ typedef struct psc_job_spec {
     psc_layer_spec_t *layers; /* owned */
     int num_layers;
     char loss[48]; /* "sparse_softmax_cross_entropy" */
+    psc_table_spec_t *tables; /* owned; "tables" in spec order (NULL when none) */
+    int num_tables;
 
     psc_optim_config_t optimizer;
 
@@ -82,14 +109,19 @@ typedef struct psc_job_spec {
     int ckpt_keep;            /* default 5 */
 
     uint64_t seed; /* default 42 */
-    char job_id[17]; /* 16 hex digits: FNV-1a of the canonical model+optimizer+seed (same spec => same id) */
+    char job_id[17]; /* 16 hex digits: FNV-1a of the canonical model+optimizer(+schedule)+placement+seed+tables
+                        (same spec => same id; job_spec.c) */
 } psc_job_spec_t;
 
 /* Parses JSON text into *out. Besides keys, types and ranges it checks everything
  * that does not depend on the cluster: the layers against model.input_shape
  * (psc_model_check: conv2d/max_pool2d need an image, a valid window must fit its
  * feature map, dense needs a flatten after an image, the output must be >= 2
- * logits). Returns 0, or PSC_ECONFIG with `err` naming the key. */
+ * logits), and each table's name against the model's variables (neither equal
+ * nor a "/"-prefix of the other, job_spec_optim.c). Returns 0, or PSC_ECONFIG
+ * with `err` naming the key ("job spec: tables[1].dim: expected an integer
+ * 1..4096, got 0"); *out then owns nothing. psc_job_spec_deinit frees layers
+ * and tables. */
 int psc_job_spec_parse(const char *json, psc_job_spec_t *out, char *err, size_t errlen);
 /* Reads and parses a file ("job spec FILE: cannot read: ..." on I/O errors). */
 int psc_job_spec_load(const char *path, psc_job_spec_t *out, char *err, size_t errlen);

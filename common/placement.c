@@ -7,13 +7,17 @@
  * every piece its own placement turn (round_robin counter, or the least loaded
  * ps by bytes with ties to the lowest index).
  *
+ * Sparse tables take turns after the pieces (psc_place_tables): one part per PS,
+ * round-robin whatever the strategy, since a table's bytes are not known.
+ *
  * Invariants: the output is a pure function of the inputs; pieces of a variable are
  * consecutive, ordered by part, and cover its rows exactly once; global_step is
- * never cut and counts 8 bytes.
+ * never cut and counts 8 bytes; each PS holds exactly one part of each table.
  */
 #include "placement.h"
 
 #include "psc.h"
+#include "table.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +108,33 @@ int psc_place(const psc_var_desc_t *vars, int nvars, int num_ps, enum psc_placem
         load[ps] += p[j].is_step ? 8u : (uint64_t)p[j].numel * 4u;
     }
     free(load);
+    *out = p;
+    *nout = k;
+    return 0;
+}
+
+int psc_place_tables(const psc_table_spec_t *tables, int n, int num_ps, int first_turn, psc_placed_table_t **out,
+                     int *nout, char *err, size_t errlen)
+{
+    *out = NULL;
+    *nout = 0;
+    if (num_ps < 1) return psc_seterr(err, errlen, PSC_EINVAL, "placement: need at least one ps task (got %d)", num_ps);
+    if (n < 0 || (n > 0 && !tables))
+        return psc_seterr(err, errlen, PSC_EINVAL, "placement: bad table list (%d tables)", n);
+    if (first_turn < 0) return psc_seterr(err, errlen, PSC_EINVAL, "placement: bad first turn %d", first_turn);
+    int64_t total = (int64_t)n * num_ps;
+    PSC_ASSERT(total <= INT32_MAX);
+    psc_placed_table_t *p = psc_xcalloc((size_t)(total ? total : 1), sizeof *p);
+    int k = 0;
+    for (int t = 0; t < n; t++)
+        for (int part = 0; part < num_ps; part++, k++) {
+            p[k].table = t;
+            p[k].part = part;
+            p[k].nparts = num_ps;
+            /* turn first_turn + t*num_ps + part, taken modulo num_ps without overflow */
+            p[k].ps = (int)(((int64_t)first_turn % num_ps + part) % num_ps);
+            p[k].rows = psc_part_rows(tables[t].partition, tables[t].rows, num_ps, part);
+        }
     *out = p;
     *nout = k;
     return 0;

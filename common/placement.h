@@ -11,6 +11,14 @@
  *   per PS); part i has dim0/n + (i < dim0%n) rows and is named "name/part_i". Each
  *   part takes a placement turn of its own. global_step is never partitioned and
  *   counts 8 bytes. Optimizer slots live with their variable and take no turn.
+ * sparse tables (psc_place_tables): a table has one part per PS (nparts =
+ *   num_ps, split by its partition_strategy, table.h); the parts take round-robin
+ *   turns after the model's pieces: part k of the t-th table (spec order) goes
+ *   to ps (first_turn + t*num_ps + k) % num_ps, first_turn = the number of
+ *   pieces psc_place gave out, so every PS holds exactly one part of every table.
+ *   greedy_bytes places tables the same way: a table's size grows with the rows
+ *   touched and is not known in advance.
+ * Thread-safety: pure functions of their arguments.
  */
 #ifndef PSC_PLACEMENT_H
 #define PSC_PLACEMENT_H
@@ -39,6 +47,23 @@ typedef struct psc_placed_var {
  * (num_ps < 1) with err set. */
 int psc_place(const psc_var_desc_t *vars, int nvars, int num_ps, enum psc_placement_strategy strategy,
               uint64_t min_shard_bytes, psc_placed_var_t **out, int *nout, char *err, size_t errlen);
+
+/* One part of a sparse table. */
+typedef struct psc_placed_table {
+    int table;  /* index into the spec's tables */
+    int part;   /* 0..nparts-1 */
+    int nparts; /* = num_ps */
+    int ps;     /* index of the ps task that holds it */
+    int64_t rows; /* rows of this part (psc_part_rows; 0 for the parts past `rows` when rows < num_ps with div) */
+} psc_placed_table_t;
+
+/* Places the parts of tables[0..n): *out gets n * num_ps entries, table by
+ * table in spec order, each table's parts by part; *out is heap-allocated
+ * (free(); non-NULL even when n = 0). first_turn: the pieces the model's
+ * variables took (psc_place's *nout). Returns 0, or PSC_EINVAL with err set
+ * (num_ps < 1, n < 0, first_turn < 0, tables NULL with n > 0). */
+int psc_place_tables(const psc_table_spec_t *tables, int n, int num_ps, int first_turn, psc_placed_table_t **out,
+                     int *nout, char *err, size_t errlen);
 
 /* Bytes of one variable as placement counts them (float32 values; global_step 8). */
 uint64_t psc_var_bytes(const psc_var_desc_t *v);

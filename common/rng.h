@@ -26,6 +26,19 @@ uint64_t psc_rng_next(psc_rng_t *r);
 double psc_rng_uniform(psc_rng_t *r);
 /* Uniform integer in [0, n). n > 0. */
 uint64_t psc_rng_below(psc_rng_t *r, uint64_t n);
+/* splitmix64's finalizer: a bijection of 64 bits in which every input bit
+ * moves every output bit; the hash of the sparse tables' id sets (PS shards,
+ * accumulators, the client's deduplication). */
+static inline uint64_t psc_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
 /* Mixes several words into one seed (for per-epoch / per-layer streams). */
 uint64_t psc_seed_mix(uint64_t a, uint64_t b);
 

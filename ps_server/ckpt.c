@@ -1,26 +1,31 @@
-/* ckpt.c — checkpoints of a PS shard in RocksDB (C API only). Format and
- * contracts: ckpt.h.
+/* ckpt.c — checkpoints of a PS shard in RocksDB (C API only): the RocksDB side
+ * below ckpt_rows.c. Format and contracts: ckpt.h; the split of the module:
+ * ckpt_internal.h.
  *
  * Design:
  * - A writer accumulates the tensors in a rocksdb WriteBatch (each value: header
  *   + bytes, put as two slices so the bytes are copied once), and remembers each
- *   tensor's name, length and CRC for the manifest. ckpt_prepare appends the
- *   manifest to the same batch and writes it with sync=true: RocksDB applies a
- *   batch atomically, so after a crash either the whole checkpoint is there or
- *   none of it is.
+ *   tensor's name, length and CRC for the manifest; rows go to the same batch
+ *   (ckpt_rows.c). ckpt_prepare appends the manifest to the same batch and
+ *   writes it with sync=true: RocksDB applies a batch atomically, so after a
+ *   crash either the whole checkpoint is there or none of it is.
  * - Deleting a checkpoint is one Delete of its manifest plus one DeleteRange of
- *   its tensor key range, in one batch; CompactRange over the range afterwards
- *   turns the tombstones into freed disk space.
- * - Readers take a RocksDB snapshot per call, so a manifest and the tensors they
- *   check come from one point in time even while a commit deletes.
+ *   its tensor key range and one of its row key range, in one batch;
+ *   CompactRange over the ranges afterwards turns the tombstones into freed disk
+ *   space.
+ * - Readers take a RocksDB snapshot per call, so a manifest and the tensors and
+ *   rows they check come from one point in time even while a commit deletes.
  * - Writers hold db->wlock across their check-then-write (the id's existence or
- *   state and the keep-last-K scan), never across compaction.
+ *   state, the parent, the chain and the keep-last-K scan), never across
+ *   compaction.
+ * - Chains are computed over one scan of every manifest (ckpt_format.c): a
+ *   store holds tens of checkpoints, and the scan reads only their manifests.
  *
- * - The bytes (keys, manifests, tensor headers) are encoded and decoded in
- *   ckpt_format.c, behind ckpt_internal.h; this file holds the RocksDB side.
- *
- * Invariants: a "m/<id>" key exists iff its tensors were written with it; the
- * tensor entries of a manifest are exactly the "t/<id>/" keys of that id.
+ * Invariants: a "m/<id>" key exists iff its tensors and rows were written with
+ * it; the tensor entries of a manifest are exactly the "t/<id>/" keys of that
+ * id, its table entries count exactly the "r/<id>/" keys; the chain of a
+ * committed checkpoint is committed (ckpt_commit checks it, keep-last-K keeps
+ * it).
  */
 #include "ckpt.h"
 #include "ckpt_internal.h"
@@ -39,40 +44,9 @@
 
 #include <rocksdb/c.h>
 
-struct ckpt_db {
-    rocksdb_t *rdb;
-    rocksdb_options_t *opts;
-    rocksdb_writeoptions_t *wsync; /* sync=true: every write of this module */
-    rocksdb_readoptions_t *rplain; /* latest state: writers, under wlock */
-    pthread_mutex_t wlock;         /* serializes prepare, commit, discard */
-    char *dir;
-    char *write_failed;            /* under wlock: the first failed write's error; no write after it */
-};
-
-struct ckpt_writer {
-    ckpt_db_t *db;
-    uint64_t id;
-    int64_t step;
-    char job[CKPT_MAX_JOB_ID + 1];
-    rocksdb_writebatch_t *batch;
-    ckpt_entry_t *e; /* added tensors, in order */
-    uint32_t n, cap;
-    uint32_t *slots; /* open-addressing set of names: index + 1, 0 = empty */
-    uint32_t nslots; /* power of two */
-    uint64_t bytes;
-    int rc; /* first error; sticky */
-    char msg[320];
-};
-
 /* ---- reading: one snapshot per call ---- */
 
-typedef struct view {
-    ckpt_db_t *db;
-    const rocksdb_snapshot_t *snap; /* NULL: latest state (writers, under wlock) */
-    rocksdb_readoptions_t *ro;
-} view_t;
-
-static void view_open(ckpt_db_t *db, view_t *v)
+void ckpt_view_open(ckpt_db_t *db, ckpt_view_t *v)
 {
     v->db = db;
     v->snap = rocksdb_create_snapshot(db->rdb);
@@ -80,14 +54,14 @@ static void view_open(ckpt_db_t *db, view_t *v)
     rocksdb_readoptions_set_snapshot(v->ro, v->snap);
 }
 
-static void view_latest(ckpt_db_t *db, view_t *v)
+static void view_latest(ckpt_db_t *db, ckpt_view_t *v)
 {
     v->db = db;
     v->snap = NULL;
     v->ro = db->rplain;
 }
 
-static void view_close(view_t *v)
+void ckpt_view_close(ckpt_view_t *v)
 {
     if (!v->snap) return;
     rocksdb_readoptions_destroy(v->ro);
@@ -95,7 +69,8 @@ static void view_close(view_t *v)
 }
 
 /* Gets key; *out is NULL when absent (returns 0). */
-static int view_get(view_t *v, const char *key, size_t klen, rocksdb_pinnableslice_t **out, char *err, size_t errlen)
+static int view_get(ckpt_view_t *v, const char *key, size_t klen, rocksdb_pinnableslice_t **out, char *err,
+                    size_t errlen)
 {
     char *e = NULL;
     *out = rocksdb_get_pinned(v->db->rdb, v->ro, key, klen, &e);
@@ -109,7 +84,7 @@ static int view_get(view_t *v, const char *key, size_t klen, rocksdb_pinnablesli
 }
 
 /* Loads the manifest of id: PSC_ENOTFOUND when there is none. */
-static int manifest_load(view_t *v, uint64_t id, ckpt_manifest_t *m, char *err, size_t errlen)
+static int manifest_load(ckpt_view_t *v, uint64_t id, ckpt_manifest_t *m, char *err, size_t errlen)
 {
     char key[CKPT_KEY_MAX];
     size_t kl = ckpt_key_manifest(key, id);
@@ -126,7 +101,7 @@ static int manifest_load(view_t *v, uint64_t id, ckpt_manifest_t *m, char *err, 
 }
 
 /* Checks tensor e of checkpoint id in the view: present, and its value right. */
-static int tensor_check(view_t *v, uint64_t id, const ckpt_entry_t *e, void **copy, char *err, size_t errlen)
+static int tensor_check(ckpt_view_t *v, uint64_t id, const ckpt_entry_t *e, void **copy, char *err, size_t errlen)
 {
     char key[CKPT_KEY_MAX];
     size_t kl = ckpt_key_tensor(key, id, e->name);
@@ -143,7 +118,7 @@ static int tensor_check(view_t *v, uint64_t id, const ckpt_entry_t *e, void **co
     return rc;
 }
 
-static int verify_manifest(view_t *v, const ckpt_manifest_t *m, char *err, size_t errlen)
+int ckpt_tensors_verify(ckpt_view_t *v, const ckpt_manifest_t *m, char *err, size_t errlen)
 {
     for (uint32_t i = 0; i < m->info.ntensors; i++) {
         int rc = tensor_check(v, m->info.id, &m->e[i], NULL, err, errlen);
@@ -152,29 +127,20 @@ static int verify_manifest(view_t *v, const ckpt_manifest_t *m, char *err, size_
     return 0;
 }
 
-/* Every manifest in view, id ascending. A damaged one is an item with rc != 0
- * and its message; an unreadable iteration is the function's error. */
-typedef struct scan_item {
-    uint64_t id;
-    int rc;
-    ckpt_manifest_t m;
-    char msg[256];
-} scan_item_t;
-
-static void scan_free(scan_item_t *items, int n)
+void ckpt_scan_free(ckpt_scan_item_t *items, int n)
 {
     for (int i = 0; i < n; i++) ckpt_manifest_free(&items[i].m);
     free(items);
 }
 
-static int scan_manifests(view_t *v, scan_item_t **out, int *nout, char *err, size_t errlen)
+int ckpt_scan_manifests(ckpt_view_t *v, ckpt_scan_item_t **out, int *nout, char *err, size_t errlen)
 {
     static const char lo[] = "m/", hi[] = "m0"; /* '0' follows '/' */
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     if (v->snap) rocksdb_readoptions_set_snapshot(ro, v->snap);
     rocksdb_readoptions_set_iterate_upper_bound(ro, hi, 2);
     rocksdb_iterator_t *it = rocksdb_create_iterator(v->db->rdb, ro);
-    scan_item_t *items = NULL;
+    ckpt_scan_item_t *items = NULL;
     int n = 0, cap = 0, rc = 0;
     for (rocksdb_iter_seek(it, lo, 2); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t kl, vl;
@@ -184,9 +150,11 @@ static int scan_manifests(view_t *v, scan_item_t **out, int *nout, char *err, si
             cap = cap ? 2 * cap : 16;
             items = psc_xrealloc(items, (size_t)cap * sizeof *items);
         }
-        scan_item_t *s = &items[n++];
+        ckpt_scan_item_t *s = &items[n++];
         memset(s, 0, sizeof *s);
         if (ckpt_parse_manifest_key(k, kl, &s->id)) {
+            s->badkey = 1;
+            s->id = n > 1 ? items[n - 2].id : 0; /* keys sort by id: the order stays */
             s->rc = psc_seterr(s->msg, sizeof s->msg, PSC_ECORRUPT, "unexpected key \"%.*s\" in the manifest range",
                                (int)PSC_MIN(kl, 64), k);
             continue;
@@ -198,7 +166,7 @@ static int scan_manifests(view_t *v, scan_item_t **out, int *nout, char *err, si
     if (e) {
         rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint store %s: listing manifests: %s", v->db->dir, e);
         rocksdb_free(e);
-        scan_free(items, n);
+        ckpt_scan_free(items, n);
         items = NULL;
         n = 0;
     }
@@ -300,6 +268,8 @@ static void batch_delete_ckpt(rocksdb_writebatch_t *b, uint64_t id)
     rocksdb_writebatch_delete(b, key, kl);
     ckpt_key_tensor_range(lo, hi, id);
     rocksdb_writebatch_delete_range(b, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
+    ckpt_key_row_range(lo, hi, id);
+    rocksdb_writebatch_delete_range(b, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
 }
 
 /* Returns the space of deleted checkpoints to the file system: CompactRange drops
@@ -309,6 +279,8 @@ static void compact_deleted(ckpt_db_t *db, const uint64_t *ids, int n)
     for (int i = 0; i < n; i++) {
         char lo[CKPT_RANGE_KEY_LEN + 1], hi[CKPT_RANGE_KEY_LEN + 1];
         ckpt_key_tensor_range(lo, hi, ids[i]);
+        rocksdb_compact_range(db->rdb, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
+        ckpt_key_row_range(lo, hi, ids[i]);
         rocksdb_compact_range(db->rdb, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
     }
 }
@@ -320,9 +292,7 @@ static uint32_t name_hash(const char *s)
     return h;
 }
 
-static int writer_fail(ckpt_writer_t *w, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int writer_fail(ckpt_writer_t *w, int code, const char *fmt, ...)
+int ckpt_writer_fail(ckpt_writer_t *w, int code, const char *fmt, ...)
 {
     if (w->rc) return w->rc;
     va_list ap;
@@ -345,14 +315,16 @@ ckpt_writer_t *ckpt_begin(ckpt_db_t *db, uint64_t id, const char *job_id, int64_
     w->slots = psc_xcalloc(w->nslots, sizeof *w->slots);
     size_t jl = job_id ? strlen(job_id) : 0;
     if (jl < 1 || jl > CKPT_MAX_JOB_ID)
-        writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": job id \"%.40s\" must have 1 to %d bytes", id,
-                    job_id ? job_id : "(null)", CKPT_MAX_JOB_ID);
+        ckpt_writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": job id \"%.40s\" must have 1 to %d bytes", id,
+                         job_id ? job_id : "(null)", CKPT_MAX_JOB_ID);
     else
         memcpy(w->job, job_id, jl + 1);
     return w;
 }
 
 void ckpt_set_step(ckpt_writer_t *w, int64_t step) { w->step = step; }
+
+void ckpt_set_parent(ckpt_writer_t *w, uint64_t parent) { w->parent = parent; }
 
 /* Finds name in the set; returns its slot (holding 0 when absent). */
 static uint32_t *writer_slot(ckpt_writer_t *w, const char *name)
@@ -378,20 +350,21 @@ int ckpt_add(ckpt_writer_t *w, const char *name, const void *data, size_t len)
     if (w->rc) return w->rc;
     size_t nl = name ? strlen(name) : 0;
     if (nl < 1 || nl > CKPT_MAX_NAME)
-        return writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": tensor name of %zu bytes (1 to %d allowed)", w->id,
-                           nl, CKPT_MAX_NAME);
+        return ckpt_writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": tensor name of %zu bytes (1 to %d allowed)",
+                                w->id, nl, CKPT_MAX_NAME);
     if ((uint64_t)len > CKPT_MAX_TENSOR_BYTES)
-        return writer_fail(w, PSC_EINVAL,
-                           "checkpoint %" PRIu64 ": tensor \"%s\" has %zu bytes, more than one value holds (%" PRIu64
-                           "); partition the variable",
-                           w->id, name, len, CKPT_MAX_TENSOR_BYTES);
+        return ckpt_writer_fail(w, PSC_EINVAL,
+                                "checkpoint %" PRIu64
+                                ": tensor \"%s\" has %zu bytes, more than one value holds (%" PRIu64
+                                "); partition the variable",
+                                w->id, name, len, CKPT_MAX_TENSOR_BYTES);
     if (len && !data)
-        return writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": tensor \"%s\": NULL data of %zu bytes", w->id, name,
-                           len);
+        return ckpt_writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": tensor \"%s\": NULL data of %zu bytes", w->id,
+                                name, len);
     if (w->n == UINT32_MAX - 1)
-        return writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": too many tensors", w->id);
+        return ckpt_writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": too many tensors", w->id);
     if (*writer_slot(w, name))
-        return writer_fail(w, PSC_EEXISTS, "checkpoint %" PRIu64 ": tensor \"%s\" added twice", w->id, name);
+        return ckpt_writer_fail(w, PSC_EEXISTS, "checkpoint %" PRIu64 ": tensor \"%s\" added twice", w->id, name);
 
     uint32_t crc = psc_crc32c(0, data, len);
     unsigned char hdr[CKPT_TENSOR_HEADER];
@@ -425,6 +398,11 @@ void ckpt_abort(ckpt_writer_t *w)
     for (uint32_t i = 0; i < w->n; i++) free(w->e[i].name);
     free(w->e);
     free(w->slots);
+    for (uint32_t i = 0; i < w->ntab; i++) {
+        free(w->tab[i].t.name);
+        free(w->tab[i].ids);
+    }
+    free(w->tab);
     rocksdb_writebatch_destroy(w->batch);
     free(w);
 }
@@ -436,11 +414,89 @@ static double wall_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Refuses a row added twice to a table whose rows came out of order (in order,
+ * ckpt_add_row did). */
+static int writer_check_rows(ckpt_writer_t *w)
+{
+    for (uint32_t i = 0; i < w->ntab; i++) {
+        ckpt_wtable_t *t = &w->tab[i];
+        if (t->sorted) continue;
+        qsort(t->ids, (size_t)t->t.rows, sizeof *t->ids, cmp_i64);
+        for (uint64_t k = 1; k < t->t.rows; k++)
+            if (t->ids[k] == t->ids[k - 1])
+                return ckpt_writer_fail(w, PSC_EEXISTS,
+                                        "checkpoint %" PRIu64 ": table \"%s\": row %" PRId64 " added twice", w->id,
+                                        t->t.name, t->ids[k]);
+    }
+    return 0;
+}
+
+/* Under wlock: refuses an id that exists (key, kl: its manifest key). */
+static int check_new_id(ckpt_writer_t *w, ckpt_view_t *v, const char *key, size_t kl, char *err, size_t errlen)
+{
+    rocksdb_pinnableslice_t *ps;
+    int rc = view_get(v, key, kl, &ps, err, errlen);
+    if (rc || !ps) return rc;
+    ckpt_manifest_t old;
+    size_t n;
+    const char *val = rocksdb_pinnableslice_value(ps, &n);
+    if (ckpt_manifest_decode((const unsigned char *)val, n, w->id, &old, NULL, 0) == 0) {
+        rc = psc_seterr(err, errlen, PSC_EEXISTS,
+                        "checkpoint %" PRIu64 " exists (%s, job %s, step %" PRId64 "); ids are not reused", w->id,
+                        old.info.committed ? "committed" : "prepared", old.info.job_id, old.info.step);
+        ckpt_manifest_free(&old);
+    } else {
+        rc = psc_seterr(err, errlen, PSC_EEXISTS,
+                        "checkpoint %" PRIu64 " exists (manifest damaged; ckpt_discard removes it)", w->id);
+    }
+    rocksdb_pinnableslice_destroy(ps);
+    return rc;
+}
+
+/* Under wlock: the parent of a delta exists, is of the job, older, and agrees
+ * on the record length of every table both declare. */
+static int check_parent(ckpt_writer_t *w, ckpt_view_t *v, char *err, size_t errlen)
+{
+    if (!w->parent) return 0;
+    if (w->parent >= w->id)
+        return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": parent %" PRIu64 " is not older", w->id,
+                          w->parent);
+    ckpt_manifest_t pm;
+    char why[256];
+    int rc = manifest_load(v, w->parent, &pm, why, sizeof why);
+    if (rc == PSC_ENOTFOUND)
+        return psc_seterr(err, errlen, rc,
+                          "checkpoint %" PRIu64 ": parent %" PRIu64
+                          " not found (discarded, or deleted by keep-last-K?); write a base",
+                          w->id, w->parent);
+    if (rc) return psc_seterr(err, errlen, rc, "checkpoint %" PRIu64 ": parent: %s", w->id, why);
+    if (strcmp(pm.info.job_id, w->job) != 0)
+        rc = psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": parent %" PRIu64 " is of job %s, not %s",
+                        w->id, w->parent, pm.info.job_id, w->job);
+    for (uint32_t i = 0; i < w->ntab && !rc; i++) {
+        const ckpt_table_t *t = ckpt_manifest_find_table(&pm, w->tab[i].t.name);
+        if (t && t->record_len != w->tab[i].t.record_len)
+            rc = psc_seterr(err, errlen, PSC_EINVAL,
+                            "checkpoint %" PRIu64 ": table \"%s\" has records of %u bytes, but of %u in parent %" PRIu64
+                            "; write a base",
+                            w->id, t->name, w->tab[i].t.record_len, t->record_len, w->parent);
+    }
+    ckpt_manifest_free(&pm);
+    return rc;
+}
+
 int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen)
 {
     PSC_ASSERT(w);
     ckpt_db_t *db = w->db;
     int rc = 0;
+    if (!w->rc) writer_check_rows(w);
     if (w->rc) {
         rc = psc_seterr(err, errlen, w->rc, "%s", w->msg);
         goto done;
@@ -450,35 +506,25 @@ int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen)
                         .committed = 0,
                         .ntensors = w->n,
                         .bytes = w->bytes,
-                        .created_unix = wall_now()};
+                        .created_unix = wall_now(),
+                        .parent = w->parent,
+                        .ntables = w->ntab};
     memcpy(info.job_id, w->job, sizeof info.job_id);
+    ckpt_table_t *tabs = psc_xcalloc(w->ntab ? w->ntab : 1, sizeof *tabs);
+    for (uint32_t i = 0; i < w->ntab; i++) tabs[i] = w->tab[i].t; /* names borrowed */
     size_t mlen;
-    unsigned char *mval = ckpt_manifest_encode(&info, w->e, &mlen);
+    unsigned char *mval = ckpt_manifest_encode(&info, w->e, tabs, &mlen);
+    free(tabs);
     char key[CKPT_KEY_MAX];
     size_t kl = ckpt_key_manifest(key, w->id);
     rocksdb_writebatch_put(w->batch, key, kl, (const char *)mval, mlen);
     free(mval);
 
     pthread_mutex_lock(&db->wlock);
-    view_t v;
+    ckpt_view_t v;
     view_latest(db, &v);
-    rocksdb_pinnableslice_t *ps;
-    rc = view_get(&v, key, kl, &ps, err, errlen);
-    if (!rc && ps) {
-        ckpt_manifest_t old;
-        size_t n;
-        const char *val = rocksdb_pinnableslice_value(ps, &n);
-        if (ckpt_manifest_decode((const unsigned char *)val, n, w->id, &old, NULL, 0) == 0) {
-            rc = psc_seterr(err, errlen, PSC_EEXISTS,
-                            "checkpoint %" PRIu64 " exists (%s, job %s, step %" PRId64 "); ids are not reused", w->id,
-                            old.info.committed ? "committed" : "prepared", old.info.job_id, old.info.step);
-            ckpt_manifest_free(&old);
-        } else {
-            rc = psc_seterr(err, errlen, PSC_EEXISTS,
-                            "checkpoint %" PRIu64 " exists (manifest damaged; ckpt_discard removes it)", w->id);
-        }
-        rocksdb_pinnableslice_destroy(ps);
-    }
+    rc = check_new_id(w, &v, key, kl, err, errlen);
+    if (!rc) rc = check_parent(w, &v, err, errlen);
     if (!rc) rc = write_batch(db, w->batch, "prepare", w->id, err, errlen);
     pthread_mutex_unlock(&db->wlock);
 done:
@@ -488,42 +534,39 @@ done:
 
 /* ---- phase 2 ---- */
 
-static int cmp_id_desc(const void *a, const void *b)
+/* Under wlock, on a scan of the latest state: id (items[i], i < 0 when absent)
+ * may be committed: undamaged, and its chain whole and committed. */
+static int commit_check(const ckpt_scan_item_t *items, int n, int i, uint64_t id, char *err, size_t errlen)
 {
-    uint64_t x = ((const scan_item_t *const *)a)[0]->id, y = ((const scan_item_t *const *)b)[0]->id;
-    return x < y ? 1 : x > y ? -1 : 0;
+    if (i < 0) return psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " is not prepared on this PS", id);
+    if (items[i].rc) return psc_seterr(err, errlen, items[i].rc, "%s", items[i].msg);
+    if (items[i].m.info.committed) return 0;
+    int *chain, len;
+    int rc = ckpt_chain(items, n, i, &chain, &len, err, errlen);
+    for (int k = 1; k < len && !rc; k++)
+        if (!items[chain[k]].m.info.committed)
+            rc = psc_seterr(err, errlen, PSC_EINVAL,
+                            "checkpoint %" PRIu64 ": its chain holds checkpoint %" PRIu64
+                            ", which is prepared, not committed: commit that one first",
+                            id, items[chain[k]].id);
+    free(chain);
+    return rc;
 }
 
-int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
+/* Writes the committed manifest of id: the prepared one with the state byte
+ * flipped and its CRC recomputed; nothing else may change. */
+static int commit_write(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
 {
-    PSC_ASSERT(db);
-    if (keep < 1) return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": keep %d must be >= 1", id, keep);
     char key[CKPT_KEY_MAX];
     size_t kl = ckpt_key_manifest(key, id);
-    uint64_t *deleted = NULL;
-    int ndeleted = 0;
-
-    pthread_mutex_lock(&db->wlock);
-    view_t v;
+    ckpt_view_t v;
     view_latest(db, &v);
     rocksdb_pinnableslice_t *ps;
     int rc = view_get(&v, key, kl, &ps, err, errlen);
-    if (rc) goto unlock;
-    if (!ps) {
-        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " is not prepared on this PS", id);
-        goto unlock;
-    }
+    if (rc) return rc;
+    PSC_ASSERT(ps); /* under wlock, just scanned */
     size_t n;
-    const unsigned char *val = (const unsigned char *)rocksdb_pinnableslice_value(ps, &n);
-    ckpt_manifest_t m;
-    rc = ckpt_manifest_decode(val, n, id, &m, err, errlen);
-    if (rc || m.info.committed) {
-        rocksdb_pinnableslice_destroy(ps);
-        ckpt_manifest_free(&m);
-        goto unlock; /* committing twice: a no-op */
-    }
-    /* The committed manifest is the prepared one with the state byte flipped and
-     * its CRC recomputed: nothing else may change. */
+    const char *val = rocksdb_pinnableslice_value(ps, &n);
     unsigned char *mval = psc_xmalloc(n);
     memcpy(mval, val, n);
     rocksdb_pinnableslice_destroy(ps);
@@ -533,48 +576,85 @@ int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
     free(mval);
     rc = write_batch(db, b, "commit", id, err, errlen);
     rocksdb_writebatch_destroy(b);
-    if (rc) {
-        ckpt_manifest_free(&m);
-        goto unlock;
-    }
+    return rc;
+}
 
-    /* Keep-last-K over the job's checkpoints. A damaged manifest's job is
-     * unknown: it is left for ckpt_discard. A failure here leaves the commit
-     * done (the error says so; committing again is a no-op) and the next
-     * commit deletes what this one did not. */
-    scan_item_t *items;
-    int nitems;
-    char why[320];
-    rc = scan_manifests(&v, &items, &nitems, why, sizeof why);
-    if (rc) {
-        psc_seterr(err, errlen, rc, "checkpoint %" PRIu64 " committed, but keep-last-K failed: %s", id, why);
-        ckpt_manifest_free(&m);
-        goto unlock;
-    }
-    scan_item_t **mine = psc_xcalloc((size_t)nitems + 1, sizeof *mine);
-    int nmine = 0;
-    for (int i = 0; i < nitems; i++)
-        if (items[i].rc == 0 && strcmp(items[i].m.info.job_id, m.info.job_id) == 0) mine[nmine++] = &items[i];
-    qsort(mine, (size_t)nmine, sizeof *mine, cmp_id_desc);
-    deleted = psc_xcalloc((size_t)nmine + 1, sizeof *deleted);
-    b = rocksdb_writebatch_create();
+/* Keep-last-K over the job of items[i], just committed: keeps the newest keep
+ * committed ones, the prepared ones newer than it, and what their chains reach;
+ * deletes the rest of the job in one write. A damaged manifest's job is
+ * unknown: it is left for ckpt_discard. *deleted (malloc'd) receives the ids to
+ * compact. */
+static int keep_last_k(ckpt_db_t *db, const ckpt_scan_item_t *items, int n, int i, int keep, uint64_t **deleted,
+                       int *ndeleted, char *err, size_t errlen)
+{
+    uint64_t id = items[i].id;
+    const char *job = items[i].m.info.job_id;
+    unsigned char *need = psc_xcalloc((size_t)n + 1, 1); /* 1 = kept, 2 = reached by a kept chain */
     int kept = 0;
-    for (int i = 0; i < nmine; i++) {
-        const ckpt_info_t *in = &mine[i]->m.info;
-        int drop = in->committed ? ++kept > keep : in->id < id;
-        if (!drop) continue;
-        batch_delete_ckpt(b, in->id);
-        deleted[ndeleted++] = in->id;
+    for (int j = n - 1; j >= 0; j--) { /* newest first */
+        const ckpt_info_t *in = &items[j].m.info;
+        if (items[j].rc || strcmp(in->job_id, job) != 0) continue;
+        if (in->committed ? ++kept <= keep : in->id > id) need[j] = 1;
     }
-    if (ndeleted) rc = write_batch(db, b, "deleting old checkpoints", id, why, sizeof why);
+    for (int j = n - 1; j >= 0; j--) {
+        if (need[j] != 1) continue;
+        for (int cur = j; items[cur].m.info.parent != 0;) {
+            int k = ckpt_scan_find(items, n, items[cur].m.info.parent);
+            if (k < 0 || items[k].rc || (need[k] & 2)) break; /* broken, or walked already */
+            need[k] |= 2;
+            cur = k;
+        }
+    }
+    uint64_t *del = psc_xcalloc((size_t)n + 1, sizeof *del);
+    int nd = 0;
+    rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+    for (int j = 0; j < n; j++) {
+        if (items[j].rc || need[j] || strcmp(items[j].m.info.job_id, job) != 0) continue;
+        batch_delete_ckpt(b, items[j].id);
+        del[nd++] = items[j].id;
+    }
+    char why[320];
+    int rc = nd ? write_batch(db, b, "deleting old checkpoints", id, why, sizeof why) : 0;
     if (rc) {
         psc_seterr(err, errlen, rc, "checkpoint %" PRIu64 " committed, but keep-last-K failed: %s", id, why);
-        ndeleted = 0;
+        nd = 0;
     }
     rocksdb_writebatch_destroy(b);
-    free(mine);
-    scan_free(items, nitems);
-    ckpt_manifest_free(&m);
+    free(need);
+    *deleted = del;
+    *ndeleted = nd;
+    return rc;
+}
+
+int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
+{
+    PSC_ASSERT(db);
+    if (keep < 1) return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": keep %d must be >= 1", id, keep);
+    uint64_t *deleted = NULL;
+    int ndeleted = 0;
+
+    pthread_mutex_lock(&db->wlock);
+    ckpt_view_t v;
+    view_latest(db, &v);
+    ckpt_scan_item_t *items;
+    int n;
+    char why[320];
+    int rc = ckpt_scan_manifests(&v, &items, &n, why, sizeof why);
+    if (rc) {
+        psc_seterr(err, errlen, rc, "checkpoint %" PRIu64 " not committed: %s", id, why);
+        goto unlock;
+    }
+    int i = ckpt_scan_find(items, n, id);
+    rc = commit_check(items, n, i, id, err, errlen);
+    /* Committing twice: a no-op. */
+    if (rc == 0 && !items[i].m.info.committed) {
+        rc = commit_write(db, id, err, errlen);
+        if (rc == 0) {
+            items[i].m.info.committed = 1;
+            rc = keep_last_k(db, items, n, i, keep, &deleted, &ndeleted, err, errlen);
+        }
+    }
+    ckpt_scan_free(items, n);
 unlock:
     pthread_mutex_unlock(&db->wlock);
     compact_deleted(db, deleted, ndeleted);
@@ -586,7 +666,7 @@ int ckpt_discard(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
 {
     PSC_ASSERT(db);
     pthread_mutex_lock(&db->wlock);
-    view_t v;
+    ckpt_view_t v;
     view_latest(db, &v);
     ckpt_manifest_t m;
     char why[256];
@@ -620,22 +700,23 @@ int ckpt_list(ckpt_db_t *db, ckpt_info_t **out, int *n, char *err, size_t errlen
     PSC_ASSERT(db);
     *out = NULL;
     *n = 0;
-    view_t v;
-    view_open(db, &v);
-    scan_item_t *items;
+    ckpt_view_t v;
+    ckpt_view_open(db, &v);
+    ckpt_scan_item_t *items;
     int nitems;
-    int rc = scan_manifests(&v, &items, &nitems, err, errlen);
-    view_close(&v);
+    int rc = ckpt_scan_manifests(&v, &items, &nitems, err, errlen);
+    ckpt_view_close(&v);
     if (rc) return rc;
     for (int i = 0; i < nitems; i++)
         if (items[i].rc) {
             rc = psc_seterr(err, errlen, items[i].rc, "%s", items[i].msg);
-            scan_free(items, nitems);
+            ckpt_scan_free(items, nitems);
             return rc;
         }
+    ckpt_scan_needed_by(items, nitems);
     ckpt_info_t *infos = nitems ? psc_xcalloc((size_t)nitems, sizeof *infos) : NULL;
     for (int i = 0; i < nitems; i++) infos[i] = items[i].m.info;
-    scan_free(items, nitems);
+    ckpt_scan_free(items, nitems);
     *out = infos;
     *n = nitems;
     return 0;
@@ -644,15 +725,24 @@ int ckpt_list(ckpt_db_t *db, ckpt_info_t **out, int *n, char *err, size_t errlen
 int ckpt_get_info(ckpt_db_t *db, uint64_t id, ckpt_info_t *out, char *err, size_t errlen)
 {
     PSC_ASSERT(db);
-    view_t v;
-    view_open(db, &v);
-    ckpt_manifest_t m;
-    int rc = manifest_load(&v, id, &m, err, errlen);
-    view_close(&v);
+    ckpt_view_t v;
+    ckpt_view_open(db, &v);
+    ckpt_scan_item_t *items;
+    int n;
+    int rc = ckpt_scan_manifests(&v, &items, &n, err, errlen);
+    ckpt_view_close(&v);
     if (rc) return rc;
-    *out = m.info;
-    ckpt_manifest_free(&m);
-    return 0;
+    int i = ckpt_scan_find(items, n, id);
+    if (i < 0)
+        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " not found", id);
+    else if (items[i].rc)
+        rc = psc_seterr(err, errlen, items[i].rc, "%s", items[i].msg);
+    else {
+        ckpt_scan_needed_by(items, n);
+        *out = items[i].m.info;
+    }
+    ckpt_scan_free(items, n);
+    return rc;
 }
 
 int ckpt_read(ckpt_db_t *db, uint64_t id, const char *name, void **data, size_t *len, char *err, size_t errlen)
@@ -661,8 +751,8 @@ int ckpt_read(ckpt_db_t *db, uint64_t id, const char *name, void **data, size_t 
     *data = NULL;
     *len = 0;
     if (!name) return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": NULL tensor name", id);
-    view_t v;
-    view_open(db, &v);
+    ckpt_view_t v;
+    ckpt_view_open(db, &v);
     ckpt_manifest_t m;
     int rc = manifest_load(&v, id, &m, err, errlen);
     if (rc) goto out;
@@ -675,7 +765,7 @@ int ckpt_read(ckpt_db_t *db, uint64_t id, const char *name, void **data, size_t 
     if (!rc) *len = (size_t)e->len;
 out:
     ckpt_manifest_free(&m);
-    view_close(&v);
+    ckpt_view_close(&v);
     return rc;
 }
 
@@ -684,11 +774,11 @@ int ckpt_names(ckpt_db_t *db, uint64_t id, char ***names, int *n, char *err, siz
     PSC_ASSERT(db && names && n);
     *names = NULL;
     *n = 0;
-    view_t v;
-    view_open(db, &v);
+    ckpt_view_t v;
+    ckpt_view_open(db, &v);
     ckpt_manifest_t m;
     int rc = manifest_load(&v, id, &m, err, errlen);
-    view_close(&v);
+    ckpt_view_close(&v);
     if (rc) return rc;
     if (m.info.ntensors > INT32_MAX) {
         ckpt_manifest_free(&m);
@@ -712,122 +802,25 @@ void ckpt_free_names(char **names, int n)
     free(names);
 }
 
-int ckpt_verify(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
+int ckpt_tables(ckpt_db_t *db, uint64_t id, ckpt_table_info_t **out, int *n, char *err, size_t errlen)
 {
-    PSC_ASSERT(db);
-    view_t v;
-    view_open(db, &v);
+    PSC_ASSERT(db && out && n);
+    *out = NULL;
+    *n = 0;
+    ckpt_view_t v;
+    ckpt_view_open(db, &v);
     ckpt_manifest_t m;
     int rc = manifest_load(&v, id, &m, err, errlen);
-    if (!rc) rc = verify_manifest(&v, &m, err, errlen);
+    ckpt_view_close(&v);
+    if (rc) return rc;
+    ckpt_table_info_t *a = m.info.ntables ? psc_xcalloc(m.info.ntables, sizeof *a) : NULL;
+    for (uint32_t i = 0; i < m.info.ntables; i++) {
+        snprintf(a[i].name, sizeof a[i].name, "%s", m.t[i].name);
+        a[i].record_len = m.t[i].record_len;
+        a[i].rows = m.t[i].rows;
+    }
+    *out = a;
+    *n = (int)m.info.ntables; /* <= CKPT_MAX_TABLES: decoding checked it */
     ckpt_manifest_free(&m);
-    view_close(&v);
-    return rc;
-}
-
-static void log_line(void (*log)(const char *line), const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void log_line(void (*log)(const char *line), const char *fmt, ...)
-{
-    if (!log) return;
-    char line[640];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    log(line);
-}
-
-int ckpt_latest_good(ckpt_db_t *db, const char *job_id, ckpt_info_t *out, void (*log)(const char *line),
-                     char *err, size_t errlen)
-{
-    PSC_ASSERT(db && out);
-    if (!job_id || !*job_id) return psc_seterr(err, errlen, PSC_EINVAL, "empty job id");
-    view_t v;
-    view_open(db, &v);
-    scan_item_t *items;
-    int nitems;
-    int rc = scan_manifests(&v, &items, &nitems, err, errlen);
-    if (rc) {
-        view_close(&v);
-        return rc;
-    }
-    int tried = 0, found = 0;
-    /* Newest first: the scan is id ascending. */
-    for (int i = nitems - 1; i >= 0 && !found; i--) {
-        scan_item_t *s = &items[i];
-        if (s->rc) {
-            /* Its job is unknown: it might be this job's newest. */
-            log_line(log, "checkpoint %" PRIu64 " skipped: %s", s->id, s->msg);
-            continue;
-        }
-        if (!s->m.info.committed || strcmp(s->m.info.job_id, job_id) != 0) continue;
-        tried++;
-        char why[320], prefix[40];
-        if (verify_manifest(&v, &s->m, why, sizeof why) == 0) {
-            *out = s->m.info;
-            found = 1;
-        } else {
-            /* why starts "checkpoint <id>: "; the line names the id once. */
-            int pl = snprintf(prefix, sizeof prefix, "checkpoint %" PRIu64 ": ", s->id);
-            const char *detail = strncmp(why, prefix, (size_t)pl) == 0 ? why + pl : why;
-            log_line(log,
-                     "checkpoint %" PRIu64 " (job %s, step %" PRId64 ") fails verification: %s; trying an older one",
-                     s->id, job_id, s->m.info.step, detail);
-        }
-    }
-    scan_free(items, nitems);
-    view_close(&v);
-    if (found) return 0;
-    if (tried == 0) return psc_seterr(err, errlen, PSC_ENOTFOUND, "no committed checkpoint of job %s", job_id);
-    return psc_seterr(err, errlen, PSC_ENOTFOUND, "none of the %d committed checkpoints of job %s verifies", tried,
-                      job_id);
-}
-
-/* ---- tests only ---- */
-
-int ckpt_debug_corrupt(ckpt_db_t *db, uint64_t id, const char *name, int64_t offset)
-{
-    char key[CKPT_KEY_MAX];
-    size_t kl = name ? ckpt_key_tensor(key, id, name) : ckpt_key_manifest(key, id);
-    int64_t at = name ? offset + CKPT_TENSOR_HEADER : offset;
-    pthread_mutex_lock(&db->wlock);
-    char *e = NULL;
-    size_t n = 0;
-    char *val = rocksdb_get(db->rdb, db->rplain, key, kl, &n, &e);
-    int rc = 0;
-    if (e || !val)
-        rc = e ? PSC_EIO : PSC_ENOTFOUND;
-    else if (at < 0 || (uint64_t)at >= n)
-        rc = PSC_EINVAL;
-    else {
-        val[at] ^= (char)0xff;
-        rocksdb_put(db->rdb, db->wsync, key, kl, val, n, &e);
-        if (e) rc = PSC_EIO;
-    }
-    pthread_mutex_unlock(&db->wlock);
-    rocksdb_free(e);
-    rocksdb_free(val);
-    return rc;
-}
-
-int ckpt_debug_count_keys(ckpt_db_t *db, uint64_t id)
-{
-    char key[CKPT_KEY_MAX], lo[CKPT_RANGE_KEY_LEN + 1], hi[CKPT_RANGE_KEY_LEN + 1];
-    size_t kl = ckpt_key_manifest(key, id);
-    int count = 0;
-    char *e = NULL;
-    size_t n;
-    char *val = rocksdb_get(db->rdb, db->rplain, key, kl, &n, &e);
-    if (val) count++;
-    rocksdb_free(val);
-    rocksdb_free(e);
-    ckpt_key_tensor_range(lo, hi, id);
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, CKPT_RANGE_KEY_LEN);
-    rocksdb_iterator_t *it = rocksdb_create_iterator(db->rdb, ro);
-    for (rocksdb_iter_seek(it, lo, CKPT_RANGE_KEY_LEN); rocksdb_iter_valid(it); rocksdb_iter_next(it)) count++;
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
-    return count;
+    return 0;
 }

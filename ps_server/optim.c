@@ -2,10 +2,11 @@
  *
  * Each update is written the way TensorFlow's CPU kernels in training_ops.cc
  * write it (ApplyGradientDescent, ApplyMomentum, ApplyAdagrad, ApplyAdam,
- * ApplyRMSProp), in float, in the same order of operations, so that a model
- * trained here follows the same trajectory as with tf.compat.v1.train:
+ * ApplyRMSProp, ApplyFtrl), in float, in the same order of operations, so that
+ * a model trained here follows the same trajectory as with tf.compat.v1.train:
  *   Adam     m += (g - m)*(1-b1); v += (g*g - v)*(1-b2)   (== b1*m + (1-b1)*g, ...)
  *   RMSProp  ms += (g*g - ms)*(1-rho)
+ *   FTRL     sqrt for lr_power = -0.5, powf otherwise, as TF branches
  * Only Adam's step size lr_t is computed in double (pow of the betas), then
  * rounded to float once per call.
  *
@@ -17,7 +18,9 @@
  * over the first n rounded down to a multiple of OPTIM_VEC elements, then over
  * the rest; the first pass has a trip count the compiler knows to be a multiple
  * of any vector width, which GCC's -O2 ("very cheap") cost model requires
- * before it vectorizes, and the tail is at most OPTIM_VEC-1 scalar steps.
+ * before it vectorizes, and the rest (at most OPTIM_VEC-1 elements) as a
+ * multiple of 4 (one SSE vector, so short rows of a sparse table, 4, 8 or 12
+ * floats, vectorize too) and a scalar tail of at most 3.
  * Vector and scalar steps round identically (element-wise IEEE operations, no
  * reassociation; ISO C mode means -ffp-contract=off, so no fused multiply-add):
  * results do not depend on n or alignment, and SGD's w - lr*g is bit-exact.
@@ -49,6 +52,7 @@ int optim_slot_count(const psc_optim_config_t *c)
     case PSC_OPT_ADAGRAD: return 1;
     case PSC_OPT_ADAM: return 2;
     case PSC_OPT_RMSPROP: return 2;
+    case PSC_OPT_FTRL: return 2;
     }
     return 0;
 }
@@ -61,6 +65,7 @@ const char *optim_slot_name(const psc_optim_config_t *c, int slot)
     case PSC_OPT_ADAGRAD: return slot == 0 ? "accumulator" : NULL;
     case PSC_OPT_ADAM: return slot == 0 ? "m" : slot == 1 ? "v" : NULL;
     case PSC_OPT_RMSPROP: return slot == 0 ? "rms" : slot == 1 ? "momentum" : NULL;
+    case PSC_OPT_FTRL: return slot == 0 ? "accum" : slot == 1 ? "linear" : NULL;
     }
     return NULL;
 }
@@ -165,6 +170,60 @@ OPTIM_KERNEL rmsprop_k(float *restrict w, float *restrict ms, float *restrict mo
     }
 }
 
+/* keep ? x : +0.0f, without a branch (a vector AND with the compare's mask). */
+static inline __attribute__((always_inline)) float keep0(float x, int keep)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u &= -(uint32_t)keep;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* ApplyFtrl (tf.compat.v1.train.FtrlOptimizer, no l2 shrinkage), with TF's
+ * special case lr_power = -0.5 (sqrt instead of pow):
+ *   new_accum = accum + g^2
+ *   linear += g - (sqrt(new_accum) - sqrt(accum)) / lr * var
+ *   var = |linear| > l1 ? (sign(linear)*l1 - linear) / (sqrt(new_accum)/lr + 2*l2) : 0
+ *   accum = new_accum
+ * The quotient is computed unconditionally and then selected with a bit mask
+ * (keep0): as a ?: GCC sinks the division into a branch, which it will not
+ * if-convert (a division may trap), and the loop stays scalar. sign(linear)*l1
+ * is +-l1 wherever it is used: |linear| > l1 >= 0 means linear != 0. */
+OPTIM_KERNEL ftrl_sqrt_k(float *restrict w, float *restrict acc, float *restrict lin, const unsigned char *restrict g,
+                         size_t n, float lr, float l1, float l2x2)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = ld(g, i);
+        float na = acc[i] + gi * gi;
+        float sn = sqrtf(na);
+        lin[i] += gi - (sn - sqrtf(acc[i])) / lr * w[i];
+        float l = lin[i];
+        float q = ((l > 0.0f ? l1 : -l1) - l) / (sn / lr + l2x2);
+        w[i] = keep0(q, fabsf(l) > l1);
+        acc[i] = na;
+    }
+}
+
+/* ApplyFtrl, any other lr_power (npow = -lr_power >= 0):
+ *   linear += g - (new_accum^npow - accum^npow) / lr * var
+ *   var = |linear| > l1 ? (sign(linear)*l1 - linear) / (new_accum^npow/lr + 2*l2) : 0
+ * powf is a libm call: this loop stays scalar. */
+OPTIM_KERNEL ftrl_pow_k(float *restrict w, float *restrict acc, float *restrict lin, const unsigned char *restrict g,
+                        size_t n, float lr, float l1, float l2x2, float npow)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = ld(g, i);
+        float na = acc[i] + gi * gi;
+        float pn = powf(na, npow);
+        lin[i] += gi - (pn - powf(acc[i], npow)) / lr * w[i];
+        float l = lin[i];
+        float q = ((l > 0.0f ? l1 : -l1) - l) / (pn / lr + l2x2);
+        w[i] = keep0(q, fabsf(l) > l1);
+        acc[i] = na;
+    }
+}
+
 void optim_init_slots(const psc_optim_config_t *c, float *slot0, float *slot1, size_t n)
 {
     int ns = optim_slot_count(c);
@@ -183,18 +242,26 @@ void optim_init_slots(const psc_optim_config_t *c, float *slot0, float *slot1, s
         fill(slot0, 1.0f, n);
         fill(slot1, 0.0f, n);
         break;
+    case PSC_OPT_FTRL:
+        /* FtrlOptimizer: "accum" = initial_accumulator_value, "linear" = 0 */
+        fill(slot0, c->initial_accumulator_value, n);
+        fill(slot1, 0.0f, n);
+        break;
     }
 }
 
 /* The per-call constants of an update: Adam's step size is computed once per
- * call of optim_apply / optim_apply_iov, not once per run of elements. */
+ * call of optim_apply / optim_apply_iov / optim_apply_row, not once per run
+ * of elements. */
 typedef struct coef {
     float lr, lr_t, omb1, omb2, omr;
+    float l1, l2x2, npow; /* FTRL: l1, 2*l2, -lr_power */
 } coef_t;
 
-static coef_t coef_of(const psc_optim_config_t *c, int64_t t)
+/* lr: the learning rate as TF's kernels get it (cast to the variable's float). */
+static coef_t coef_of(const psc_optim_config_t *c, float lr, int64_t t)
 {
-    coef_t k = {.lr = c->learning_rate};
+    coef_t k = {.lr = lr};
     if (c->kind == PSC_OPT_ADAM) {
         PSC_ASSERT(t >= 1);
         /* TF keeps beta1^t and beta2^t in float variables multiplied once per
@@ -205,43 +272,54 @@ static coef_t coef_of(const psc_optim_config_t *c, int64_t t)
         k.omb2 = 1.0f - c->beta2;
     }
     if (c->kind == PSC_OPT_RMSPROP) k.omr = 1.0f - c->decay;
+    if (c->kind == PSC_OPT_FTRL) {
+        k.l1 = c->l1;
+        k.l2x2 = 2.0f * c->l2;
+        k.npow = -c->learning_rate_power;
+    }
     return k;
 }
 
-/* The update of n elements, inlined into one function per ISA level. */
+/* One pass of the optimizer's loop over elements [e, e+n) of the arrays. */
+static inline __attribute__((always_inline)) void apply_span(const psc_optim_config_t *c, const coef_t *k, float *w,
+                                                             float *s0, float *s1, const unsigned char *g, size_t e,
+                                                             size_t n)
+{
+    const unsigned char *ge = g + 4 * e;
+    switch (c->kind) {
+    case PSC_OPT_SGD: sgd_k(w + e, ge, n, k->lr); break;
+    case PSC_OPT_MOMENTUM:
+        if (c->use_nesterov)
+            nesterov_k(w + e, s0 + e, ge, n, k->lr, c->momentum);
+        else
+            momentum_k(w + e, s0 + e, ge, n, k->lr, c->momentum);
+        break;
+    case PSC_OPT_ADAGRAD: adagrad_k(w + e, s0 + e, ge, n, k->lr); break;
+    case PSC_OPT_ADAM: adam_k(w + e, s0 + e, s1 + e, ge, n, k->lr_t, k->omb1, k->omb2, c->epsilon); break;
+    case PSC_OPT_RMSPROP: rmsprop_k(w + e, s0 + e, s1 + e, ge, n, k->lr, k->omr, c->momentum, c->epsilon); break;
+    case PSC_OPT_FTRL:
+        /* TF tests lr_power == -0.5 in the variable's type */
+        if (c->learning_rate_power == -0.5f)
+            ftrl_sqrt_k(w + e, s0 + e, s1 + e, ge, n, k->lr, k->l1, k->l2x2);
+        else
+            ftrl_pow_k(w + e, s0 + e, s1 + e, ge, n, k->lr, k->l1, k->l2x2, k->npow);
+        break;
+    }
+}
+
+/* The update of n elements, inlined into one function per ISA level: a
+ * vectorized head [0, v) (a multiple of 16), a middle [v, v+m) that is a
+ * multiple of 4 (one SSE vector: rows of 4, 8 or 12 floats vectorize too) and
+ * a scalar tail of at most 3. */
 static inline __attribute__((always_inline)) void apply(const psc_optim_config_t *c, const coef_t *k, float *w,
                                                         float *slot0, float *slot1, const unsigned char *g, size_t n)
 {
-    size_t v = vec_floor(n), r = n - v; /* vectorized head [0, v), scalar tail [v, n) */
-    float *s0 = slot0, *s1 = slot1;
-    const unsigned char *gt = g + 4 * v;
-    switch (c->kind) {
-    case PSC_OPT_SGD:
-        sgd_k(w, g, v, k->lr);
-        sgd_k(w + v, gt, r, k->lr);
-        break;
-    case PSC_OPT_MOMENTUM:
-        if (c->use_nesterov) {
-            nesterov_k(w, s0, g, v, k->lr, c->momentum);
-            nesterov_k(w + v, s0 + v, gt, r, k->lr, c->momentum);
-        } else {
-            momentum_k(w, s0, g, v, k->lr, c->momentum);
-            momentum_k(w + v, s0 + v, gt, r, k->lr, c->momentum);
-        }
-        break;
-    case PSC_OPT_ADAGRAD:
-        adagrad_k(w, s0, g, v, k->lr);
-        adagrad_k(w + v, s0 + v, gt, r, k->lr);
-        break;
-    case PSC_OPT_ADAM:
-        adam_k(w, s0, s1, g, v, k->lr_t, k->omb1, k->omb2, c->epsilon);
-        adam_k(w + v, s0 + v, s1 + v, gt, r, k->lr_t, k->omb1, k->omb2, c->epsilon);
-        break;
-    case PSC_OPT_RMSPROP:
-        rmsprop_k(w, s0, s1, g, v, k->lr, k->omr, c->momentum, c->epsilon);
-        rmsprop_k(w + v, s0 + v, s1 + v, gt, r, k->lr, k->omr, c->momentum, c->epsilon);
-        break;
-    }
+    /* m = (n - v) rounded down to 4, written so that GCC sees the multiple of 4
+     * in every loop ((n - v) & ~3 left SGD's middle scalar) */
+    size_t v = vec_floor(n), m = n & (size_t)(OPTIM_VEC - 4);
+    apply_span(c, k, w, slot0, slot1, g, 0, v);
+    apply_span(c, k, w, slot0, slot1, g, v, m);
+    apply_span(c, k, w, slot0, slot1, g, v + m, n - v - m);
 }
 
 typedef void (*apply_fn)(const psc_optim_config_t *c, const coef_t *k, float *w, float *s0, float *s1,
@@ -261,6 +339,17 @@ __attribute__((target("avx2"))) static void apply_avx2(const psc_optim_config_t 
 }
 #endif
 
+/* Whether this CPU runs the AVX2 copies: reads the CPU model libgcc fills in
+ * before main, one load and a test. */
+static int use_avx2(void)
+{
+#if OPTIM_AVX2
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
 /* The copy of the loops for this CPU. */
 static apply_fn apply_for_cpu(const psc_optim_config_t *c, float *slot0, float *slot1)
 {
@@ -268,18 +357,52 @@ static apply_fn apply_for_cpu(const psc_optim_config_t *c, float *slot0, float *
     PSC_ASSERT(ns < 1 || slot0 != NULL);
     PSC_ASSERT(ns < 2 || slot1 != NULL);
 #if OPTIM_AVX2
-    /* reads the CPU model libgcc fills in before main: one load and a test */
-    if (__builtin_cpu_supports("avx2")) return apply_avx2;
+    if (use_avx2()) return apply_avx2;
 #endif
     return apply_base;
+}
+
+void optim_apply_rows(const psc_optim_config_t *c, double lr, float *const *rows, const void *const *g,
+                      const int64_t *t, size_t m, int dim)
+{
+    PSC_ASSERT(dim >= 0);
+    /* One ISA choice and one set of constants for all the rows (Adam's step
+     * size again only when a row's t differs from the previous row's); each
+     * row is one call of the ISA's loops: inlined into a loop over rows, GCC
+     * no longer sees their trip counts as multiples of the vector width. */
+    apply_fn fn = apply_base;
+#if OPTIM_AVX2
+    if (use_avx2()) fn = apply_avx2;
+#endif
+    int ns = optim_slot_count(c);
+    size_t n = (size_t)dim;
+    int64_t kt = m ? t[0] : 1;
+    coef_t k = coef_of(c, (float)lr, kt);
+    for (size_t r = 0; r < m; r++) {
+        if (c->kind == PSC_OPT_ADAM && t[r] != kt) {
+            kt = t[r];
+            k = coef_of(c, (float)lr, kt);
+        }
+        float *w = rows[r];
+        fn(c, &k, w, ns >= 1 ? w + n : NULL, ns >= 2 ? w + 2 * n : NULL, g[r], n);
+    }
 }
 
 void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const void *g, size_t n,
                  int64_t t)
 {
     apply_fn fn = apply_for_cpu(c, slot0, slot1);
-    coef_t k = coef_of(c, t);
+    coef_t k = coef_of(c, c->learning_rate, t);
     fn(c, &k, w, slot0, slot1, g, n);
+}
+
+void optim_apply_row(const psc_optim_config_t *c, double lr, float *w, float *slot0, float *slot1, const void *g,
+                     int dim, int64_t t)
+{
+    PSC_ASSERT(dim >= 0);
+    apply_fn fn = apply_for_cpu(c, slot0, slot1);
+    coef_t k = coef_of(c, (float)lr, t);
+    fn(c, &k, w, slot0, slot1, g, (size_t)dim);
 }
 
 /* optim_apply_iov's run callback: one call of the ISA's loops per run. */
@@ -300,6 +423,6 @@ static int apply_run(void *arg, const unsigned char *p, size_t m, size_t e)
 void optim_apply_iov(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const psc_iov_t *g, int ng,
                      size_t n, int64_t t)
 {
-    iov_apply_t a = {c, apply_for_cpu(c, slot0, slot1), coef_of(c, t), w, slot0, slot1};
+    iov_apply_t a = {c, apply_for_cpu(c, slot0, slot1), coef_of(c, c->learning_rate, t), w, slot0, slot1};
     psc_iov_float_runs(g, ng, n, apply_run, &a);
 }

@@ -12,6 +12,7 @@
 #include "psc.h"
 #include "wire.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 static const struct {
@@ -25,7 +26,8 @@ static const struct {
     {PSC_M_STATUS, "Status"},       {PSC_M_SHUTDOWN, "Shutdown"},
     {PSC_M_SAVE, "Save"},           {PSC_M_COMMIT, "Commit"},
     {PSC_M_RESTORE, "Restore"},     {PSC_M_LIST_CKPT, "ListCheckpoints"},
-    {PSC_M_RELEASE, "Release"},
+    {PSC_M_RELEASE, "Release"},     {PSC_M_FENCE, "Fence"},
+    {PSC_M_UNFENCE, "Unfence"},     {PSC_M_TABLE_ROWS, "TableRows"},
 };
 #define PS_NMETHODS PSC_ARRAY_LEN(ps_methods)
 
@@ -52,6 +54,36 @@ static void on_call(void *arg, int code, double secs)
     psc_counter_inc(s->requests);
     if (code != PSC_RPC_OK) psc_counter_inc(s->errors);
     psc_histogram_observe(s->latency, secs);
+}
+
+/* Per sparse table part: rows touched, bytes, rows pulled and pushed. */
+static void collect_tables(psc_metrics_emit_t *e, store_t *store)
+{
+    store_table_info_t *t = NULL;
+    int n = 0;
+    store_list_tables(store, &t, &n);
+    for (int i = 0; i < n; i++) {
+        char part[16];
+        snprintf(part, sizeof part, "%d", t[i].cfg.part);
+        const char *labels[] = {"table", t[i].cfg.name, "part", part, NULL};
+        psc_metrics_emit_gauge(e, "psc_ps_table_rows", "Rows of this sparse table part that exist (were touched).",
+                               labels, (double)t[i].stats.rows);
+        psc_metrics_emit_gauge(e, "psc_ps_table_bytes",
+                               "Bytes this sparse table part holds (row records with their slots, index, slabs).",
+                               labels, (double)t[i].stats.bytes);
+        psc_metrics_emit_counter(e, "psc_ps_table_rows_pulled_total", "Rows served by sparse pulls.", labels,
+                                 (double)t[i].stats.rows_pulled);
+        psc_metrics_emit_counter(e, "psc_ps_table_rows_pushed_total", "Rows updated by sparse pushes.", labels,
+                                 (double)t[i].stats.rows_pushed);
+        psc_metrics_emit_gauge(e, "psc_ps_table_rows_pulled_per_second",
+                               "Rows pulled per second between the previous scrape or Status at least 1 s older "
+                               "and the latest one.",
+                               labels, t[i].rows_pulled_per_sec);
+        psc_metrics_emit_gauge(e, "psc_ps_table_rows_pushed_per_second",
+                               "Rows pushed per second, measured as psc_ps_table_rows_pulled_per_second.", labels,
+                               t[i].rows_pushed_per_sec);
+    }
+    free(t);
 }
 
 static void collect(psc_metrics_emit_t *e, void *arg)
@@ -84,6 +116,7 @@ static void collect(psc_metrics_emit_t *e, void *arg)
                            bytes);
     psc_metrics_emit_gauge(e, "psc_ps_ready", "1 once the chief marked the model ready, else 0.", NULL,
                            store_is_ready(pm->store, NULL) ? 1 : 0);
+    collect_tables(e, pm->store);
 
     int64_t step = 0;
     if (!store_step_get(pm->store, &step)) {

@@ -22,6 +22,12 @@
  *       psc_ps_sync_timeout_applies_total   sync steps applied by the timeout or lag rule
  *       psc_ps_variables                    variables of the shard (global_step included)
  *       psc_ps_variable_bytes               sum of their value bytes (slots not counted)
+ *       psc_ps_table_rows{table,part}       rows of a sparse table part that exist (touched)
+ *       psc_ps_table_bytes{table,part}      bytes they take (records with slots, index, slabs)
+ *       psc_ps_table_rows_pulled_total{table,part}  rows served by sparse pulls
+ *       psc_ps_table_rows_pushed_total{table,part}  rows updated by sparse pushes
+ *       psc_ps_table_rows_{pulled,pushed}_per_second{table,part}  their rates between the
+ *                                           previous scrape or Status >= 1 s older and the latest
  *       psc_ps_ready                        1 once the chief marked the model ready
  *       psc_ps_global_step                  only on the PS holding global_step
  *       psc_ps_steps_per_second             ditto: global_step's increase per second between

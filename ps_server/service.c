@@ -24,6 +24,7 @@
 #include "rng.h"
 #include "wire.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -63,9 +64,12 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
             rc = psc_seterr(err, sizeof err, PSC_EINVAL, "sync.total_num_replicas must be 1..%d, got %u",
                             PS_MAX_WORKERS, r->sync->total_num_replicas);
     }
+    sparse_table_cfg_t *tables = NULL;
+    if (rc == 0) rc = svc_tables_from_pb(r, &opt, &tables, err, sizeof err);
     int validated = rc == 0;
     if (rc == 0) {
         rc = store_create_vars(svc->store, r->job_id, &opt, specs, (int)r->n_vars, &created, err, sizeof err);
+        if (rc == 0) rc = store_create_tables(svc->store, r->job_id, tables, (int)r->n_tables, err, sizeof err);
         if (rc == 0 && r->sync) rc = store_set_sync(svc->store, &sync, err, sizeof err);
         if (rc == PSC_EMISMATCH) rc = PSC_EEXISTS; /* a create that conflicts with what exists */
     }
@@ -89,7 +93,12 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         else if (created)
             PSC_INFO("created %zu variables for job %s (optimizer %s, asynchronous)", r->n_vars, r->job_id,
                      psc_optim_name(opt.kind));
+        for (size_t i = 0; created && i < r->n_tables; i++)
+            PSC_INFO("sparse table %s: part %d of %d, %" PRId64 " rows declared, dim %d, optimizer %s, %s partition",
+                     tables[i].name, tables[i].part, tables[i].nparts, tables[i].rows, tables[i].dim,
+                     psc_optim_name(tables[i].opt.kind), psc_partition_name(tables[i].partition));
     }
+    free(tables);
     free(specs);
     psc__create_request__free_unpacked(r, NULL);
 }
@@ -214,6 +223,7 @@ static void push_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t le
         return;
     }
     int64_t version = 0;
+    store_note_step(svc->store, c->global_step); /* learning-rate schedules */
     if (store_get_sync(svc->store, NULL)) {
         /* sync: a contribution to the chunk's step; the reply says if it was stale */
         store_sync_result_t res;
@@ -272,6 +282,7 @@ static void push_pull_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size
     size_t bound = svc_reply_header_bound(c->name);
     uint8_t *buf = psc_rpc_reply_alloc(call, bound + c->data.len);
     int64_t version = 0;
+    store_note_step(svc->store, c->global_step); /* learning-rate schedules */
     if (store_get_sync(svc->store, NULL)) {
         /* sync: contribute, then answer with the values of the next step once it is applied */
         store_sync_result_t res;
@@ -480,9 +491,12 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     }
     rep.n_vars = (size_t)n;
     rep.vars = vp;
+    void *tables_mem = NULL;
+    svc_status_tables(svc, &rep, &tables_mem);
     size_t sz = psc__status_reply__get_packed_size(&rep);
     psc__status_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
     psc_rpc_reply_send(call);
+    free(tables_mem);
     free(shapes);
     free(vp);
     free(vs);
@@ -562,6 +576,7 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_RELEASE, svc_h_release, svc);
     psc_rpc_server_add_method(server, PSC_M_FENCE, svc_h_fence, svc); /* last: the fuzzer's seeds index methods */
     psc_rpc_server_add_method(server, PSC_M_UNFENCE, svc_h_unfence, svc);
+    psc_rpc_server_add_method(server, PSC_M_TABLE_ROWS, svc_h_table_rows, svc);
     ps_metrics_observe_server(svc->metrics, server);
 }
 

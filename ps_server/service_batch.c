@@ -17,6 +17,14 @@
  * Restore can make an item fail (it replaces the model anyway); the call then
  * fails with that item's error, the items before it applied.
  *
+ * Sparse tables (service_sparse.c): SparsePush items are applied after the
+ * dense pushes, SparsePull items read after the dense pulls; they are checked
+ * with the rest first (ids in range and in this PS's part, unique in a push,
+ * row widths, finite values). A sparse pull creates the rows it touches, so
+ * for the fence it counts as an update. On a sync PS sparse pushes are
+ * contributions to their part's step and sparse pulls complete the steps
+ * before their min_step (store_sparse_push_sync, store_sparse_pull_sync).
+ *
  * While an async checkpoint fences the PS, a batch with pushes or a step
  * increment is parked whole and runs when the fence is released (one that only
  * reads runs at once).
@@ -80,11 +88,13 @@ static void batch_unwiden(Psc__BatchRequest *r, const ProtobufCBinaryData *orig)
     for (size_t i = 0; orig && i < r->n_push; i++) r->push[i]->data = orig[i];
 }
 
-/* Checks every item of r; 0, or a failure sent on call. *pull_bytes: the sum of the pulls. */
-static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes)
+/* Checks every item of r; 0, or a failure sent on call. *pull_bytes: the sum
+ * of the dense pulls, *sparse_bytes of the sparse ones. */
+static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes,
+                       size_t *sparse_bytes)
 {
     char err[512];
-    size_t items = r->n_push + r->n_pull;
+    size_t items = r->n_push + r->n_pull + r->n_sparse_push + r->n_sparse_pull;
     if (items > PSC_BATCH_MAX_ITEMS) {
         svc_reject(svc, call, PSC_EINVAL, "batch of %zu items exceeds %d", items, PSC_BATCH_MAX_ITEMS);
         return -1;
@@ -135,7 +145,7 @@ static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
         }
     }
     *pull_bytes = bytes;
-    return 0;
+    return svc_sparse_check(svc, call, r, sparse_bytes);
 }
 
 static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_service_t *svc, int fenced);
@@ -150,15 +160,142 @@ void svc_h_batch(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg
     batch_run(call, req, len, arg, 1);
 }
 
+/* The reply's buffers of one Batch. */
+typedef struct batch_bufs {
+    int64_t *versions, *sparse_versions, *sparse_steps;
+    protobuf_c_boolean *sparse_stale;
+    Psc__Chunk *chunks, **chunk_ptrs;
+    Psc__SparseRows *rows, **row_ptrs;
+    uint8_t *data, *sparse_data;
+    Psc__StepReply step_rep;
+} batch_bufs_t;
+
+static void batch_bufs_free(batch_bufs_t *b)
+{
+    free(b->versions);
+    free(b->sparse_versions);
+    free(b->sparse_steps);
+    free(b->sparse_stale);
+    free(b->chunks);
+    free(b->chunk_ptrs);
+    free(b->rows);
+    free(b->row_ptrs);
+    free(b->data);
+    free(b->sparse_data);
+}
+
+#define BATCH_N(n) ((n) ? (n) : 1)
+
+/* The dense pushes, then the sparse ones, into rep. 0, or -1 (failure sent). */
+static int batch_pushes(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r,
+                        const ProtobufCBinaryData *orig, batch_bufs_t *b, Psc__BatchReply *rep)
+{
+    char err[512];
+    b->versions = psc_xcalloc(BATCH_N(r->n_push), sizeof *b->versions);
+    for (size_t i = 0; i < r->n_push; i++) {
+        const Psc__Chunk *c = r->push[i];
+        int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, NULL,
+                            &b->versions[i], err, sizeof err);
+        if (rc) {
+            svc_fail(svc, call, rc, "batch push %zu: %s", i, err);
+            return -1;
+        }
+        ps_metrics_add_push_bytes(svc->metrics, orig ? orig[i].len : c->data.len);
+    }
+    rep->n_push_version = r->n_push;
+    rep->push_version = b->versions;
+    b->sparse_versions = psc_xcalloc(BATCH_N(r->n_sparse_push), sizeof *b->sparse_versions);
+    b->sparse_steps = psc_xcalloc(BATCH_N(r->n_sparse_push), sizeof *b->sparse_steps);
+    b->sparse_stale = psc_xcalloc(BATCH_N(r->n_sparse_push), sizeof *b->sparse_stale);
+    if (svc_sparse_push(svc, call, r, b->sparse_versions, b->sparse_steps, b->sparse_stale)) return -1;
+    rep->n_sparse_push_version = r->n_sparse_push;
+    rep->sparse_push_version = b->sparse_versions;
+    if (store_get_sync(svc->store, NULL)) {
+        rep->n_sparse_push_step = rep->n_sparse_push_stale = r->n_sparse_push;
+        rep->sparse_push_step = b->sparse_steps;
+        rep->sparse_push_stale = b->sparse_stale;
+    }
+    return 0;
+}
+
+/* The step, if the request has one. 0, or -1 (failure sent). */
+static int batch_step(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, batch_bufs_t *b,
+                      Psc__BatchReply *rep)
+{
+    char err[512];
+    if (!r->step) return 0;
+    int64_t value = 0;
+    svc_step_note(svc, r->step);
+    int rc = svc_step_check(svc, r->step, err, sizeof err); /* again: a Create may have turned sync on */
+    if (rc) {
+        svc_reject(svc, call, rc, "batch step: %s", err);
+        return -1;
+    }
+    if ((rc = store_step_add(svc->store, r->step->increment, &value, err, sizeof err))) {
+        svc_fail(svc, call, rc, "batch step: %s", err);
+        return -1;
+    }
+    psc__step_reply__init(&b->step_rep);
+    b->step_rep.global_step = value;
+    rep->step = &b->step_rep;
+    return 0;
+}
+
+/* The dense pulls, then the sparse ones, into rep. 0, or -1 (failure sent). */
+static int batch_pulls(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t pull_bytes,
+                       size_t sparse_bytes, batch_bufs_t *b, Psc__BatchReply *rep)
+{
+    char err[512];
+    b->chunks = psc_xcalloc(BATCH_N(r->n_pull), sizeof *b->chunks);
+    b->chunk_ptrs = psc_xcalloc(BATCH_N(r->n_pull), sizeof *b->chunk_ptrs);
+    b->data = psc_xmalloc(BATCH_N(pull_bytes));
+    size_t at = 0;
+    for (size_t i = 0; i < r->n_pull; i++) {
+        const Psc__PullRequest *p = r->pull[i];
+        Psc__Chunk *c = &b->chunks[i];
+        psc__chunk__init(c);
+        int64_t version = 0;
+        uint64_t total = 0;
+        int rc = store_pull(svc->store, p->name, p->offset, p->length, b->data + at, &version, err, sizeof err);
+        if (rc == 0) store_var_bytes(svc->store, p->name, &total);
+        if (rc) {
+            svc_fail(svc, call, rc, "batch pull %zu: %s", i, err);
+            return -1;
+        }
+        c->name = p->name;
+        c->offset = p->offset;
+        c->total = total;
+        c->version = version;
+        c->data.data = b->data + at;
+        c->data.len = p->length;
+        b->chunk_ptrs[i] = c;
+        at += p->length;
+    }
+    ps_metrics_add_pull_bytes(svc->metrics, pull_bytes);
+    rep->n_pull = r->n_pull;
+    rep->pull = b->chunk_ptrs;
+    b->rows = psc_xcalloc(BATCH_N(r->n_sparse_pull), sizeof *b->rows);
+    b->row_ptrs = psc_xcalloc(BATCH_N(r->n_sparse_pull), sizeof *b->row_ptrs);
+    if (!(b->sparse_data = malloc(BATCH_N(sparse_bytes)))) {
+        svc_fail(svc, call, PSC_ENOMEM, "batch sparse pulls: cannot allocate %zu bytes", sparse_bytes);
+        return -1;
+    }
+    if (svc_sparse_pull(svc, call, r, b->rows, b->row_ptrs, b->sparse_data)) return -1;
+    rep->n_sparse_pull = r->n_sparse_pull;
+    rep->sparse_pull = b->row_ptrs;
+    return 0;
+}
+
 /* A Batch; fenced: one with pushes or a step increment or contribution goes
  * through the checkpoint fence (service_fence.c; a parked one is unpacked
  * again when it runs), one that only reads does not. */
 static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_service_t *svc, int fenced)
 {
-    char err[512];
     Psc__BatchRequest *r = psc__batch_request__unpack(NULL, len, req);
     if (!r) return svc_fail_undecodable(svc, call, "BatchRequest", len);
-    if (fenced && (r->n_push || (r->step && (r->step->increment != 0 || r->step->count > 0)))) {
+    /* a sparse pull creates rows: it changes the model as a push does */
+    if (fenced && (r->n_push || r->n_sparse_push || r->n_sparse_pull ||
+                   (r->step && (r->step->increment != 0 || r->step->count > 0)))) {
         if (!svc_fence_enter(svc, call, req, len, batch_apply)) {
             psc__batch_request__free_unpacked(r, NULL);
             return;
@@ -166,82 +303,21 @@ static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_s
     } else {
         fenced = 0;
     }
-    size_t pull_bytes = 0;
+    size_t pull_bytes = 0, sparse_bytes = 0;
     Psc__BatchReply rep = PSC__BATCH_REPLY__INIT;
-    Psc__StepReply step_rep = PSC__STEP_REPLY__INIT;
-    int64_t *versions = NULL;
-    Psc__Chunk *chunks = NULL, **chunk_ptrs = NULL;
-    uint8_t *data = NULL;
+    batch_bufs_t b = {0};
     float *wide = NULL;
     ProtobufCBinaryData *orig = NULL;
-    if (batch_widen(svc, call, r, &wide, &orig) || batch_check(svc, call, r, &pull_bytes)) goto out;
-
-    versions = psc_xcalloc(r->n_push ? r->n_push : 1, sizeof *versions);
-    for (size_t i = 0; i < r->n_push; i++) {
-        const Psc__Chunk *c = r->push[i];
-        int rc = store_push(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, NULL, &versions[i],
-                            err, sizeof err);
-        if (rc) {
-            svc_fail(svc, call, rc, "batch push %zu: %s", i, err);
-            goto out;
-        }
-        ps_metrics_add_push_bytes(svc->metrics, orig ? orig[i].len : c->data.len);
-    }
-    rep.n_push_version = r->n_push;
-    rep.push_version = versions;
-
-    if (r->step) {
-        int64_t value = 0;
-        svc_step_note(svc, r->step);
-        int rc = svc_step_check(svc, r->step, err, sizeof err); /* again: a Create may have turned sync on */
-        if (rc) {
-            svc_reject(svc, call, rc, "batch step: %s", err);
-            goto out;
-        }
-        if ((rc = store_step_add(svc->store, r->step->increment, &value, err, sizeof err))) {
-            svc_fail(svc, call, rc, "batch step: %s", err);
-            goto out;
-        }
-        step_rep.global_step = value;
-        rep.step = &step_rep;
-    }
-
-    chunks = psc_xcalloc(r->n_pull ? r->n_pull : 1, sizeof *chunks);
-    chunk_ptrs = psc_xcalloc(r->n_pull ? r->n_pull : 1, sizeof *chunk_ptrs);
-    data = psc_xmalloc(pull_bytes ? pull_bytes : 1);
-    size_t at = 0;
-    for (size_t i = 0; i < r->n_pull; i++) {
-        const Psc__PullRequest *p = r->pull[i];
-        Psc__Chunk *c = &chunks[i];
-        psc__chunk__init(c);
-        int64_t version = 0;
-        uint64_t total = 0;
-        int rc = store_pull(svc->store, p->name, p->offset, p->length, data + at, &version, err, sizeof err);
-        if (rc == 0) store_var_bytes(svc->store, p->name, &total);
-        if (rc) {
-            svc_fail(svc, call, rc, "batch pull %zu: %s", i, err);
-            goto out;
-        }
-        c->name = p->name;
-        c->offset = p->offset;
-        c->total = total;
-        c->version = version;
-        c->data.data = data + at;
-        c->data.len = p->length;
-        chunk_ptrs[i] = c;
-        at += p->length;
-    }
-    ps_metrics_add_pull_bytes(svc->metrics, pull_bytes);
-    rep.n_pull = r->n_pull;
-    rep.pull = chunk_ptrs;
+    if (batch_widen(svc, call, r, &wide, &orig) || batch_check(svc, call, r, &pull_bytes, &sparse_bytes)) goto out;
+    store_note_step(svc->store, r->global_step); /* learning-rate schedules */
+    if (batch_pushes(svc, call, r, orig, &b, &rep) || batch_step(svc, call, r, &b, &rep) ||
+        batch_pulls(svc, call, r, pull_bytes, sparse_bytes, &b, &rep))
+        goto out;
     size_t n = psc__batch_reply__get_packed_size(&rep);
     psc__batch_reply__pack(&rep, psc_rpc_reply_alloc(call, n));
     psc_rpc_reply_send(call);
 out:
-    free(versions);
-    free(chunks);
-    free(chunk_ptrs);
-    free(data);
+    batch_bufs_free(&b);
     batch_unwiden(r, orig);
     free(orig);
     free(wide);

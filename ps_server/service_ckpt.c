@@ -46,6 +46,16 @@ static int emit_to_writer(void *arg, const char *name, const void *data, size_t 
     return ckpt_add(arg, name, data, len);
 }
 
+static int table_to_writer(void *arg, const char *name, uint32_t record_len)
+{
+    return ckpt_add_table(arg, name, record_len);
+}
+
+static int row_to_writer(void *arg, const char *name, int64_t id, const void *rec, size_t len)
+{
+    return ckpt_add_row(arg, name, id, rec, len);
+}
+
 void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -66,8 +76,11 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
      * mode only at step boundary r->step), then write it outside the fence */
     int64_t held = -1;
     ckpt_writer_t *w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
-    rc = store_export(svc->store, emit_to_writer, w, store_get_sync(svc->store, NULL) ? r->step : -1, &held, err,
-                      sizeof err);
+    store_rows_io_t rows = {.table = table_to_writer, .row = row_to_writer, .arg = w};
+    uint64_t parent = 0;
+    rc = store_export_ex(svc->store, emit_to_writer, w, &rows, r->id, store_get_sync(svc->store, NULL) ? r->step : -1,
+                         &held, &parent, err, sizeof err);
+    ckpt_set_parent(w, parent); /* the table rows are a delta on it (0: a full base) */
     double fence_ms = r->fence ? svc_fence_unpin(svc, r->fence) : 0;
     if (rc) {
         ckpt_abort(w);
@@ -92,8 +105,14 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
         svc_fail(svc, call, rc, "%s", err);
         goto out;
     }
-    PSC_INFO("checkpoint %llu prepared: step %lld, %u tensors, %.1f MiB in %.0f ms", (unsigned long long)r->id,
-             (long long)info.step, info.ntensors, (double)info.bytes / 1048576.0, (psc_now() - t0) * 1000);
+    char rows_note[96] = "";
+    if (info.ntables && info.parent)
+        snprintf(rows_note, sizeof rows_note, ", %llu table rows (a delta on checkpoint %llu)",
+                 (unsigned long long)info.rows, (unsigned long long)info.parent);
+    else if (info.ntables)
+        snprintf(rows_note, sizeof rows_note, ", %llu table rows (a full base)", (unsigned long long)info.rows);
+    PSC_INFO("checkpoint %llu prepared: step %lld, %u tensors%s, %.1f MiB in %.0f ms", (unsigned long long)r->id,
+             (long long)info.step, info.ntensors, rows_note, (double)info.bytes / 1048576.0, (psc_now() - t0) * 1000);
     Psc__SaveReply rep = PSC__SAVE_REPLY__INIT;
     rep.step = info.step;
     rep.tensors = info.ntensors;
@@ -119,6 +138,7 @@ void svc_h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *ar
         svc_fail(svc, call, rc, "%s", err);
         goto out;
     }
+    if (!r->discard) store_ckpt_committed(svc->store, r->id); /* the next one's table rows: a delta on it */
     PSC_INFO("checkpoint %llu %s", (unsigned long long)r->id, r->discard ? "discarded" : "committed");
     Psc__CommitReply rep = PSC__COMMIT_REPLY__INIT;
     uint8_t buf[8];
@@ -138,6 +158,13 @@ static int fetch_from_ckpt(void *arg, const char *name, void **data, size_t *len
     return ckpt_read(src->db, src->id, name, data, len, err, errlen);
 }
 
+static int rows_from_ckpt(void *arg, const char *name, int (*put)(void *, int64_t, const void *, size_t),
+                          void *put_arg, char *err, size_t errlen)
+{
+    restore_src_t *src = arg;
+    return ckpt_read_rows(src->db, src->id, name, put, put_arg, err, errlen);
+}
+
 void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -154,7 +181,8 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "checkpoint %llu belongs to job %s", (unsigned long long)r->id,
                         info.job_id);
     restore_src_t src = {svc->ckpt, r->id};
-    if (rc == 0) rc = store_import(svc->store, fetch_from_ckpt, &src, r->step, err, sizeof err);
+    store_rows_io_t rows = {.read = rows_from_ckpt, .arg = &src};
+    if (rc == 0) rc = store_import_ex(svc->store, fetch_from_ckpt, &src, &rows, r->step, err, sizeof err);
     if (rc) {
         PSC_WARN("restore of checkpoint %llu refused: %s", (unsigned long long)r->id, err);
         svc_fail(svc, call, rc, "%s", err);
@@ -205,6 +233,9 @@ void svc_h_list_checkpoints(psc_rpc_call_t *call, const uint8_t *req, size_t len
         c->bytes = infos[i].bytes;
         c->created_unix = infos[i].created_unix;
         c->job_id = infos[i].job_id;
+        c->parent = infos[i].parent;
+        c->rows = infos[i].rows;
+        c->needed_by = infos[i].needed_by;
         c->problem = problems[i];
         if (r->verify) {
             c->good = ckpt_verify(svc->ckpt, infos[i].id, problems[i], sizeof problems[i]) == 0;

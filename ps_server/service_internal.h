@@ -9,6 +9,7 @@
  *   service_park.c    sync parking and the reaper thread
  *   service_chunk.c   Chunk request decoding and bfloat16 widening
  *   service_step.c    Step checks and the replicas' step counts
+ *   service_sparse.c  sparse tables: Create's TableSpecs, Batch's sparse items, Status
  *   service_reply.c   failures (the one error path) and Chunk replies
  * The fence's replay and the reaper's tick call up through function pointers
  * the upper layer hands down, never by name.
@@ -110,6 +111,30 @@ size_t svc_reply_header_bound(const char *name);
  * psc_rpc_reply_alloc, bound = svc_reply_header_bound(name)) and sends it. */
 void svc_reply_chunk(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
                      uint64_t total, int64_t version, size_t len, int64_t step, int stale);
+
+/* ---- sparse tables (service_sparse.c) ---- */
+
+/* The TableSpecs of a Create as store configs (*out malloc'd, NULL when
+ * none; a table without its own optimizer gets job_opt). 0 or PSC_EINVAL
+ * naming the table. */
+int svc_tables_from_pb(const Psc__CreateRequest *r, const psc_optim_config_t *job_opt, sparse_table_cfg_t **out,
+                       char *err, size_t errlen);
+/* A Batch's sparse items checked (as the store would); *pull_bytes: the
+ * bytes of the sparse pulls' rows. 0, or -1 with a failure sent on call. */
+int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes);
+/* Applies the sparse pushes in order: async, versions[i] the part's version
+ * after push i; sync, a contribution each (steps[i] the part's step after it,
+ * stale[i] whether it was dropped). 0 or -1 (sent). */
+int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, int64_t *versions,
+                    int64_t *steps, protobuf_c_boolean *stale);
+/* Reads the sparse pulls into data (pull_bytes of svc_sparse_check), filling
+ * rows[i] and ptrs[i] (the reply's items point into data). 0 or -1 (sent). */
+int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, Psc__SparseRows *rows,
+                    Psc__SparseRows **ptrs, uint8_t *data);
+/* psc.ParameterServer/TableRows: a page of a table part's rows, id order. */
+void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+/* Fills Status's tables; *mem is what to free() after packing. */
+void svc_status_tables(ps_service_t *svc, Psc__StatusReply *rep, void **mem);
 
 /* ---- sync parking and the reaper (service_park.c) ---- */
 

@@ -7,7 +7,8 @@
  * reaper's timeout rule) then completes the parked replies of that chunk
  * whose step has come. The reaper thread wakes every 50 ms (or when kicked):
  * it runs the tick it was started with (service.c hands it the fence's
- * replay), applies the steps whose timeout expired (store_sync_tick), keeps
+ * replay), applies the steps whose timeout expired (store_sync_tick, and
+ * store_sparse_sync_tick for the sparse table parts), keeps
  * the replicas with a parked reply present, logs presence changes, and fails
  * replies parked far longer than any step can take.
  *
@@ -174,6 +175,7 @@ static void sync_tick(ps_service_t *svc)
     pthread_mutex_unlock(&svc->park_lock);
     for (int i = 0; i < nwaiting; i++) store_sync_seen(svc->store, waiting[i], now);
     store_sync_tick(svc->store, now, on_tick_apply, svc);
+    store_sparse_sync_tick(svc->store, now); /* table parts: nothing parks on them */
     uint32_t needed = 0;
     uint32_t present = (uint32_t)store_sync_present(svc->store, now, &needed);
     if (present != svc->last_present) {

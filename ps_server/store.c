@@ -242,13 +242,20 @@ int store_view_get(store_t *s, const char *name, int need_ready, store_view_t *o
             rc = psc_seterr(err, errlen, PSC_ENOTREADY,
                             "model not ready (job %s has variables but is not marked ready yet)", s->job_id);
     } else if (!(out->var = find_locked(s, name))) {
-        if (!s->have_job)
+        int table = 0;
+        for (int i = 0; i < s->ntables && !table; i++) table = strcmp(sparse_table_config(s->tables[i].part)->name, name) == 0;
+        if (table)
+            rc = psc_seterr(err, errlen, PSC_EINVAL,
+                            "\"%.*s\" is a sparse table: its rows travel as Batch SparsePull/SparsePush items, not as "
+                            "dense chunks",
+                            PSC_NAME_MAX, name);
+        else if (!s->have_job)
             rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "unknown variable \"%.*s\" (no job created yet)",
                             PSC_NAME_MAX, name);
         else
             rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "unknown variable \"%.*s\"", PSC_NAME_MAX, name);
     } else {
-        out->opt = s->opt;
+        out->opt = store_opt_now(s);
         out->sync_on = s->sync_on;
         out->sync = s->sync;
     }
@@ -257,6 +264,21 @@ int store_view_get(store_t *s, const char *name, int need_ready, store_view_t *o
 }
 
 /* ---- life cycle ---- */
+
+void store_tables_free(store_table_t *t, int n)
+{
+    for (int i = 0; i < n; i++) {
+        sparse_table_destroy(t[i].part);
+        table_acc_t *a = t[i].acc;
+        if (!a) continue;
+        pthread_mutex_destroy(&a->lock);
+        free(a->ids);
+        free(a->rows);
+        free(a->index);
+        free(a);
+    }
+    free(t);
+}
 
 store_t *store_create(void)
 {
@@ -270,6 +292,7 @@ store_t *store_create(void)
     pthread_rwlockattr_destroy(&attr);
     PSC_ASSERT(pthread_rwlock_init(&s->lock, NULL) == 0);
     PSC_ASSERT(pthread_mutex_init(&s->presence_lock, NULL) == 0);
+    PSC_ASSERT(pthread_mutex_init(&s->rate_lock, NULL) == 0);
     atomic_init(&s->applied, 0);
     atomic_init(&s->rejected, 0);
     atomic_init(&s->pulls, 0);
@@ -285,11 +308,13 @@ void store_destroy(store_t *s)
 {
     if (!s) return;
     for (int i = 0; i < s->nvars; i++) var_free(s->vars[i]);
+    store_tables_free(s->tables, s->ntables);
     free(s->vars);
     free(s->sorted);
     free(s->last_seen);
     free(s->left);
     pthread_mutex_destroy(&s->presence_lock);
+    pthread_mutex_destroy(&s->rate_lock);
     pthread_rwlock_destroy(&s->lock);
     pthread_rwlock_destroy(&s->fence);
     free(s);
@@ -301,6 +326,11 @@ void store_reset(store_t *s)
     pthread_rwlock_wrlock(&s->lock);
     store_var_t **vars = s->vars;
     int n = s->nvars;
+    store_table_t *tables = s->tables;
+    int ntables = s->ntables;
+    s->tables = NULL;
+    s->ntables = 0;
+    atomic_store(&s->step_hint, 0);
     free(s->sorted);
     s->vars = NULL;
     s->sorted = NULL;
@@ -322,14 +352,49 @@ void store_reset(store_t *s)
     pthread_rwlock_unlock(&s->fence);
     for (int i = 0; i < n; i++) var_free(vars[i]);
     free(vars);
+    store_tables_free(tables, ntables);
 }
 
 /* ---- create ---- */
 
-static int check_optim(const psc_optim_config_t *o, char *err, size_t errlen)
+/* A schedule's own checks (the job spec's parser checks them too; a Create
+ * from elsewhere must not get a rate that is not finite and > 0). */
+static int check_schedule(const psc_lr_schedule_t *l, char *err, size_t errlen)
 {
 #define BAD(...) psc_seterr(err, errlen, PSC_EINVAL, __VA_ARGS__)
-    if (o->kind < PSC_OPT_SGD || o->kind > PSC_OPT_RMSPROP) return BAD("unknown optimizer kind %d", (int)o->kind);
+    switch (l->kind) {
+    case PSC_LR_CONSTANT: return 0;
+    case PSC_LR_EXPONENTIAL:
+        if (l->decay_steps <= 0) return BAD("exponential_decay decay_steps %" PRId64 " must be > 0", l->decay_steps);
+        if (!(l->decay_rate > 0) || !isfinite(l->decay_rate))
+            return BAD("exponential_decay decay_rate %g must be finite and > 0", (double)l->decay_rate);
+        return 0;
+    case PSC_LR_PIECEWISE:
+        if (l->nboundaries < 1 || l->nboundaries > PSC_LR_MAX_BOUNDARIES)
+            return BAD("piecewise_constant has %d boundaries (1..%d)", l->nboundaries, PSC_LR_MAX_BOUNDARIES);
+        for (int i = 0; i <= l->nboundaries; i++) {
+            if (!(l->values[i] > 0) || !isfinite(l->values[i]))
+                return BAD("piecewise_constant values[%d] %g must be finite and > 0", i, (double)l->values[i]);
+            if (i && i < l->nboundaries && l->boundaries[i] <= l->boundaries[i - 1])
+                return BAD("piecewise_constant boundaries must increase (boundaries[%d])", i);
+        }
+        return 0;
+    case PSC_LR_COSINE:
+        if (l->decay_steps <= 0) return BAD("cosine_decay decay_steps %" PRId64 " must be > 0", l->decay_steps);
+        if (!(l->alpha >= 0 && l->alpha <= 1)) return BAD("cosine_decay alpha %g must be in [0, 1]", (double)l->alpha);
+        if (l->warmup_steps < 0) return BAD("cosine_decay warmup_steps %" PRId64 " must be >= 0", l->warmup_steps);
+        if (!(l->warmup_target >= 0) || !isfinite(l->warmup_target))
+            return BAD("cosine_decay warmup_target %g must be finite and >= 0", (double)l->warmup_target);
+        return 0;
+    }
+    return BAD("unknown learning-rate schedule %d", (int)l->kind);
+#undef BAD
+}
+
+int store_check_optim(const psc_optim_config_t *o, char *err, size_t errlen)
+{
+#define BAD(...) psc_seterr(err, errlen, PSC_EINVAL, __VA_ARGS__)
+    if (o->kind < PSC_OPT_SGD || o->kind > PSC_OPT_FTRL) return BAD("unknown optimizer kind %d", (int)o->kind);
     if (!(o->learning_rate > 0) || !isfinite(o->learning_rate))
         return BAD("optimizer learning_rate %g must be finite and > 0", (double)o->learning_rate);
     switch (o->kind) {
@@ -346,9 +411,16 @@ static int check_optim(const psc_optim_config_t *o, char *err, size_t errlen)
         }
         break;
     case PSC_OPT_ADAGRAD:
+    case PSC_OPT_FTRL:
         if (!(o->initial_accumulator_value > 0) || !isfinite(o->initial_accumulator_value))
-            return BAD("adagrad initial_accumulator_value %g must be finite and > 0",
+            return BAD("%s initial_accumulator_value %g must be finite and > 0", psc_optim_name(o->kind),
                        (double)o->initial_accumulator_value);
+        if (o->kind == PSC_OPT_FTRL) {
+            if (!(o->learning_rate_power <= 0) || !isfinite(o->learning_rate_power))
+                return BAD("ftrl learning_rate_power %g must be finite and <= 0", (double)o->learning_rate_power);
+            if (!(o->l1 >= 0) || !isfinite(o->l1) || !(o->l2 >= 0) || !isfinite(o->l2))
+                return BAD("ftrl l1 %g and l2 %g must be finite and >= 0", (double)o->l1, (double)o->l2);
+        }
         break;
     case PSC_OPT_ADAM:
         if (!(o->beta1 >= 0 && o->beta1 < 1)) return BAD("adam beta1 %g must be in [0, 1)", (double)o->beta1);
@@ -357,8 +429,25 @@ static int check_optim(const psc_optim_config_t *o, char *err, size_t errlen)
             return BAD("adam epsilon %g must be finite and >= 0", (double)o->epsilon);
         break;
     }
-    return 0;
+    return check_schedule(&o->schedule, err, errlen);
 #undef BAD
+}
+
+int store_optim_same(const psc_optim_config_t *a, const psc_optim_config_t *b)
+{
+    const psc_lr_schedule_t *x = &a->schedule, *y = &b->schedule;
+    int same = a->kind == b->kind && a->learning_rate == b->learning_rate && a->momentum == b->momentum &&
+               !a->use_nesterov == !b->use_nesterov && a->beta1 == b->beta1 && a->beta2 == b->beta2 &&
+               a->epsilon == b->epsilon && a->initial_accumulator_value == b->initial_accumulator_value &&
+               a->decay == b->decay && a->learning_rate_power == b->learning_rate_power && a->l1 == b->l1 &&
+               a->l2 == b->l2 && x->kind == y->kind && x->decay_steps == y->decay_steps &&
+               x->decay_rate == y->decay_rate && !x->staircase == !y->staircase && x->nboundaries == y->nboundaries &&
+               x->alpha == y->alpha && x->warmup_steps == y->warmup_steps && x->warmup_target == y->warmup_target;
+    for (int i = 0; same && i < x->nboundaries && i < PSC_LR_MAX_BOUNDARIES; i++)
+        same = x->boundaries[i] == y->boundaries[i] && x->values[i] == y->values[i];
+    if (same && x->kind == PSC_LR_PIECEWISE && x->nboundaries >= 0 && x->nboundaries <= PSC_LR_MAX_BOUNDARIES)
+        same = x->values[x->nboundaries] == y->values[x->nboundaries];
+    return same;
 }
 
 /* Checks one spec on its own. *bytes receives the value size. */
@@ -404,10 +493,7 @@ static int compare_existing(store_t *s, const char *job_id, const psc_optim_conf
     if (strcmp(s->job_id, job_id) != 0)
         return psc_seterr(err, errlen, PSC_EEXISTS, "variables exist for job %s; refusing job %s", s->job_id,
                           job_id);
-    if (opt->kind != s->opt.kind || opt->learning_rate != s->opt.learning_rate || opt->momentum != s->opt.momentum ||
-        !opt->use_nesterov != !s->opt.use_nesterov || opt->beta1 != s->opt.beta1 || opt->beta2 != s->opt.beta2 ||
-        opt->epsilon != s->opt.epsilon || opt->initial_accumulator_value != s->opt.initial_accumulator_value ||
-        opt->decay != s->opt.decay)
+    if (!store_optim_same(opt, &s->opt))
         return psc_seterr(err, errlen, PSC_EMISMATCH, "job %s: optimizer settings differ from the existing ones",
                           job_id);
     for (int i = 0; i < n; i++) {
@@ -492,7 +578,7 @@ static int store_create_vars_unfenced(store_t *s, const char *job_id, const psc_
     if (!opt) return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "job %s: no optimizer", job_id));
     if (n < 0 || (n > 0 && !vars))
         return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "job %s: bad variable count %d", job_id, n));
-    if ((rc = check_optim(opt, err, errlen))) return store_reject(s, rc);
+    if ((rc = store_check_optim(opt, err, errlen))) return store_reject(s, rc);
 
     /* Each spec on its own, then duplicates (via a sorted copy) and at most one
      * step counter. */
@@ -617,6 +703,7 @@ static int assign_fenced(store_t *s, const char *name, uint64_t offset, const vo
                                         value));
         pthread_rwlock_wrlock(&v->lock);
         v->step = value;
+        atomic_store(&s->step_hint, value); /* an assignment or restore may move it back */
         v->version++;
         pthread_rwlock_unlock(&v->lock);
         return 0;
@@ -825,9 +912,12 @@ static int step_add_fenced(store_t *s, int64_t inc, int64_t *value, char *err, s
     int64_t now = v->step;
     pthread_rwlock_unlock(&v->lock);
     if (rc) return store_reject(s, rc);
+    store_note_step_hint(s, now);
     if (value) *value = now;
     return 0;
 }
+
+void store_note_step(store_t *s, int64_t step) { store_note_step_hint(s, step); }
 
 int store_step_add(store_t *s, int64_t inc, int64_t *value, char *err, size_t errlen)
 {

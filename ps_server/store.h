@@ -69,6 +69,7 @@
 #include "job_spec.h"
 #include "model_spec.h"
 #include "psc.h"
+#include "sparse_table.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -158,6 +159,56 @@ int store_push_iov(store_t *s, const char *name, uint64_t offset, const psc_iov_
 int store_step_add(store_t *s, int64_t inc, int64_t *value, char *err, size_t errlen);
 /* 1 and the value if this shard holds global_step, else 0. */
 int store_step_get(store_t *s, int64_t *value);
+
+/* A sender's global_step (Batch/Chunk global_step): raises the step the
+ * learning-rate schedule is evaluated at, on a PS that does not hold
+ * global_step (the one that does follows its own). Never lowers it. */
+void store_note_step(store_t *s, int64_t step);
+
+/* ---- sparse embedding tables (store_sparse.c; sparse_table.h, table.h) ---- */
+
+/* Declares the job's sparse table parts on this shard (after
+ * store_create_vars for the same job, before or after ready). First call:
+ * creates them empty; the same configs again: no change (0); different ones:
+ * PSC_EMISMATCH naming the table; job differs: PSC_EEXISTS. A table's name
+ * must not be a variable's. Refusals count as rejected. n may be 0. */
+int store_create_tables(store_t *s, const char *job_id, const sparse_table_cfg_t *tables, int n, char *err,
+                        size_t errlen);
+
+/* The checks of a sparse pull (grads NULL) or push (grads of n*dim float32,
+ * glen bytes) of n ids (8n bytes at any alignment) of `table`: ready, known
+ * table, ids (range, part, at most SPARSE_MAX_IDS -> PSC_ENOMEM, unique for a
+ * push), gradient size and finite values. 0 or the code with err naming the
+ * table and the problem (counted as rejected). *dim (may be NULL) = its dim. */
+int store_sparse_check(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
+                       int *dim, char *err, size_t errlen);
+/* Copies n rows into out (n*dim floats), creating the missing ones; the part's
+ * version in *version. Checks as store_sparse_check (ids need not be unique). */
+int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, int64_t *version,
+                      char *err, size_t errlen);
+/* Applies n unique ids' gradient rows with the table's optimizer at the
+ * learning rate of its schedule (store_note_step). Checks as
+ * store_sparse_check first: a refused push changes nothing. */
+int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
+                      int64_t *version, char *err, size_t errlen);
+
+/* A page of the rows of `table` that exist, ascending id: those with id >
+ * after, at most max (ids: max, vals: max * dim floats); *n rows, *more = 1
+ * when rows with larger ids exist. Each row is read under its shard lock.
+ * Nothing is created. Checks: ready, known table. */
+int store_table_rows(store_t *s, const char *table, int64_t after, size_t max, int64_t *ids, float *vals, size_t *n,
+                     int *more, char *err, size_t errlen);
+
+typedef struct store_table_info {
+    sparse_table_cfg_t cfg;
+    sparse_table_stats_t stats;
+    /* rows pulled and pushed per second between the previous call at least
+     * 1 s before (by anyone: Status, a metrics scrape) and the latest such
+     * call; 0 until two calls 1 s apart */
+    double rows_pulled_per_sec, rows_pushed_per_sec;
+} store_table_info_t;
+/* Snapshot of the table parts (array owned by the caller, free()). */
+int store_list_tables(store_t *s, store_table_info_t **out, int *n);
 
 /* Byte size of a variable (its wire `total`); PSC_ENOTFOUND if unknown. */
 int store_var_bytes(store_t *s, const char *name, uint64_t *bytes);
@@ -262,6 +313,27 @@ void store_sync_seen(store_t *s, uint32_t worker, double now);
  * that has not left counts as present. Async mode: 0 and *needed = 0. */
 int store_sync_present(store_t *s, double now, uint32_t *needed);
 
+/* ---- sparse tables in sync-replica mode ---- */
+
+/* Sync-replica mode (TF's SparseConditionalAccumulator; store_sparse_sync.c):
+ * a contribution of n unique ids' rows, the sum of `count` batches' mean
+ * gradients computed at local_step by replica `worker`, to the table part's
+ * step, with store_push_sync's rules (stale, ahead, due, presence); a due
+ * step applies each id's summed row / the step's batches, once. res->step is
+ * the part's step after the call. Checks as store_sparse_check first.
+ * PSC_EUNSUPPORTED when the store is not in sync mode. */
+int store_sparse_push_sync(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
+                           int64_t local_step, uint32_t count, uint32_t worker, double now, store_sync_result_t *res,
+                           char *err, size_t errlen);
+/* A sync pull: first completes the part's steps before min_step (a pending
+ * one applied as by the timeout), then reads as store_sparse_pull; *step (may
+ * be NULL) = the part's step. */
+int store_sparse_pull_sync(store_t *s, const char *table, const void *ids, size_t n, int64_t min_step, float *out,
+                           int64_t *step, char *err, size_t errlen);
+/* Applies every table part's step that is due at now (the timeout rule, or
+ * fewer replicas present); the number applied. No-op in async mode. */
+int store_sparse_sync_tick(store_t *s, double now);
+
 /* ---- checkpoints ---- */
 
 /* Receives one tensor of a checkpoint: `name` and `data` (len bytes) are valid
@@ -297,6 +369,42 @@ int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, i
  * filled) to abort the import. Called with no store lock held (it may read
  * from disk). */
 typedef int (*store_fetch_fn)(void *arg, const char *name, void **data, size_t *len, char *err, size_t errlen);
+
+/* Sparse tables in checkpoints (store_export_ex, store_import_ex). A
+ * checkpoint holds, per table part, the rows changed since the previous
+ * checkpoint this process committed (store_ckpt_committed), on top of that
+ * checkpoint (its parent), or all of them (a full base, parent 0): the first
+ * checkpoint, the first after a restore, and whenever the rows written as
+ * deltas since the last base reach half of the base's rows or 8 deltas
+ * chain up — so a restore, which reads the base and its deltas, reads about
+ * as many rows as the table holds, at most 1.5 times. */
+typedef struct store_rows_io {
+    /* export: declares table `name` (record_len bytes a row), then its rows */
+    int (*table)(void *arg, const char *name, uint32_t record_len);
+    int (*row)(void *arg, const char *name, int64_t id, const void *rec, size_t len);
+    /* import: calls put for every row of table `name` in the checkpoint
+     * (PSC_ENOTFOUND when it has no such table) */
+    int (*read)(void *arg, const char *name, int (*put)(void *put_arg, int64_t id, const void *rec, size_t len),
+                void *put_arg, char *err, size_t errlen);
+    void *arg;
+} store_rows_io_t;
+
+/* store_export with the table parts: their rows go through rows->table and
+ * rows->row in the same cut (the fence held), as checkpoint ckpt_id;
+ * *parent (may be NULL) = the checkpoint it is a delta on, 0 for a base.
+ * rows NULL: tables are left out (only for a store without tables). In sync
+ * mode every table part's accumulator must be at sync_step too. */
+int store_export_ex(store_t *s, store_emit_fn emit, void *arg, const store_rows_io_t *rows, uint64_t ckpt_id,
+                    int64_t sync_step, int64_t *step, uint64_t *parent, char *err, size_t errlen);
+/* store_import with the table parts: each read into a fresh part (rows
+ * checked: id in this part, size, t >= 0, finite) before anything changes,
+ * then swapped in with the dense tensors; rows untouched since that
+ * checkpoint are gone again. */
+int store_import_ex(store_t *s, store_fetch_fn fetch, void *arg, const store_rows_io_t *rows, int64_t sync_step,
+                    char *err, size_t errlen);
+/* Checkpoint ckpt_id, exported by this store, is committed: the next
+ * checkpoint's table rows are a delta on it. Another id: no-op. */
+void store_ckpt_committed(store_t *s, uint64_t ckpt_id);
 
 /* Restores the shard from a checkpoint, all or nothing. First, with no lock
  * held, fetches every tensor store_export would emit for the current variables

@@ -47,6 +47,7 @@ static const char *slot_suffix(const psc_optim_config_t *opt, int k)
     case PSC_OPT_ADAGRAD: return "Adagrad";
     case PSC_OPT_ADAM: return k == 0 ? "Adam" : "Adam_1";          /* m, v (optim.c's slot 0, 1) */
     case PSC_OPT_RMSPROP: return k == 0 ? "RMSProp" : "RMSProp_1"; /* ms ("rms"), mom */
+    case PSC_OPT_FTRL: return k == 0 ? "Ftrl" : "Ftrl_1";           /* accum, linear */
     }
     PSC_ASSERT(!"slot without a checkpoint name");
     return NULL;
@@ -85,7 +86,14 @@ static void tensor_list_free(store_tensor_t *list, size_t count)
 int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, int64_t *step, char *err,
                  size_t errlen)
 {
+    return store_export_ex(s, emit, arg, NULL, 0, sync_step, step, NULL, err, errlen);
+}
+
+int store_export_ex(store_t *s, store_emit_fn emit, void *arg, const store_rows_io_t *rows, uint64_t ckpt_id,
+                    int64_t sync_step, int64_t *step, uint64_t *parent, char *err, size_t errlen)
+{
     if (step) *step = -1;
+    if (parent) *parent = 0;
     if (!emit) return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "export without an emit function"));
 
     pthread_rwlock_wrlock(&s->fence);
@@ -122,6 +130,10 @@ int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, i
                               v->name, at, sync_step);
         }
     }
+    if (sync_step >= 0 && (rc = store_table_accs_at(s, sync_step, err, errlen))) {
+        pthread_rwlock_unlock(&s->fence);
+        return rc;
+    }
     size_t count;
     store_tensor_t *list = tensor_list_build(vars, n, &opt, &count);
     size_t tmax = 1;
@@ -151,6 +163,9 @@ int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, i
             psc_seterr(err, errlen, rc, "export stopped at tensor \"%s\": %s (%d)", list[j].name,
                        rc < 0 ? psc_strerror(rc) : "emit failed", rc);
     }
+    uint64_t from = 0;
+    if (!rc) rc = store_tables_export(s, rows, ckpt_id, &from, err, errlen);
+    if (!rc && parent) *parent = from;
     if (!rc && step && sv) *step = sv->step;
     pthread_rwlock_unlock(&s->fence);
     free(le);
@@ -184,6 +199,12 @@ static int tensor_check_fetched(const store_tensor_t *t, size_t len, char *err, 
 
 int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step, char *err, size_t errlen)
 {
+    return store_import_ex(s, fetch, arg, NULL, sync_step, err, errlen);
+}
+
+int store_import_ex(store_t *s, store_fetch_fn fetch, void *arg, const store_rows_io_t *rows, int64_t sync_step,
+                    char *err, size_t errlen)
+{
     if (!fetch) return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "import without a fetch function"));
     if (sync_step < 0)
         return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "import: sync step %" PRId64 " is negative", sync_step));
@@ -216,6 +237,12 @@ int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step,
             refused = rc != 0;
         }
     }
+    sparse_table_t **parts = NULL;
+    int nparts = 0;
+    if (!rc) {
+        rc = store_tables_import_read(s, rows, &parts, &nparts, err, errlen);
+        refused = rc == PSC_EMISMATCH || rc == PSC_EINVAL || rc == PSC_ECORRUPT;
+    }
     if (rc) {
         tensor_list_free(list, count);
         return refused ? store_reject(s, rc) : rc;
@@ -236,9 +263,10 @@ int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step,
         if (j == 0 || list[j - 1].var != v) pthread_rwlock_wrlock(&v->lock);
         switch (t->part) {
         case PART_VALUE:
-            if (v->is_step)
+            if (v->is_step) {
                 v->step = (int64_t)psc_le_get64(p);
-            else
+                atomic_store(&s->step_hint, v->step);
+            } else
                 memcpy(v->w, p, t->len);
             v->version++;
             if (sync_on && v->is_step) v->acc[0] = (sync_acc_t){.step = v->step};
@@ -254,6 +282,8 @@ int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step,
         }
         if (j + 1 == count || list[j + 1].var != v) pthread_rwlock_unlock(&v->lock);
     }
+    store_tables_import_swap(s, parts, nparts);
+    if (sync_on) store_table_accs_reset(s, sync_step);
     if (sync_on) {
         pthread_mutex_lock(&s->presence_lock);
         s->started = 0;
@@ -266,5 +296,6 @@ int store_import(store_t *s, store_fetch_fn fetch, void *arg, int64_t sync_step,
     pthread_rwlock_unlock(&s->lock);
     pthread_rwlock_unlock(&s->fence);
     tensor_list_free(list, count);
+    store_tables_parts_free(parts, nparts); /* the replaced ones */
     return 0;
 }

@@ -6,6 +6,7 @@
 #define PSC_STORE_INTERNAL_H
 
 #include "psc.h"
+#include "sparse_table.h"
 #include "store.h"
 #include "sync.h"
 
@@ -38,6 +39,44 @@ typedef struct store_var {
     float *acc_sum;       /* (numel) the accumulators' sum buffers, one slab; NULL for global_step */
 } store_var_t;
 
+/* A sparse table part of the job (store_sparse.c). `part` is replaced whole
+ * by a restore (under the fence, exclusive); `mark` is the epoch of its rows
+ * in the newest committed checkpoint (0: none: the next save writes a full
+ * base), `pending` the one a prepared checkpoint would make it. */
+/* A table part's sync accumulator (store_sparse_sync.c): the step rules of
+ * sync.h (a.sum unused) and the sparse sum of the step, unique ids and their
+ * summed rows, indexed by an open-addressing table of slot + 1 (0: empty). */
+typedef struct table_acc {
+    pthread_mutex_t lock;
+    sync_acc_t a;
+    int dim;
+    int64_t *ids;
+    float *rows;     /* (cap * dim) */
+    size_t n, cap;
+    uint32_t *index; /* (icap) */
+    size_t icap;
+} table_acc_t;
+
+/* A table part of the job. `part` is replaced whole by a restore (under the
+ * fence, exclusive). Checkpoints (store_sparse_ckpt.c): `mark` is the epoch
+ * its rows had in the newest committed checkpoint `committed_id` of this
+ * process (0: none yet, the next checkpoint is a full base); base_rows the
+ * rows of the last base, delta_rows and chain the rows and checkpoints
+ * written as deltas since; pending_* what the prepared checkpoint
+ * pending_id would make them once committed. */
+typedef struct store_table {
+    sparse_table_t *part;
+    uint64_t mark, committed_id, base_rows, delta_rows;
+    int chain;
+    uint64_t pending_id, pending_mark, pending_rows;
+    int pending_full;
+    table_acc_t *acc; /* sync mode: the part's accumulator, made by its first sync request; NULL before */
+    /* store_list_tables' rates (under s->rate_lock): the reference point, the last rates */
+    double rate_t;
+    uint64_t rate_pulled, rate_pushed;
+    double pull_rate, push_rate;
+} store_table_t;
+
 struct store {
     pthread_rwlock_t fence; /* the push fence: updates shared, export/import exclusive (top comment) */
     pthread_rwlock_t lock;  /* guards the fields up to `nvars` */
@@ -49,6 +88,10 @@ struct store {
     store_var_t **sorted; /* (nvars) the same, sorted by name, for lookups */
     int nvars;
     store_var_t *step_var; /* the is_step variable or NULL */
+    store_table_t *tables; /* (ntables) sparse table parts, in the Create's order; owned */
+    int ntables;
+    atomic_int_fast64_t step_hint; /* newest global_step seen (held or sent): learning-rate schedules */
+    pthread_mutex_t rate_lock;     /* the tables' rate fields (leaf lock) */
     int sync_on;           /* sync-replica mode (set once per job; store_reset clears it) */
     store_sync_cfg_t sync; /* its config */
 
@@ -75,6 +118,65 @@ static inline void count(atomic_uint_fast64_t *c, uint64_t n) { atomic_fetch_add
 /* The push fence, shared side: held by every update for its whole duration. */
 static inline void fence_enter(store_t *s) { pthread_rwlock_rdlock(&s->fence); }
 static inline void fence_leave(store_t *s) { pthread_rwlock_unlock(&s->fence); }
+
+/* The store's optimizer with learning_rate evaluated by its schedule at the
+ * newest global_step seen (caller holds s->lock, or owns the config). */
+static inline psc_optim_config_t store_opt_at(const psc_optim_config_t *o, const store_t *s)
+{
+    psc_optim_config_t c = *o;
+    int64_t step = atomic_load_explicit(&s->step_hint, memory_order_relaxed);
+    c.learning_rate = (float)psc_lr_at(&o->schedule, o->learning_rate, step);
+    return c;
+}
+static inline psc_optim_config_t store_opt_now(const store_t *s) { return store_opt_at(&s->opt, s); }
+/* Raises step_hint to step (a sender's global_step, or the held one). */
+static inline void store_note_step_hint(store_t *s, int64_t step)
+{
+    int64_t cur = atomic_load_explicit(&s->step_hint, memory_order_relaxed);
+    while (step > cur && !atomic_compare_exchange_weak(&s->step_hint, &cur, step)) {}
+}
+
+/* Optimizer settings: the checks of a Create (PSC_EINVAL naming the field), and equality. */
+int store_check_optim(const psc_optim_config_t *o, char *err, size_t errlen);
+int store_optim_same(const psc_optim_config_t *a, const psc_optim_config_t *b);
+/* Frees n table parts and their accumulators (store.c). */
+void store_tables_free(store_table_t *t, int n);
+/* Resolves a table for a data request (caller holds the fence shared): the
+ * part, its slot (may be NULL) and its optimizer at the current learning rate
+ * (opt may be NULL). 0 or a code (not counted). */
+int store_table_get(store_t *s, const char *table, sparse_table_t **out, store_table_t **slot,
+                    psc_optim_config_t *opt, char *err, size_t errlen);
+
+/* The checks of a sparse request on part t (grads NULL for a pull): ids and
+ * gradient rows; err names the table. 0 or a code (not counted). */
+int store_table_check_request(const sparse_table_t *t, const void *ids, size_t n, const void *grads, size_t glen,
+                              char *err, size_t errlen);
+
+/* ---- sync mode's pieces shared with the tables (store_sync.c, store_sparse_sync.c) ---- */
+
+/* A sync call at `now` from `worker` (>= N: a tick, nobody): marks it seen,
+ * starts the presence clock, returns the contributions needed now. */
+uint32_t store_presence_touch(store_t *s, const store_sync_cfg_t *c, uint32_t worker, double now);
+/* Checkpoints of the tables (store_sparse_ckpt.c). Export, under the
+ * exclusive fence: the parts' changed rows (or all of them: a full base)
+ * through io, the checkpoint's parent in *parent (0: a base), the pending
+ * marks recorded. Import phase 1 (no lock): fresh parts filled from the
+ * checkpoint (*parts, one per table; PSC_EMISMATCH when it lacks a table);
+ * phase 2 (exclusive fence): swapped in, marks reset (the next checkpoint is
+ * a full base), the old parts returned in parts to free. */
+int store_tables_export(store_t *s, const store_rows_io_t *io, uint64_t ckpt_id, uint64_t *parent, char *err,
+                        size_t errlen);
+int store_tables_import_read(store_t *s, const store_rows_io_t *io, sparse_table_t ***parts, int *n, char *err,
+                             size_t errlen);
+void store_tables_import_swap(store_t *s, sparse_table_t **parts, int n);
+void store_tables_parts_free(sparse_table_t **parts, int n);
+
+/* Sync checkpoints of the tables (store_sparse_sync.c): 0 when every table
+ * part's accumulator is at step sync_step (pending contributions are fine),
+ * else PSC_ESTALE naming the first that is not; and, at a restore, every
+ * accumulator emptied and set to `step`. Caller holds the fence exclusively. */
+int store_table_accs_at(store_t *s, int64_t sync_step, char *err, size_t errlen);
+void store_table_accs_reset(store_t *s, int64_t step);
 
 /* Every refused request goes through here: counts it, returns code. */
 int store_reject(store_t *s, int code);

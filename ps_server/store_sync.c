@@ -165,7 +165,7 @@ static int presence_count_locked(store_t *s, const store_sync_cfg_t *c, double n
  * on, long before slow replicas send their first gradient, and before the first
  * contribution there is nothing a tick could apply anyway. Takes only
  * presence_lock (sync mode is on: the table is published). */
-static uint32_t presence_touch(store_t *s, const store_sync_cfg_t *c, uint32_t worker, double now)
+uint32_t store_presence_touch(store_t *s, const store_sync_cfg_t *c, uint32_t worker, double now)
 {
     pthread_mutex_lock(&s->presence_lock);
     if (!s->started && worker < (uint32_t)c->total_num_replicas) {
@@ -197,6 +197,7 @@ static uint32_t sync_apply_locked(store_t *s, const psc_optim_config_t *opt, sto
     if (v->is_step) {
         sync_acc_mean(a, 0);
         if (v->step < INT64_MAX) v->step++;
+        store_note_step_hint(s, v->step);
         v->version++;
         count(&s->sync_steps, 1);
     } else {
@@ -279,7 +280,7 @@ static int push_sync_fenced(store_t *s, const char *name, uint64_t offset, const
     if ((rc = sync_check_sender(v->name, &view.sync, worker, count_, err, errlen))) return store_reject(s, rc);
     if ((rc = store_check_chunk(v, "gradient", offset, grad, len, total, err, errlen))) return store_reject(s, rc);
 
-    uint32_t needed = presence_touch(s, &view.sync, worker, now);
+    uint32_t needed = store_presence_touch(s, &view.sync, worker, now);
     size_t k = (size_t)(offset / PSC_CHUNK_BYTES);
     int copied = 0;
     pthread_rwlock_wrlock(&v->lock);
@@ -320,7 +321,7 @@ static int step_sync_fenced(store_t *s, int64_t local_step, uint32_t count_, uin
     store_var_t *v = s->step_var;
     int on = s->sync_on;
     store_sync_cfg_t cfg = s->sync;
-    psc_optim_config_t opt = s->opt;
+    psc_optim_config_t opt = store_opt_now(s);
     pthread_rwlock_unlock(&s->lock);
     if (!on)
         return store_reject(s, psc_seterr(err, errlen, PSC_EUNSUPPORTED,
@@ -329,7 +330,7 @@ static int step_sync_fenced(store_t *s, int64_t local_step, uint32_t count_, uin
     int rc = sync_check_sender(v->name, &cfg, worker, count_, err, errlen);
     if (rc) return store_reject(s, rc);
 
-    uint32_t needed = presence_touch(s, &cfg, worker, now);
+    uint32_t needed = store_presence_touch(s, &cfg, worker, now);
     pthread_rwlock_wrlock(&v->lock);
     sync_contribute_locked(s, &opt, &cfg, v, 0, NULL, 0, local_step, count_, needed, now, res);
     res->step = v->step;
@@ -411,13 +412,13 @@ static void sync_tick_fenced(store_t *s, double now, tick_item_t **items_out, si
     pthread_rwlock_rdlock(&s->lock);
     int on = s->sync_on;
     store_sync_cfg_t cfg = s->sync;
-    psc_optim_config_t opt = s->opt;
+    psc_optim_config_t opt = store_opt_now(s);
     store_var_t **vars = s->vars;
     int n = s->nvars;
     pthread_rwlock_unlock(&s->lock);
     if (!on) return;
 
-    uint32_t needed = presence_touch(s, &cfg, UINT32_MAX, now);
+    uint32_t needed = store_presence_touch(s, &cfg, UINT32_MAX, now);
     tick_item_t *items = NULL;
     size_t nitems = 0, cap = 0;
     for (int i = 0; i < n; i++) {

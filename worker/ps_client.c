@@ -212,6 +212,8 @@ void ps_client_destroy(ps_client_t *pc)
     free(pc->ops);
     free(pc->op_chunk);
     free(pc->chunk_batch);
+    free(pc->tables);
+    free(pc->table_part_ps);
     free(pc);
 }
 
@@ -325,6 +327,7 @@ static void fill_batch_op(ps_client_t *pc, ps_batch_t *bt, psc_rpc_op_t *op, enu
         req.n_pull = bt->n;
         req.pull = bt->pull_p;
     }
+    req.global_step = pc->last_global_step; /* learning-rate schedules on a PS without global_step */
     Psc__StepRequest step = PSC__STEP_REQUEST__INIT;
     if (bt->step) {
         step.increment = rd->step_inc;
@@ -404,6 +407,7 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
             h.total = (uint64_t)pv->numel * 4;
             h.worker = (uint32_t)pc->rank;
             h.encoding = (uint32_t)pc->encoding;
+            h.global_step = pc->last_global_step;
             if (rd->sync) {
                 h.local_step = rd->local_step;
                 h.count = rd->count;
@@ -444,11 +448,15 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
         rc = take_chunk_reply(&pc->ops[i], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte,
                               &rd->stale, err, errlen);
     }
+    int64_t gs = INT64_MIN; /* set by the reply that carried the step */
     for (int b = 0; rc == 0 && batching && b < pc->nbatches; b++)
-        rc = take_batch_reply(pc, &pc->batches[b], &pc->ops[nchunk_ops + (size_t)b], kind, params, global_step, err,
-                              errlen);
-    if (rc == 0 && step_op != SIZE_MAX) rc = take_step_reply(&pc->ops[step_op], global_step, &rd->stale, err, errlen);
+        rc = take_batch_reply(pc, &pc->batches[b], &pc->ops[nchunk_ops + (size_t)b], kind, params, &gs, err, errlen);
+    if (rc == 0 && step_op != SIZE_MAX) rc = take_step_reply(&pc->ops[step_op], &gs, &rd->stale, err, errlen);
     pcl_clear_ops(pc->ops, n);
+    if (rc == 0 && gs != INT64_MIN) {
+        if (global_step) *global_step = gs;
+        if (gs > pc->last_global_step) pc->last_global_step = gs;
+    }
     return rc;
 }
 

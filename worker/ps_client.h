@@ -46,6 +46,16 @@ typedef struct ps_status {
     uint64_t incarnation;      /* random per PS process: a change means it restarted */
     int64_t replica_steps[256]; /* (the global_step PS) steps each replica rank reported */
     int64_t restored_step;      /* (the global_step PS) the step of the checkpoint the model was restored from, 0: none */
+    int ntables;                /* sparse table parts this PS holds (the first 64) */
+    struct {
+        char name[128];
+        int part, num_parts, dim;
+        int64_t rows;           /* the whole table's declared rows */
+        uint64_t rows_touched;  /* rows that exist on this PS */
+        uint64_t bytes;         /* bytes they take */
+        uint64_t rows_pulled, rows_pushed;
+        int64_t version;        /* sparse pushes applied */
+    } tables[64];
 } ps_status_t;
 
 /* How ps_client_create_model found the model. */
@@ -189,5 +199,64 @@ void ps_client_shutdown_all(ps_client_t *pc, const char *reason);
 
 /* Index of the PS that holds global_step. */
 int ps_client_step_ps(const ps_client_t *pc);
+
+/* ---- sparse embedding tables (ps_client_sparse.c; common/table.h) ---- */
+
+/* Most ids one sparse op may carry per pull or push. The client splits them
+ * over Batches of at most SPARSE_BATCH_MAX_IDS ids (the PS's limit per item,
+ * SPARSE_MAX_IDS) and about 3 MiB of rows each way. */
+#define SPARSE_CLIENT_MAX_IDS (1u << 24)
+#define SPARSE_BATCH_MAX_IDS (1u << 18)
+
+/* The job's tables (copied): part_ps[t * num_ps + k] is the PS that holds part
+ * k of table t (placement.h); seed the job's (rows' initial values). Create
+ * (ps_client_create_model) declares each PS's parts. Before create_model. */
+void ps_client_set_tables(ps_client_t *pc, const psc_table_spec_t *tables, int n, const int *part_ps, uint64_t seed);
+/* ps_client_set_tables for the job spec's tables, placed by
+ * psc_place_tables after the model's first_turn pieces (psc_place's count). */
+int ps_client_set_job_tables(ps_client_t *pc, const psc_job_spec_t *spec, int first_turn, char *err, size_t errlen);
+/* dim of table t (0 if unknown). */
+int ps_client_table_dim(const ps_client_t *pc, int table);
+
+typedef struct ps_sparse_stats {
+    size_t unique_push, unique_pull; /* ids sent after deduplication */
+    size_t calls;                    /* Batch calls of the round (all ops) */
+    size_t stale;                    /* sync: contributions of the round the PS dropped as stale (all ops) */
+    uint64_t bytes_out, bytes_in;    /* the round's Batch request and reply messages (all ops; gRPC's
+                                        5-byte message prefix and HTTP/2 framing not counted) */
+} ps_sparse_stats_t;
+
+/* One table's part of a sparse round. The push (if npush; in a sync round,
+ * whenever push_grads is non-NULL, npush 0 included: an empty contribution)
+ * goes first: ids may repeat, their rows are summed before sending
+ * (IndexedSlices); then the pull
+ * (if npull): pull_rows[k*dim..] gets the row of pull_ids[k] (repeats fine;
+ * each unique id travels once). */
+typedef struct ps_sparse_op {
+    int table;
+    const int64_t *push_ids;
+    const float *push_grads; /* (npush * dim) */
+    size_t npush;
+    const int64_t *pull_ids;
+    float *pull_rows; /* (npull * dim) */
+    size_t npull;
+    ps_sparse_stats_t *stats; /* optional */
+} ps_sparse_op_t;
+
+/* One sparse round: every op's ids checked (table known, 0 <= id < rows, at
+ * most SPARSE_CLIENT_MAX_IDS), deduplicated, grouped by the PS of their part,
+ * and sent as one Batch per PS (all PS at once) carrying every op's pushes and
+ * pulls there, with the newest global_step this client saw (learning-rate
+ * schedules). For asynchronous training. */
+int ps_client_sparse(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, char *err, size_t errlen);
+/* The same round in sync-replica mode (SyncReplicasOptimizer): each push is
+ * this replica's contribution to step local_step (the sum of `count`
+ * batches' mean gradients), sent to every part of its table, with no ids
+ * where it has none; each pull first completes the parts' steps before
+ * min_step (pass local_step + 1 after pushing step local_step's gradients,
+ * so the rows include that step's update). Dropped stale contributions are
+ * counted in the ops' stats. */
+int ps_client_sparse_sync(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, int64_t local_step, uint32_t count,
+                          int64_t min_step, char *err, size_t errlen);
 
 #endif

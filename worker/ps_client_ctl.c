@@ -75,7 +75,8 @@ static int create_on_all(ps_client_t *pc, const char *job_id, const psc_optim_co
     psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
     uint8_t **bufs = psc_xcalloc((size_t)P, sizeof *bufs);
     Psc__OptimizerSpec op;
-    psc_optim_to_pb(opt, &op);
+    Psc__LrSchedule sched;
+    psc_optim_to_pb_sched(opt, &op, &sched);
     Psc__VarSpec *specs = psc_xcalloc((size_t)pc->nplaced, sizeof *specs);
     Psc__VarSpec **sp = psc_xcalloc((size_t)pc->nplaced, sizeof *sp);
     for (int i = 0; i < P; i++) {
@@ -103,9 +104,14 @@ static int create_on_all(ps_client_t *pc, const char *job_id, const psc_optim_co
         }
         req.n_vars = nv;
         req.vars = sp;
+        pcl_table_pb_t tables;
+        pcl_table_specs(pc, i, &tables);
+        req.n_tables = tables.n;
+        req.tables = tables.ptrs;
         size_t len = psc__create_request__get_packed_size(&req);
         bufs[i] = psc_xmalloc(len);
         psc__create_request__pack(&req, bufs[i]);
+        pcl_table_specs_free(&tables);
         ops[i].ch = pc->ch[i];
         ops[i].method = PSC_M_CREATE;
         ops[i].hdr = bufs[i];
@@ -477,6 +483,20 @@ int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t
         st->replica_steps[i] = r->replica_steps[i];
     for (size_t i = 0; i < r->n_done_workers; i++)
         if (r->done_workers[i] < sizeof st->done) st->done[r->done_workers[i]] = 1;
+    st->ntables = (int)PSC_MIN(r->n_tables, PSC_ARRAY_LEN(st->tables));
+    for (int i = 0; i < st->ntables; i++) {
+        const Psc__TableStatus *t = r->tables[i];
+        snprintf(st->tables[i].name, sizeof st->tables[i].name, "%s", t->name);
+        st->tables[i].part = (int)t->part;
+        st->tables[i].num_parts = (int)t->num_parts;
+        st->tables[i].rows = t->rows;
+        st->tables[i].dim = (int)t->dim;
+        st->tables[i].rows_touched = t->rows_touched;
+        st->tables[i].bytes = t->bytes;
+        st->tables[i].rows_pulled = t->rows_pulled;
+        st->tables[i].rows_pushed = t->rows_pushed;
+        st->tables[i].version = t->version;
+    }
     psc__status_reply__free_unpacked(r, NULL);
     return 0;
 }

@@ -67,6 +67,12 @@ struct ps_client {
     int sync_r, sync_n;
     double sync_timeout;
     int64_t replica_step; /* this replica's steps, sent with every Step (ps_client_set_progress) */
+    int64_t last_global_step; /* newest global_step a reply carried: sent with pushes (learning-rate schedules) */
+    /* sparse tables (ps_client_set_tables) */
+    psc_table_spec_t *tables;
+    int ntables;
+    int *table_part_ps; /* (ntables * num_ps) the PS of part k of table t */
+    uint64_t table_seed;
     /* bfloat16 pushes (ps_client_set_gradient_dtype) */
     int64_t nelems;   /* floats in the slab */
     int encoding;     /* PSC_ENC_* of pushed gradients */
@@ -95,5 +101,16 @@ struct ps_client {
 int pcl_op_error(const psc_rpc_op_t *ops, size_t n, const char *what, char *err, size_t errlen);
 /* Releases the reply buffers of n finished ops. */
 void pcl_clear_ops(psc_rpc_op_t *ops, size_t n);
+
+/* The TableSpecs of PS ps's table parts for its Create (ps_client_sparse.c):
+ * ptrs[0..n) point into specs; free with pcl_table_specs_free. */
+typedef struct pcl_table_pb {
+    Psc__TableSpec *specs, **ptrs;
+    Psc__OptimizerSpec *opts;
+    Psc__LrSchedule *sched;
+    size_t n;
+} pcl_table_pb_t;
+void pcl_table_specs(ps_client_t *pc, int ps, pcl_table_pb_t *out);
+void pcl_table_specs_free(pcl_table_pb_t *t);
 
 #endif

@@ -177,6 +177,7 @@ static int setup(run_t *r, char *err, size_t errlen)
              spec->batch_size);
     r->pc = ps_client_create(o->cluster, r->vars, r->nvars, r->placed, r->nplaced, r->rank, o->rpc_timeout_ms);
     if (o->batch_bytes >= 0) ps_client_set_batch_bytes(r->pc, (size_t)o->batch_bytes);
+    if ((rc = ps_client_set_job_tables(r->pc, spec, r->nplaced, err, errlen))) return rc;
     if (spec->gradient_dtype == PSC_ENC_BFLOAT16) {
         ps_client_set_gradient_dtype(r->pc, PSC_ENC_BFLOAT16, spec->error_feedback);
         const char *ef = spec->error_feedback ? "each rounding error carried into the next step" : "no error feedback";

@@ -14,6 +14,7 @@ echo "run.sh: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at st
 "$PSC_BIN/bench_tower" "${BENCH_SECS:-2}"
 "$PSC_BIN/bench_apply" "${BENCH_SECS:-1}"
 "$PSC_BIN/bench_scaling" "${BENCH_SECS:-1}"
+"$PSC_BIN/bench_sparse" "${BENCH_SECS:-1}"
 "$here/bench_step.sh" "$PSC_BIN"
 "$here/bench_link.sh" "$PSC_BIN" || [ $? = 77 ] # needs root (network namespaces)
 echo "run.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"

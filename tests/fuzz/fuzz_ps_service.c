@@ -15,7 +15,9 @@
  * model created, assigned, made ready, then pushed (float32 and bfloat16),
  * pulled, stepped, batched; a sync model; a bad request between good ones; an
  * async model fenced for a checkpoint while pushes of every kind arrive, then
- * released, and fenced again with pushes left parked for the drain) to DIR and
+ * released, and fenced again with pushes left parked for the drain; sparse
+ * tables: a Create with a table, Batches of sparse pushes and pulls, good and
+ * bad) to DIR and
  * exits. The reaper thread replays a released fence's parked pushes while the
  * next requests run, as on a server. */
 #include "psc.h"
@@ -312,6 +314,99 @@ static void seed_model(int sync)
     SEED(PSC_M_WORKER_DONE, psc__worker_done_request, &wd);
 }
 
+/* Sparse tables: a Create with a table (its own FTRL optimizer with a
+ * schedule) beside the dense model, then Batches of sparse pushes and pulls,
+ * good and bad (an id of the other part, a duplicate, a NaN, a short row, a
+ * dense name), and the Status that lists the table. */
+static void seed_sparse(void)
+{
+    Psc__OptimizerSpec o = PSC__OPTIMIZER_SPEC__INIT, fo = PSC__OPTIMIZER_SPEC__INIT;
+    o.name = (char *)"gradient_descent";
+    o.learning_rate = 0.1f;
+    fo.name = (char *)"ftrl";
+    fo.learning_rate = 0.05f;
+    fo.learning_rate_power = -0.5f;
+    fo.initial_accumulator_value = 0.1f;
+    fo.l1 = 0.01f;
+    Psc__LrSchedule ls = PSC__LR_SCHEDULE__INIT;
+    int64_t bounds[1] = {3};
+    float vals[2] = {0.05f, 0.01f};
+    ls.kind = 2;
+    ls.n_boundaries = 1;
+    ls.boundaries = bounds;
+    ls.n_values = 2;
+    ls.values = vals;
+    fo.schedule = &ls;
+    Psc__VarSpec v = PSC__VAR_SPEC__INIT, gs = PSC__VAR_SPEC__INIT;
+    int64_t shape[1] = {8};
+    v.name = (char *)"dense/bias";
+    v.n_shape = 1;
+    v.shape = shape;
+    gs.name = (char *)"global_step";
+    gs.is_step = 1;
+    Psc__VarSpec *vars[2] = {&v, &gs};
+    Psc__TableSpec t = PSC__TABLE_SPEC__INIT, *ts[1] = {&t};
+    t.name = (char *)"emb";
+    t.rows = (int64_t)1 << 40;
+    t.dim = 4;
+    t.num_parts = 2;
+    t.part = 0;
+    t.init_a = -0.05f;
+    t.init_b = 0.05f;
+    t.seed = 42;
+    t.optimizer = &fo;
+    Psc__CreateRequest cr = PSC__CREATE_REQUEST__INIT;
+    cr.job_id = (char *)"00000000000000f1";
+    cr.optimizer = &o;
+    cr.n_vars = 2;
+    cr.vars = vars;
+    cr.n_tables = 1;
+    cr.tables = ts;
+    SEED(PSC_M_CREATE, psc__create_request, &cr);
+    float w[8] = {0};
+    int64_t zero = 0;
+    seed_chunk(PSC_M_ASSIGN, "dense/bias", 0, sizeof w, w, sizeof w, 0);
+    seed_chunk(PSC_M_ASSIGN, "global_step", 0, 8, &zero, 8, 0);
+    Psc__ReadyRequest rr = PSC__READY_REQUEST__INIT;
+    rr.job_id = cr.job_id;
+    SEED(PSC_M_READY, psc__ready_request, &rr);
+    int64_t ids[4] = {0, 2, 1000000, (int64_t)1 << 39}, bad[3][2] = {{2, 3}, {4, 4}, {-2, 6}};
+    float g[16];
+    for (int i = 0; i < 16; i++) g[i] = 0.1f * (float)(i - 8);
+    Psc__SparsePush sp = PSC__SPARSE_PUSH__INIT, *sps[1] = {&sp};
+    Psc__SparsePull sl = PSC__SPARSE_PULL__INIT, *sls[1] = {&sl};
+    sp.table = sl.table = (char *)"emb";
+    sp.ids.data = sl.ids.data = (uint8_t *)ids;
+    sp.ids.len = sl.ids.len = sizeof ids;
+    sp.values.data = (uint8_t *)g;
+    sp.values.len = sizeof g;
+    Psc__BatchRequest br = PSC__BATCH_REQUEST__INIT;
+    br.n_sparse_push = 1;
+    br.sparse_push = sps;
+    br.n_sparse_pull = 1;
+    br.sparse_pull = sls;
+    br.global_step = 4;
+    SEED(PSC_M_BATCH, psc__batch_request, &br);
+    for (int k = 0; k < 3; k++) { /* another part's id, a duplicate, a negative id */
+        sp.ids.data = (uint8_t *)bad[k];
+        sp.ids.len = sizeof bad[k];
+        sp.values.len = 8 * 4;
+        SEED(PSC_M_BATCH, psc__batch_request, &br);
+    }
+    sp.ids.data = (uint8_t *)ids;
+    sp.ids.len = sizeof ids;
+    sp.values.len = sizeof g - 4; /* a short row */
+    SEED(PSC_M_BATCH, psc__batch_request, &br);
+    memset(&g[5], 0xff, 4); /* NaN */
+    sp.values.len = sizeof g;
+    SEED(PSC_M_BATCH, psc__batch_request, &br);
+    sl.table = (char *)"dense/bias"; /* a sparse pull of a dense variable */
+    br.n_sparse_push = 0;
+    SEED(PSC_M_BATCH, psc__batch_request, &br);
+    Psc__StatusRequest sr = PSC__STATUS_REQUEST__INIT;
+    SEED(PSC_M_STATUS, psc__status_request, &sr);
+}
+
 static void seed_release(void)
 {
     Psc__ReleaseRequest rel = PSC__RELEASE_REQUEST__INIT;
@@ -392,6 +487,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     seed_model(0);
     seed_fence();
     write_seed(dir, "async_fence");
+    seed_sparse();
+    seed_release();
+    write_seed(dir, "sparse_tables");
     ps_service_destroy(svc);
     store_destroy(store);
     exit(0);

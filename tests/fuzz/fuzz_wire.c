@@ -56,6 +56,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     UNPACK(Psc__FenceReply, psc__fence_reply);
     UNPACK(Psc__UnfenceRequest, psc__unfence_request);
     UNPACK(Psc__UnfenceReply, psc__unfence_reply);
+    UNPACK(Psc__TableRowsRequest, psc__table_rows_request);
+    UNPACK(Psc__TableRowsReply, psc__table_rows_reply);
     UNPACK(Psc__CheckpointRequest, psc__checkpoint_request);
     UNPACK(Psc__CheckpointReply, psc__checkpoint_reply);
     UNPACK(Psc__SubmitRequest, psc__submit_request);

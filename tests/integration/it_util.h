@@ -89,14 +89,20 @@ static inline int it_wait_port(int port, int ms)
     return -1;
 }
 
-/* Starts a ps_server alone in a 1-ps cluster on a free port and waits for it. */
-static inline int it_start_ps(it_proc_t *p)
+/* Starts a ps_server alone in a 1-ps cluster and waits for it: on p->addr
+ * when `reuse` (a restart on the same port), else on a free port; with
+ * --checkpoint_dir ckpt_dir when not NULL. */
+static inline int it_start_ps_ex(it_proc_t *p, int reuse, const char *ckpt_dir)
 {
-    int port = it_free_port();
-    snprintf(p->addr, sizeof p->addr, "127.0.0.1:%d", port);
+    if (!reuse) snprintf(p->addr, sizeof p->addr, "127.0.0.1:%d", it_free_port());
+    int port = atoi(strrchr(p->addr, ':') + 1);
     char cluster[128];
     snprintf(cluster, sizeof cluster, "{\"ps\": [\"%s\"]}", p->addr);
-    char *args[] = {"--cluster", cluster, "--job", "ps", "--task_index", "0", NULL};
+    char *args[] = {"--cluster", cluster, "--job", "ps", "--task_index", "0", NULL, NULL, NULL};
+    if (ckpt_dir) {
+        args[6] = "--checkpoint_dir";
+        args[7] = (char *)ckpt_dir;
+    }
     if (it_spawn(p, "ps_server", args)) return -1;
     if (it_wait_port(port, 10000)) return -1;
     psc_rpc_channel_t *ch = psc_rpc_channel_create(p->addr);
@@ -108,6 +114,9 @@ static inline int it_start_ps(it_proc_t *p)
     psc_rpc_channel_destroy(ch);
     return ok ? 0 : -1;
 }
+
+/* Starts a ps_server alone in a 1-ps cluster on a free port and waits for it. */
+static inline int it_start_ps(it_proc_t *p) { return it_start_ps_ex(p, 0, NULL); }
 
 static inline void it_dump_log(const it_proc_t *p)
 {

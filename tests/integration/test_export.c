@@ -9,7 +9,9 @@
  * and the bytes equal a ps_client_pull of the same model. Then the refusals,
  * each naming the PS and leaving the earlier file untouched and no .tmp: a PS
  * with no model, a PS of another job; and a dead address (nothing listening,
- * and a listener that never answers) fails within the deadline.
+ * and a listener that never answers) fails within the deadline. Sparse
+ * tables: a small one is written dense (untouched rows at their initial
+ * values), a 2^40-row one as ids + values in id order.
  */
 #include "export.h"
 #include "it_util.h"
@@ -17,6 +19,7 @@
 #include "ps_client.h"
 #include "psc.h"
 #include "rng.h"
+#include "table.h"
 
 #include <jansson.h>
 #include <setjmp.h>
@@ -418,6 +421,91 @@ static void test_export_dead_address(void **state)
     close(fd);
 }
 
+/* Sparse tables: a small one (1000 x 4: written dense, untouched rows at
+ * their initial values) and a 2^40-row one (written as ids + values of the
+ * rows that exist, ascending), across 2 PS, after a push. */
+static void test_export_tables(void **state)
+{
+    (void)state;
+    it_proc_t *ps = g_ps;
+    memset(g_ps, 0, sizeof g_ps);
+    failed_flag = 1;
+    char *addrs[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(it_start_ps(&ps[i]), 0);
+        addrs[i] = ps[i].addr;
+    }
+    psc_cluster_t cl = cluster_of(addrs, 2);
+    psc_var_desc_t v = {.name = "global_step", .numel = 1, .is_step = 1, .layer = -1};
+    psc_placed_var_t *placed = NULL;
+    int nplaced = 0;
+    char err[1024];
+    assert_int_equal(psc_place(&v, 1, 2, PSC_PLACE_ROUND_ROBIN, 0, &placed, &nplaced, err, sizeof err), 0);
+    ps_client_t *pc = ps_client_create(&cl, &v, 1, placed, nplaced, 0, TIMEOUT_MS);
+    psc_optim_config_t sgd = {.kind = PSC_OPT_SGD, .learning_rate = 1.0f};
+    psc_table_spec_t t[2] = {{.name = "small", .rows = 1000, .dim = 4, .partition = PSC_PART_DIV,
+                              .init = {PSC_INIT_NORMAL, 0, 0.05f}, .optimizer = sgd},
+                             {.name = "big", .rows = (int64_t)1 << 40, .dim = 4,
+                              .init = {PSC_INIT_UNIFORM, -0.05f, 0.05f}, .optimizer = sgd}};
+    int part_ps[4] = {0, 1, 1, 0};
+    ps_client_set_tables(pc, t, 2, part_ps, 77);
+    ps_model_origin_t origin;
+    float none = 0;
+    assert_int_equal(ps_client_create_model(pc, JOB, &sgd, &none, &origin, err, sizeof err), 0);
+    int64_t ids[6] = {999, 5, (int64_t)1 << 39, 12, 500, ((int64_t)1 << 40) - 1};
+    float g[24], rows[2][24];
+    for (int i = 0; i < 24; i++) g[i] = 0.25f * (float)(i % 5);
+    for (int k = 0; k < 2; k++) { /* "small" gets ids below 1000 only */
+        size_t n = k ? 6 : 2;
+        const int64_t *id = k ? ids : (const int64_t[]){999, 5};
+        ps_sparse_op_t op = {.table = k, .push_ids = id, .push_grads = g, .npush = n, .pull_ids = id,
+                             .pull_rows = rows[k], .npull = n};
+        assert_int_equal(ps_client_sparse(pc, &op, 1, err, sizeof err), 0);
+    }
+    const char *path = "/tmp/psc-test-export-tables.safetensors";
+    psc_export_info_t info;
+    int rc = psc_export_safetensors(&cl, path, TIMEOUT_MS, &info, err, sizeof err);
+    if (rc) fail_msg("export: %s", err);
+    assert_int_equal(info.tables, 2);
+    assert_int_equal(info.tensors, 4); /* global_step, small, big/ids, big/values */
+    file_buf_t f;
+    assert_int_equal(read_file(path, &f), 0);
+    json_t *root;
+    static seen_tensor_t seen[MAX_SEEN];
+    int nseen = 0;
+    const uint8_t *buf = parse_safetensors(&f, &root, seen, &nseen, MAX_SEEN);
+    const seen_tensor_t *sm = find(seen, nseen, "small"), *bi = find(seen, nseen, "big/ids"),
+                        *bv = find(seen, nseen, "big/values");
+    assert_string_equal(sm->dtype, "F32");
+    assert_int_equal(sm->shape[0], 1000);
+    assert_int_equal(sm->shape[1], 4);
+    assert_string_equal(bi->dtype, "I64");
+    assert_int_equal(bi->shape[0], 6);
+    assert_int_equal(bv->shape[0], 6);
+    assert_int_equal(bv->shape[1], 4);
+    const int64_t sorted[6] = {5, 12, 500, 999, (int64_t)1 << 39, ((int64_t)1 << 40) - 1};
+    const int at_of[6] = {1, 3, 4, 0, 2, 5}; /* sorted[i] is ids[at_of[i]] */
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal((int64_t)le64(buf + bi->begin + 8 * (uint64_t)i), sorted[i]);
+        assert_memory_equal(buf + bv->begin + 16 * (uint64_t)i, &rows[1][4 * at_of[i]], 16);
+    }
+    uint32_t h = psc_table_hash("small");
+    for (int64_t r = 0; r < 1000; r++) { /* dense: the pushed rows, every other one its initial value */
+        float want[4];
+        if (r == 999 || r == 5)
+            memcpy(want, &rows[0][r == 999 ? 0 : 4], sizeof want);
+        else
+            psc_table_row_init(&t[0].init, 77, h, r, want, 4);
+        assert_memory_equal(buf + sm->begin + 16 * (uint64_t)r, want, 16);
+    }
+    json_decref(root);
+    free(f.p);
+    unlink(path);
+    ps_client_destroy(pc);
+    free(placed);
+    failed_flag = 0;
+}
+
 /* After a failed assertion: the daemons' logs, then stop them. */
 static int show_logs_on_failure(void **state)
 {
@@ -435,6 +523,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_export_round_trip, show_logs_on_failure),
         cmocka_unit_test(test_export_dead_address),
+        cmocka_unit_test_teardown(test_export_tables, show_logs_on_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

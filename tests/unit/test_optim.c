@@ -7,7 +7,12 @@
  * up to epsilon. Slot counts, names and initial values are TF's. A long vector
  * (1,000,003 elements: not a multiple of any vector width) built by repeating
  * the short one gives bit-identical results element by element, so the
- * vectorized path and the scalar tail agree.
+ * vectorized path and the scalar tail agree. FTRL (TF's ApplyFtrl) runs with
+ * l1 > 0, so that some weights become exactly 0, l2 > 0, and learning-rate
+ * powers -0.5 (TF's sqrt special case) and -0.7 (powf). optim_apply_row (a
+ * sparse table's row at an explicit learning rate) equals optim_apply with
+ * that learning rate in the config, bit for bit, for every row length, and
+ * so does optim_apply_rows (many rows, each with its own t).
  */
 #include "optim.h"
 
@@ -53,11 +58,31 @@ static void ref_init(const psc_optim_config_t *c, ref_t *r)
 {
     for (size_t i = 0; i < N; i++) {
         r->w[i] = r->wa[i] = (double)w0_of(i);
-        r->s0[i] = r->s0a[i] = c->kind == PSC_OPT_ADAGRAD ? (double)c->initial_accumulator_value
+        r->s0[i] = r->s0a[i] = c->kind == PSC_OPT_ADAGRAD || c->kind == PSC_OPT_FTRL
+                                   ? (double)c->initial_accumulator_value
                                : c->kind == PSC_OPT_RMSPROP ? 1.0
                                                             : 0.0;
         r->s1[i] = r->s1a[i] = 0.0;
     }
+}
+
+/* ApplyFtrl in double: slot 0 accum, slot 1 linear. |linear|~ carries the
+ * magnitudes of its terms, where (acc_new^p - acc^p) counts as acc_new^p +
+ * acc^p (float rounds each power before the difference, which cancels when g
+ * is small) times |w|~; w's scale is (l1 + |linear|~) / quadratic (the
+ * numerator cancels when |linear| is just above l1). */
+static void ref_ftrl(const psc_optim_config_t *c, ref_t *r, size_t i, double g)
+{
+    double lr = c->learning_rate, p = -(double)c->learning_rate_power, l1 = c->l1, l2 = c->l2;
+    double acc = r->s0[i], na = acc + g * g;
+    double pn = p == 0.5 ? sqrt(na) : pow(na, p), pa = p == 0.5 ? sqrt(acc) : pow(acc, p);
+    double sigma_w = (pn - pa) / lr * r->w[i];
+    r->s1[i] += g - sigma_w;
+    r->s1a[i] += fabs(g) + (pn + pa) / lr * r->wa[i];
+    double lin = r->s1[i], quad = pn / lr + 2 * l2;
+    r->w[i] = fabs(lin) > l1 ? ((lin > 0 ? l1 : -l1) - lin) / quad : 0.0;
+    r->wa[i] = (l1 + r->s1a[i]) / quad;
+    r->s0[i] = r->s0a[i] = na;
 }
 
 static void ref_step(const psc_optim_config_t *c, ref_t *r, int s, int64_t t)
@@ -108,6 +133,7 @@ static void ref_step(const psc_optim_config_t *c, ref_t *r, int s, int64_t t)
             r->wa[i] += r->s1a[i];
             break;
         }
+        case PSC_OPT_FTRL: ref_ftrl(c, r, i, g); break;
         }
     }
 }
@@ -133,6 +159,15 @@ static psc_optim_config_t cfg_rmsprop(float momentum)
 {
     return (psc_optim_config_t){
         .kind = PSC_OPT_RMSPROP, .learning_rate = 0.01f, .decay = 0.9f, .momentum = momentum, .epsilon = 1e-10f};
+}
+static psc_optim_config_t cfg_ftrl(float power)
+{
+    return (psc_optim_config_t){.kind = PSC_OPT_FTRL,
+                                .learning_rate = 0.1f,
+                                .learning_rate_power = power,
+                                .initial_accumulator_value = 0.1f,
+                                .l1 = 0.05f,
+                                .l2 = 0.01f};
 }
 
 /* ---- float runs through optim.c ---- */
@@ -222,12 +257,13 @@ static void test_slots(void **state)
 {
     (void)state;
     psc_optim_config_t sgd = cfg_sgd(), mo = cfg_momentum(0), ag = cfg_adagrad(), ad = cfg_adam(),
-                       rms = cfg_rmsprop(0.0f);
+                       rms = cfg_rmsprop(0.0f), ftrl = cfg_ftrl(-0.5f);
     assert_int_equal(optim_slot_count(&sgd), 0);
     assert_int_equal(optim_slot_count(&mo), 1);
     assert_int_equal(optim_slot_count(&ag), 1);
     assert_int_equal(optim_slot_count(&ad), 2);
     assert_int_equal(optim_slot_count(&rms), 2);
+    assert_int_equal(optim_slot_count(&ftrl), 2);
     assert_null(optim_slot_name(&sgd, 0));
     assert_string_equal(optim_slot_name(&mo, 0), "momentum");
     assert_string_equal(optim_slot_name(&ag, 0), "accumulator");
@@ -236,6 +272,9 @@ static void test_slots(void **state)
     assert_null(optim_slot_name(&ad, 2));
     assert_string_equal(optim_slot_name(&rms, 0), "rms");
     assert_string_equal(optim_slot_name(&rms, 1), "momentum");
+    assert_string_equal(optim_slot_name(&ftrl, 0), "accum"); /* TF's FtrlOptimizer slots */
+    assert_string_equal(optim_slot_name(&ftrl, 1), "linear");
+    assert_null(optim_slot_name(&ftrl, 2));
 
     enum { M = 21 };
     float a[M], b[M];
@@ -253,6 +292,10 @@ static void test_slots(void **state)
     memset(a, 0xff, sizeof a);
     optim_init_slots(&mo, a, NULL, M);
     for (int i = 0; i < M; i++) assert_true(a[i] == 0.0f);
+    memset(a, 0xff, sizeof a);
+    memset(b, 0xff, sizeof b);
+    optim_init_slots(&ftrl, a, b, M);
+    for (int i = 0; i < M; i++) assert_true(a[i] == 0.1f && b[i] == 0.0f);
 }
 
 static void test_sgd_exact(void **state)
@@ -350,8 +393,8 @@ static void test_rmsprop(void **state)
 static void test_apply_iov_equals_contiguous(void **state)
 {
     (void)state;
-    psc_optim_config_t cfgs[] = {cfg_sgd(), cfg_momentum(0), cfg_momentum(1), cfg_adagrad(), cfg_adam(),
-                                 cfg_rmsprop(0.5f)};
+    psc_optim_config_t cfgs[] = {cfg_sgd(),  cfg_momentum(0),   cfg_momentum(1), cfg_adagrad(),
+                                 cfg_adam(), cfg_rmsprop(0.5f), cfg_ftrl(-0.5f), cfg_ftrl(-0.7f)};
     enum { NE = 1037 };
     static psc_iov_t iov[4 * NE];
     for (size_t k = 0; k < PSC_ARRAY_LEN(cfgs); k++) {
@@ -385,6 +428,119 @@ static void test_apply_iov_equals_contiguous(void **state)
     }
 }
 
+/* FTRL against the double reference at lr_power -0.5 (sqrt) and -0.7 (pow):
+ * with l1 > 0 some weights are exactly 0 and others are not. */
+static void test_ftrl(void **state)
+{
+    (void)state;
+    const float powers[] = {-0.5f, -0.7f};
+    for (size_t k = 0; k < PSC_ARRAY_LEN(powers); k++) {
+        psc_optim_config_t c = cfg_ftrl(powers[k]);
+        char label[32];
+        snprintf(label, sizeof label, "ftrl(lr_power %g)", (double)powers[k]);
+        check_optimizer(&c, label);
+        run_t f;
+        run_init(&c, &f, N);
+        int zeros = 0;
+        for (int s = 0; s < STEPS; s++) {
+            run_step(&c, &f, s, s + 1);
+            for (size_t i = 0; i < N; i++) zeros += f.w[i] == 0.0f;
+        }
+        if (zeros == 0 || zeros == N * STEPS)
+            fail_msg("%s: %d of %d weights over the steps are exactly 0 (want some, not all)", label, zeros, N * STEPS);
+        run_free(&f);
+    }
+    /* l1 = l2 = 0: no weight is clamped to 0; -0.5 and -0.5000001 (pow) agree closely */
+    psc_optim_config_t a = cfg_ftrl(-0.5f), b = cfg_ftrl(-0.50000006f);
+    a.l1 = b.l1 = a.l2 = b.l2 = 0.0f;
+    check_optimizer(&a, "ftrl(l1 = l2 = 0)");
+    run_t fa, fb;
+    run_init(&a, &fa, N);
+    run_init(&b, &fb, N);
+    for (int s = 0; s < STEPS; s++) {
+        run_step(&a, &fa, s, s + 1);
+        run_step(&b, &fb, s, s + 1);
+    }
+    for (size_t i = 0; i < N; i++) {
+        assert_true(fa.w[i] != 0.0f);
+        expect_close("ftrl sqrt vs pow", STEPS, i, fb.w[i], fa.w[i], 10.0 * fabs((double)fa.w[i]));
+    }
+    run_free(&fa);
+    run_free(&fb);
+}
+
+/* optim_apply_row at an explicit lr equals optim_apply with that lr in the
+ * config, bit for bit (t drives Adam's bias correction), for row lengths that
+ * use each of the head, middle and tail loops; the config's own
+ * learning_rate is not used. */
+static void test_apply_row(void **state)
+{
+    (void)state;
+    psc_optim_config_t cfgs[] = {cfg_sgd(),  cfg_momentum(0),   cfg_momentum(1), cfg_adagrad(),
+                                 cfg_adam(), cfg_rmsprop(0.5f), cfg_ftrl(-0.5f), cfg_ftrl(-0.7f)};
+    const int dims[] = {1, 3, 4, 8, 13, 16, 31, 37};
+    for (size_t k = 0; k < PSC_ARRAY_LEN(cfgs); k++) {
+        for (size_t d = 0; d < PSC_ARRAY_LEN(dims); d++) {
+            int dim = dims[d];
+            double lr = 0.0123;
+            psc_optim_config_t with_lr = cfgs[k], other = cfgs[k];
+            with_lr.learning_rate = (float)lr;
+            other.learning_rate = 7.0f; /* must be ignored */
+            run_t a, b;
+            run_init(&with_lr, &a, (size_t)dim);
+            run_init(&with_lr, &b, (size_t)dim);
+            unsigned char *raw = malloc(4 * (size_t)dim + 1);
+            for (int s = 0; s < STEPS; s++) {
+                int64_t t = 3 * s + 1;
+                for (int i = 0; i < dim; i++) a.g[i] = g_of((size_t)i, s);
+                memcpy(raw + 1, a.g, 4 * (size_t)dim); /* unaligned */
+                int ns = optim_slot_count(&with_lr);
+                optim_apply(&with_lr, a.w, ns >= 1 ? a.s0 : NULL, ns >= 2 ? a.s1 : NULL, a.g, (size_t)dim, t);
+                optim_apply_row(&other, lr, b.w, ns >= 1 ? b.s0 : NULL, ns >= 2 ? b.s1 : NULL, raw + 1, dim, t);
+                assert_memory_equal(a.w, b.w, 4 * (size_t)dim);
+                if (ns >= 1) assert_memory_equal(a.s0, b.s0, 4 * (size_t)dim);
+                if (ns >= 2) assert_memory_equal(a.s1, b.s1, 4 * (size_t)dim);
+            }
+            free(raw);
+            run_free(&a);
+            run_free(&b);
+        }
+    }
+}
+
+/* optim_apply_rows: rows laid out as a sparse table's records (slots after
+ * the values), each with its own t (Adam's step size changes from row to
+ * row, and back), equal optim_apply on each row alone, bit for bit. */
+static void test_apply_rows(void **state)
+{
+    (void)state;
+    psc_optim_config_t cfgs[] = {cfg_sgd(),         cfg_momentum(1), cfg_adagrad(),  cfg_adam(),
+                                 cfg_rmsprop(0.5f), cfg_ftrl(-0.5f), cfg_ftrl(-0.7f)};
+    enum { ROWS = 5, DIM = 21 };
+    const int64_t ts[ROWS] = {1, 1, 7, 2, 1};
+    for (size_t k = 0; k < PSC_ARRAY_LEN(cfgs); k++) {
+        const psc_optim_config_t *c = &cfgs[k];
+        int ns = optim_slot_count(c);
+        float rows[ROWS][3 * DIM], want[ROWS][3 * DIM], g[ROWS][DIM];
+        float *w[ROWS];
+        const void *gp[ROWS];
+        for (int r = 0; r < ROWS; r++) {
+            for (int e = 0; e < DIM; e++) {
+                rows[r][e] = w0_of((size_t)(r * DIM + e));
+                g[r][e] = g_of((size_t)e, r);
+            }
+            optim_init_slots(c, ns >= 1 ? rows[r] + DIM : NULL, ns >= 2 ? rows[r] + 2 * DIM : NULL, DIM);
+            memcpy(want[r], rows[r], sizeof rows[r]);
+            w[r] = rows[r];
+            gp[r] = g[r];
+            optim_apply(c, want[r], ns >= 1 ? want[r] + DIM : NULL, ns >= 2 ? want[r] + 2 * DIM : NULL, g[r], DIM,
+                        ts[r]);
+        }
+        optim_apply_rows(c, c->learning_rate, w, gp, ts, ROWS, DIM);
+        for (int r = 0; r < ROWS; r++) assert_memory_equal(rows[r], want[r], 4 * (size_t)DIM * (size_t)(1 + ns));
+    }
+}
+
 static void test_empty_is_noop(void **state)
 {
     (void)state;
@@ -406,6 +562,9 @@ int main(void)
         cmocka_unit_test(test_adam_first_step_is_lr_sign),
         cmocka_unit_test(test_apply_iov_equals_contiguous),
         cmocka_unit_test(test_rmsprop),
+        cmocka_unit_test(test_ftrl),
+        cmocka_unit_test(test_apply_row),
+        cmocka_unit_test(test_apply_rows),
         cmocka_unit_test(test_empty_is_noop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 /* test_placement — round_robin, greedy_bytes and axis-0 partitioning against
  * examples worked by hand in the comments, plus the invariant that the pieces of
- * every variable cover it exactly once, in order.
+ * every variable cover it exactly once, in order. Sparse tables: one part per PS
+ * in round-robin turns after the pieces, by hand and for many cluster sizes.
  */
 #include "placement.h"
 #include "psc.h"
@@ -359,6 +360,123 @@ static void test_bad_arguments(void **state)
     assert_int_equal(psc_place(v, nv, -2, PSC_PLACE_GREEDY_BYTES, 0, &p, &n, err, sizeof err), PSC_EINVAL);
 }
 
+/* ---- sparse tables: one part per PS, round-robin turns after the model's pieces ---- */
+
+static psc_table_spec_t table(const char *name, int64_t rows, enum psc_partition partition)
+{
+    psc_table_spec_t t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s", name);
+    t.rows = rows;
+    t.dim = 8;
+    t.partition = partition;
+    return t;
+}
+
+static psc_placed_table_t *place_tables_ok(const psc_table_spec_t *t, int n, int num_ps, int first_turn, int *nout)
+{
+    psc_placed_table_t *p = NULL;
+    char err[256] = "";
+    int rc = psc_place_tables(t, n, num_ps, first_turn, &p, nout, err, sizeof err);
+    if (rc) fail_msg("psc_place_tables: %d %s", rc, err);
+    assert_non_null(p);
+    assert_int_equal(*nout, n * num_ps);
+    return p;
+}
+
+static void test_tables_by_hand(void **state)
+{
+    (void)state;
+    /* The MLP on 3 PS took turns 0..6; the tables' parts take turns 7, 8, ...:
+     * table 0 (rows 10, mod) parts 0, 1, 2 -> ps 1, 2, 0 with 4, 3, 3 rows;
+     * table 1 (rows 2 < 3 parts, div) turns 10, 11, 12 -> ps 1, 2, 0 with 1, 1, 0 rows. */
+    psc_var_desc_t v[7];
+    int nv = mlp_vars(v), npieces;
+    free(place_ok(v, nv, 3, PSC_PLACE_ROUND_ROBIN, 0, &npieces));
+    assert_int_equal(npieces, 7);
+    psc_table_spec_t t[2] = {table("user", 10, PSC_PART_MOD), table("tiny", 2, PSC_PART_DIV)};
+    int n;
+    psc_placed_table_t *p = place_tables_ok(t, 2, 3, npieces, &n);
+    static const int want[6][5] = {/* table, part, nparts, ps, rows */
+                                   {0, 0, 3, 1, 4}, {0, 1, 3, 2, 3}, {0, 2, 3, 0, 3},
+                                   {1, 0, 3, 1, 1}, {1, 1, 3, 2, 1}, {1, 2, 3, 0, 0}};
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(p[i].table, want[i][0]);
+        assert_int_equal(p[i].part, want[i][1]);
+        assert_int_equal(p[i].nparts, want[i][2]);
+        assert_int_equal(p[i].ps, want[i][3]);
+        assert_int_equal(p[i].rows, want[i][4]);
+    }
+    free(p);
+
+    /* round_robin: the parts continue the pieces' counter (turn j -> ps j % num_ps) */
+    int np;
+    psc_placed_var_t *pv = place_ok(v, nv, 4, PSC_PLACE_ROUND_ROBIN, 100000, &np);
+    p = place_tables_ok(t, 2, 4, np, &n);
+    for (int i = 0; i < n; i++) assert_int_equal(p[i].ps, (np + i) % 4);
+    assert_int_equal(pv[np - 1].ps, (np - 1) % 4);
+    free(pv);
+    free(p);
+
+    /* one PS holds every part: the whole table */
+    p = place_tables_ok(t, 2, 1, 5, &n);
+    assert_int_equal(n, 2);
+    assert_true(p[0].ps == 0 && p[0].rows == 10 && p[1].ps == 0 && p[1].rows == 2);
+    free(p);
+}
+
+/* Each PS gets exactly one part of each table; parts cover the table's rows. */
+static void test_tables_one_part_each(void **state)
+{
+    (void)state;
+    psc_table_spec_t t[3] = {table("a", 1000003, PSC_PART_MOD), table("b", (int64_t)1 << 40, PSC_PART_DIV),
+                             table("c", 3, PSC_PART_DIV)};
+    static const int turns[] = {0, 1, 5, 7, 100, INT32_MAX};
+    for (int num_ps = 1; num_ps <= 8; num_ps++)
+        for (size_t f = 0; f < PSC_ARRAY_LEN(turns); f++) {
+            int n;
+            psc_placed_table_t *p = place_tables_ok(t, 3, num_ps, turns[f], &n);
+            for (int ti = 0; ti < 3; ti++) {
+                int held[8] = {0};
+                int64_t rows = 0;
+                for (int k = 0; k < num_ps; k++) {
+                    const psc_placed_table_t *q = &p[ti * num_ps + k];
+                    assert_int_equal(q->table, ti);
+                    assert_int_equal(q->part, k);
+                    assert_int_equal(q->nparts, num_ps);
+                    assert_true(q->ps >= 0 && q->ps < num_ps);
+                    assert_int_equal(q->ps, (int)(((int64_t)turns[f] + (int64_t)ti * num_ps + k) % num_ps));
+                    held[q->ps]++;
+                    rows += q->rows;
+                }
+                for (int ps = 0; ps < num_ps; ps++) assert_int_equal(held[ps], 1);
+                assert_int_equal(rows, t[ti].rows);
+            }
+            free(p);
+        }
+}
+
+static void test_tables_bad_arguments(void **state)
+{
+    (void)state;
+    psc_table_spec_t t[1] = {table("a", 10, PSC_PART_MOD)};
+    psc_placed_table_t *p = (psc_placed_table_t *)t; /* must be reset */
+    int n = 99;
+    char err[256] = "";
+    assert_int_equal(psc_place_tables(t, 1, 0, 0, &p, &n, err, sizeof err), PSC_EINVAL);
+    assert_null(p);
+    assert_int_equal(n, 0);
+    assert_non_null(strstr(err, "at least one ps"));
+    assert_int_equal(psc_place_tables(t, -1, 2, 0, &p, &n, err, sizeof err), PSC_EINVAL);
+    assert_int_equal(psc_place_tables(NULL, 1, 2, 0, &p, &n, err, sizeof err), PSC_EINVAL);
+    assert_int_equal(psc_place_tables(t, 1, 2, -1, &p, &n, err, sizeof err), PSC_EINVAL);
+    assert_non_null(strstr(err, "first turn"));
+    /* no tables: nothing placed, still something to free */
+    p = place_tables_ok(NULL, 0, 3, 0, &n);
+    assert_int_equal(n, 0);
+    free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +489,9 @@ int main(void)
         cmocka_unit_test(test_one_ps),
         cmocka_unit_test(test_mlp_partitioned_cover),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_tables_by_hand),
+        cmocka_unit_test(test_tables_one_part_each),
+        cmocka_unit_test(test_tables_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,261 @@
+/* service_sparse.c — the sparse embedding tables on the wire: TableSpec
+ * decoding for Create, the sparse items of a Batch (checks, pushes, pulls)
+ * and the tables' part of Status.
+ *
+ * Invariants: a helper file under service.c and service_batch.c; it calls
+ * the store and the reply helpers only.
+ */
+#include "service_internal.h"
+
+#include "optim_pb.h"
+#include "psc.h"
+#include "wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The rows a Batch's sparse pulls may return: the reply must stay under the
+ * message limit, with room for the dense pulls (PSC_BATCH_BYTES) and framing. */
+#define SVC_SPARSE_REPLY_MAX (PSC_MAX_MESSAGE_BYTES - 2 * PSC_BATCH_BYTES - 65536)
+
+int svc_tables_from_pb(const Psc__CreateRequest *r, const psc_optim_config_t *job_opt, sparse_table_cfg_t **out,
+                       char *err, size_t errlen)
+{
+    *out = NULL;
+    if (r->n_tables == 0) return 0;
+    if (r->n_tables > 1024) return psc_seterr(err, errlen, PSC_EINVAL, "%zu sparse tables (at most 1024)", r->n_tables);
+    sparse_table_cfg_t *c = psc_xcalloc(r->n_tables, sizeof *c);
+    int rc = 0;
+    for (size_t i = 0; i < r->n_tables && !rc; i++) {
+        const Psc__TableSpec *t = r->tables[i];
+        if (!t->name[0] || strlen(t->name) >= sizeof c[i].name) {
+            rc = psc_seterr(err, errlen, PSC_EINVAL, "sparse table %zu: name of %zu bytes (1..%zu)", i,
+                            strlen(t->name), sizeof c[i].name - 1);
+            break;
+        }
+        snprintf(c[i].name, sizeof c[i].name, "%s", t->name);
+        if (t->partition > PSC_PART_DIV || t->init > PSC_INIT_ZEROS || t->num_parts < 1 || t->num_parts > 65536 ||
+            t->part >= t->num_parts || t->dim > PSC_TABLE_MAX_DIM) {
+            rc = psc_seterr(err, errlen, PSC_EINVAL,
+                            "sparse table %s: partition %u, init %u, part %u of %u or dim %u out of range", t->name,
+                            t->partition, t->init, t->part, t->num_parts, t->dim);
+            break;
+        }
+        c[i].rows = t->rows;
+        c[i].nparts = (int)t->num_parts;
+        c[i].part = (int)t->part;
+        c[i].partition = (enum psc_partition)t->partition;
+        c[i].dim = (int)t->dim;
+        c[i].init.kind = (enum psc_init_kind)t->init;
+        c[i].init.a = t->init_a;
+        c[i].init.b = t->init_b;
+        c[i].seed = t->seed;
+        if (t->optimizer) {
+            char why[256];
+            if ((rc = psc_optim_from_pb(t->optimizer, &c[i].opt, why, sizeof why)))
+                psc_seterr(err, errlen, rc, "sparse table %s: %s", t->name, why);
+        } else {
+            c[i].opt = *job_opt;
+        }
+    }
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+/* The ids of a request: n = bytes / 8 (a length that is not a multiple of 8 is refused). */
+static int ids_of(const ProtobufCBinaryData *ids, size_t *n, char *err, size_t errlen)
+{
+    if (ids->len % 8)
+        return psc_seterr(err, errlen, PSC_EINVAL, "ids of %zu bytes: not a whole number of int64", ids->len);
+    *n = ids->len / 8;
+    return 0;
+}
+
+int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes)
+{
+    char err[512];
+    size_t n = 0;
+    *pull_bytes = 0;
+    for (size_t i = 0; i < r->n_sparse_push; i++) {
+        const Psc__SparsePush *p = r->sparse_push[i];
+        if (ids_of(&p->ids, &n, err, sizeof err)) {
+            svc_reject(svc, call, PSC_EINVAL, "batch sparse push %zu (%.64s): %s", i, p->table, err);
+            return -1;
+        }
+        int rc = store_sparse_check(svc->store, p->table, p->ids.data, n, p->values.data ? p->values.data : (void *)"",
+                                    p->values.len, NULL, err, sizeof err);
+        if (rc) {
+            svc_fail(svc, call, rc, "batch sparse push %zu: %s", i, err);
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < r->n_sparse_pull; i++) {
+        const Psc__SparsePull *p = r->sparse_pull[i];
+        int dim = 0;
+        if (ids_of(&p->ids, &n, err, sizeof err)) {
+            svc_reject(svc, call, PSC_EINVAL, "batch sparse pull %zu (%.64s): %s", i, p->table, err);
+            return -1;
+        }
+        int rc = store_sparse_check(svc->store, p->table, p->ids.data, n, NULL, 0, &dim, err, sizeof err);
+        if (rc) {
+            svc_fail(svc, call, rc, "batch sparse pull %zu: %s", i, err);
+            return -1;
+        }
+        *pull_bytes += n * (size_t)dim * 4;
+        if (*pull_bytes > SVC_SPARSE_REPLY_MAX) {
+            svc_reject(svc, call, PSC_ENOMEM,
+                       "batch sparse pulls of more than %zu bytes of rows in one call (the reply must fit the %zu-byte "
+                       "message limit; split the ids over several calls)",
+                       SVC_SPARSE_REPLY_MAX, PSC_MAX_MESSAGE_BYTES);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, int64_t *versions,
+                    int64_t *steps, protobuf_c_boolean *stale)
+{
+    char err[512];
+    int sync = store_get_sync(svc->store, NULL);
+    for (size_t i = 0; i < r->n_sparse_push; i++) {
+        const Psc__SparsePush *p = r->sparse_push[i];
+        const void *vals = p->values.data ? p->values.data : (const void *)"";
+        int rc;
+        if (sync) {
+            store_sync_result_t res;
+            rc = store_sparse_push_sync(svc->store, p->table, p->ids.data, p->ids.len / 8, vals, p->values.len,
+                                        p->local_step, p->count ? p->count : 1, p->worker, psc_now(), &res, err,
+                                        sizeof err);
+            steps[i] = res.step;
+            stale[i] = res.stale;
+        } else {
+            rc = store_sparse_push(svc->store, p->table, p->ids.data, p->ids.len / 8, vals, p->values.len,
+                                   &versions[i], err, sizeof err);
+        }
+        if (rc) {
+            svc_fail(svc, call, rc, "batch sparse push %zu: %s", i, err);
+            return -1;
+        }
+        ps_metrics_add_push_bytes(svc->metrics, p->ids.len + p->values.len);
+    }
+    return 0;
+}
+
+int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, Psc__SparseRows *rows,
+                    Psc__SparseRows **ptrs, uint8_t *data)
+{
+    char err[512];
+    size_t at = 0;
+    for (size_t i = 0; i < r->n_sparse_pull; i++) {
+        const Psc__SparsePull *p = r->sparse_pull[i];
+        size_t n = p->ids.len / 8;
+        int64_t version = 0;
+        int dim = 0;
+        /* dim again: the check saw the same table (only a restore replaces it, with the same dim) */
+        int rc = store_sparse_check(svc->store, p->table, p->ids.data, n, NULL, 0, &dim, err, sizeof err);
+        float *dst = (float *)(void *)(data + at);
+        if (!rc && p->min_step > 0 && store_get_sync(svc->store, NULL))
+            rc = store_sparse_pull_sync(svc->store, p->table, p->ids.data, n, p->min_step, dst, &version, err,
+                                        sizeof err); /* version: the part's step */
+        else if (!rc)
+            rc = store_sparse_pull(svc->store, p->table, p->ids.data, n, dst, &version, err, sizeof err);
+        if (rc) {
+            svc_fail(svc, call, rc, "batch sparse pull %zu: %s", i, err);
+            return -1;
+        }
+        psc__sparse_rows__init(&rows[i]);
+        rows[i].table = p->table;
+        rows[i].dim = (uint32_t)dim;
+        rows[i].version = version;
+        rows[i].values.data = data + at;
+        rows[i].values.len = n * (size_t)dim * 4;
+        ptrs[i] = &rows[i];
+        at += rows[i].values.len;
+        ps_metrics_add_pull_bytes(svc->metrics, rows[i].values.len);
+    }
+    return 0;
+}
+
+void svc_status_tables(ps_service_t *svc, Psc__StatusReply *rep, void **mem)
+{
+    store_table_info_t *info = NULL;
+    int n = 0;
+    store_list_tables(svc->store, &info, &n);
+    size_t sz = (size_t)(n ? n : 1);
+    char *block = psc_xcalloc(1, sz * (sizeof(Psc__TableStatus) + sizeof(Psc__TableStatus *) + sizeof info->cfg.name));
+    Psc__TableStatus *ts = (Psc__TableStatus *)(void *)block;
+    Psc__TableStatus **tp = (Psc__TableStatus **)(void *)(ts + sz);
+    char (*names)[sizeof info->cfg.name] = (void *)(tp + sz);
+    for (int i = 0; i < n; i++) {
+        psc__table_status__init(&ts[i]);
+        memcpy(names[i], info[i].cfg.name, sizeof names[i]);
+        ts[i].name = names[i];
+        ts[i].part = (uint32_t)info[i].cfg.part;
+        ts[i].num_parts = (uint32_t)info[i].cfg.nparts;
+        ts[i].rows = info[i].cfg.rows;
+        ts[i].dim = (uint32_t)info[i].cfg.dim;
+        ts[i].rows_touched = info[i].stats.rows;
+        ts[i].bytes = info[i].stats.bytes;
+        ts[i].rows_pulled = info[i].stats.rows_pulled;
+        ts[i].rows_pushed = info[i].stats.rows_pushed;
+        ts[i].version = (int64_t)info[i].stats.version;
+        ts[i].partition = (uint32_t)info[i].cfg.partition;
+        ts[i].init = (uint32_t)info[i].cfg.init.kind;
+        ts[i].init_a = info[i].cfg.init.a;
+        ts[i].init_b = info[i].cfg.init.b;
+        ts[i].seed = info[i].cfg.seed;
+        ts[i].rows_pulled_per_sec = info[i].rows_pulled_per_sec;
+        ts[i].rows_pushed_per_sec = info[i].rows_pushed_per_sec;
+        tp[i] = &ts[i];
+    }
+    free(info);
+    rep->n_tables = (size_t)n;
+    rep->tables = tp;
+    *mem = block;
+}
+
+void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__TableRowsRequest *r = psc__table_rows_request__unpack(NULL, len, req);
+    if (!r) return svc_fail_undecodable(svc, call, "TableRowsRequest", len);
+    int dim = 0;
+    int rc = store_sparse_check(svc->store, r->table, "", 0, NULL, 0, &dim, err, sizeof err);
+    if (rc) {
+        svc_fail(svc, call, rc, "%s", err); /* the store counted it */
+        psc__table_rows_request__free_unpacked(r, NULL);
+        return;
+    }
+    size_t fit = SVC_SPARSE_REPLY_MAX / (8 + 4 * (size_t)dim);
+    size_t max = r->max_rows && r->max_rows < fit ? r->max_rows : fit, n = 0;
+    int64_t *ids = malloc(max * sizeof *ids);
+    float *vals = malloc(max * (size_t)dim * sizeof *vals);
+    int more = 0;
+    rc = ids && vals ? store_table_rows(svc->store, r->table, r->after, max, ids, vals, &n, &more, err, sizeof err)
+                     : psc_seterr(err, sizeof err, PSC_ENOMEM, "cannot allocate a page of %zu rows", max);
+    if (rc) {
+        svc_fail(svc, call, rc, "%s", err);
+    } else {
+        Psc__TableRowsReply rep = PSC__TABLE_ROWS_REPLY__INIT;
+        rep.dim = (uint32_t)dim;
+        rep.ids.data = (uint8_t *)ids;
+        rep.ids.len = n * 8;
+        rep.values.data = (uint8_t *)vals;
+        rep.values.len = n * (size_t)dim * 4;
+        rep.more = more;
+        size_t sz = psc__table_rows_reply__get_packed_size(&rep);
+        psc__table_rows_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
+        psc_rpc_reply_send(call);
+        ps_metrics_add_pull_bytes(svc->metrics, rep.values.len);
+    }
+    free(ids);
+    free(vals);
+    psc__table_rows_request__free_unpacked(r, NULL);
+}

@@ -1,0 +1,134 @@
+/* sparse_table.h — one PS's part of a sparse embedding table (common/table.h):
+ * rows that exist once touched, keyed by global id, each with its optimizer
+ * slots, updated row by row.
+ *
+ * Storage: the rows are spread over SPARSE_TABLE_SHARDS shards by a hash of the
+ * id; each shard has a mutex (the "row block" lock: pushes and pulls of rows of
+ * the same shard are serialized, others run in parallel), an open-addressing
+ * hash index id -> slot, and slabs of fixed-size records that never move (the
+ * index grows by rehashing; a record is never copied while in use). Memory
+ * grows with the rows touched, never with the declared size.
+ *
+ * A row's record (also its checkpoint and export form, little-endian):
+ *   int64 t                   updates applied to the row (LazyAdam's step)
+ *   float value[dim]
+ *   float slot0[dim], slot1[dim]   as many as the optimizer has (optim.h):
+ *                             Adagrad accumulator; Adam m, v; FTRL accum, linear;
+ *                             Momentum accumulation; RMSProp ms, mom
+ * so record bytes = 8 + 4 * dim * (1 + slots).
+ *
+ * Sparse updates (TensorFlow's sparse apply kernels, training_ops.cc), each row
+ * of the push updated with its gradient row g and the learning rate lr of the
+ * step (the caller evaluates the schedule):
+ *   SGD       w -= lr*g
+ *   Momentum  a = m*a + g; w -= lr*a (nesterov as dense)
+ *   Adagrad   acc += g*g; w -= lr*g/sqrt(acc)
+ *   Adam      lazily (tfa LazyAdam): t += 1 for the row only; m, v and w of the
+ *             row updated with the dense formulas at the row's own t; rows not
+ *             in the push keep m and v (no decay). (tfa's LazyAdam corrects
+ *             the bias with the optimizer's global step; here it is the row's t.)
+ *   RMSProp   the dense formulas on the row
+ *   FTRL      TF's FtrlOptimizer (optim.h): accum, linear per row
+ * Untouched rows never change.
+ *
+ * Checkpoint marks: the table counts modifications in epochs. Every row
+ * created or updated records the current epoch; sparse_table_export(since)
+ * emits the rows whose epoch is > since and then starts a new epoch, returning
+ * the mark to pass as `since` next time (once that checkpoint is committed).
+ * since = 0 emits every row (a full base).
+ *
+ * Thread-safety: every function may be called from any thread, except that
+ * export and import-side calls on a table object (sparse_table_put) must not
+ * run concurrently with pulls or pushes on the same object (the store's push
+ * fence guarantees it for export; import fills a fresh table).
+ */
+#ifndef PSC_SPARSE_TABLE_H
+#define PSC_SPARSE_TABLE_H
+
+#include "job_spec.h"
+#include "table.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SPARSE_TABLE_SHARDS 256
+/* Most ids one sparse pull or push may carry (RESOURCE_EXHAUSTED above). */
+#define SPARSE_MAX_IDS (1u << 18)
+
+typedef struct sparse_table sparse_table_t;
+
+typedef struct sparse_table_cfg {
+    char name[128];        /* the table's name ("user_emb"), without part suffix */
+    int64_t rows;          /* the whole table's declared rows, 1..PSC_TABLE_MAX_ROWS */
+    int nparts, part;      /* this PS holds part `part` of `nparts` */
+    enum psc_partition partition;
+    int dim;               /* 1..PSC_TABLE_MAX_DIM */
+    psc_initializer_t init;
+    uint64_t seed;         /* the job's seed */
+    psc_optim_config_t opt; /* the table's optimizer (its learning_rate is the base; the caller passes lr) */
+} sparse_table_cfg_t;
+
+typedef struct sparse_table_stats {
+    uint64_t rows;          /* rows that exist (touched) */
+    uint64_t bytes;         /* bytes allocated: record blocks, index arrays, block lists, table and shard
+                               structs (sparse_table.c: at most 2x the rows' records plus ~4.5 MiB) */
+    uint64_t rows_pulled;   /* rows served by pulls */
+    uint64_t rows_pushed;   /* rows updated by pushes */
+    uint64_t version;       /* pushes applied */
+} sparse_table_stats_t;
+
+/* Validates cfg (PSC_EINVAL naming the field) and creates an empty part. */
+int sparse_table_create(const sparse_table_cfg_t *cfg, sparse_table_t **out, char *err, size_t errlen);
+void sparse_table_destroy(sparse_table_t *t); /* NULL ok */
+const sparse_table_cfg_t *sparse_table_config(const sparse_table_t *t);
+/* Bytes of one row record: 8 + 4 * dim * (1 + slots). */
+size_t sparse_table_record_bytes(const sparse_table_t *t);
+
+/* Checks n ids (little-endian int64 at any alignment, as received): n <=
+ * SPARSE_MAX_IDS (else PSC_ENOMEM, which the wire reports as
+ * RESOURCE_EXHAUSTED), every id in [0, rows) and in this part (PSC_EINVAL
+ * naming the first bad id and why), and with `unique` no id twice (PSC_EINVAL
+ * naming it; PSC_ENOMEM if the check's set, 16n bytes, cannot be allocated).
+ * Changes nothing. */
+int sparse_table_check_ids(const sparse_table_t *t, const void *ids, size_t n, int unique, char *err, size_t errlen);
+/* Checks n*dim little-endian float32 gradients (any alignment): every value
+ * finite (PSC_EINVAL naming the id and element). */
+int sparse_table_check_grads(const sparse_table_t *t, const void *ids, const void *grads, size_t n, char *err,
+                             size_t errlen);
+
+/* Copies the rows of n checked ids into out (n*dim floats), creating missing
+ * rows with their initial values. PSC_ENOMEM (nothing half done: the rows
+ * created so far stay, with correct values) when memory runs out. */
+int sparse_table_pull(sparse_table_t *t, const void *ids, size_t n, float *out);
+/* Applies n checked, unique ids' gradient rows (n*dim float32 LE, any
+ * alignment) with learning rate lr, creating missing rows first. If out is
+ * non-NULL the updated rows are copied there (push-pull). version += 1.
+ * PSC_ENOMEM as for pull: then some rows may be updated and others not (each
+ * row whole), and version is unchanged. */
+int sparse_table_push(sparse_table_t *t, const void *ids, size_t n, const void *grads, double lr, float *out);
+
+void sparse_table_get_stats(const sparse_table_t *t, sparse_table_stats_t *st);
+
+/* Emits every row whose epoch is > since, in ascending id order when `sorted`
+ * (else any order): emit(arg, id, record, record_bytes); a nonzero return
+ * stops and is returned. Then starts a new epoch; *mark = the epoch just
+ * closed (pass it as `since` once the rows are safely stored). On an error
+ * (emit's, or PSC_ENOMEM for the sorted list: 16 bytes a row) no new epoch
+ * starts and *mark is untouched. emit runs under no lock of t. Must not run
+ * concurrently with pulls, pushes or puts on t. */
+int sparse_table_export(sparse_table_t *t, uint64_t since, int sorted,
+                        int (*emit)(void *arg, int64_t id, const void *rec, size_t len), void *arg, uint64_t *mark);
+/* A page of the rows that exist, in ascending id order: the (at most) max
+ * smallest ids > after into ids[0..*n), their values into vals[0..*n * dim);
+ * *more = 1 when rows with larger ids exist beyond the page. Each row is read
+ * under its shard's lock, so pushes may run meanwhile (each row whole; the
+ * page is not a snapshot). Creates nothing, allocates nothing; O(rows) per
+ * page. Thread-safe like pull. */
+void sparse_table_scan(sparse_table_t *t, int64_t after, size_t max, int64_t *ids, float *vals, size_t *n, int *more);
+/* Inserts or overwrites row `id` from a record (restore; import into a fresh
+ * table), a change in the current epoch: checks the id (range and part:
+ * PSC_EINVAL), len, t >= 0 and finite floats (PSC_ECORRUPT), each naming the
+ * problem; PSC_ENOMEM. A refused record changes nothing. */
+int sparse_table_put(sparse_table_t *t, int64_t id, const void *rec, size_t len, char *err, size_t errlen);
+
+#endif

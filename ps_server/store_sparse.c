@@ -1,0 +1,256 @@
+/* store_sparse.c — the store's sparse embedding table parts (store.h, "sparse
+ * embedding tables"): create, check, pull, push, list.
+ *
+ * The parts live in s->tables, published once per job under s->lock like the
+ * variables, and replaced whole only by a restore (under the push fence,
+ * exclusive). Every pull and push holds the fence shared for its whole
+ * duration: a pull creates rows, so it is an update for the fence, and a
+ * checkpoint's export sees every table and every variable at one cut. Rows
+ * are locked by sparse_table.c (one mutex per shard of rows), not here.
+ */
+#include "store.h"
+#include "store_internal.h"
+
+#include "psc.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cfg_same(const sparse_table_cfg_t *a, const sparse_table_cfg_t *b)
+{
+    return strcmp(a->name, b->name) == 0 && a->rows == b->rows && a->nparts == b->nparts && a->part == b->part &&
+           a->partition == b->partition && a->dim == b->dim && a->init.kind == b->init.kind &&
+           a->init.a == b->init.a && a->init.b == b->init.b && a->seed == b->seed &&
+           store_optim_same(&a->opt, &b->opt);
+}
+
+/* Compares a request with the existing parts (caller holds s->lock). */
+static int compare_tables(const store_t *s, const sparse_table_cfg_t *tables, int n, char *err, size_t errlen)
+{
+    if (n != s->ntables)
+        return psc_seterr(err, errlen, PSC_EMISMATCH, "job %s: request declares %d sparse tables, %d exist", s->job_id,
+                          n, s->ntables);
+    for (int i = 0; i < n; i++)
+        if (!cfg_same(&tables[i], sparse_table_config(s->tables[i].part)))
+            return psc_seterr(err, errlen, PSC_EMISMATCH,
+                              "sparse table %s: its declaration (rows, dim, part, initializer, optimizer or seed) "
+                              "differs from the existing one",
+                              tables[i].name);
+    return 0;
+}
+
+static int check_names(const store_t *s, const sparse_table_cfg_t *tables, int n, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < i; j++)
+            if (strcmp(tables[i].name, tables[j].name) == 0)
+                return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: declared twice", tables[i].name);
+        for (int j = 0; j < s->nvars; j++)
+            if (strcmp(tables[i].name, s->vars[j]->name) == 0)
+                return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: a variable has that name",
+                                  tables[i].name);
+        int rc = store_check_optim(&tables[i].opt, err, errlen);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int create_tables_fenced(store_t *s, const char *job_id, const sparse_table_cfg_t *tables, int n, char *err,
+                                size_t errlen)
+{
+    if (n < 0 || (n > 0 && !tables)) return psc_seterr(err, errlen, PSC_EINVAL, "bad sparse table count %d", n);
+    pthread_rwlock_rdlock(&s->lock);
+    int rc = 0, have = s->have_job, built = s->tables != NULL;
+    if (!have)
+        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "sparse tables of job %s: no variables created", job_id);
+    else if (strcmp(s->job_id, job_id) != 0)
+        rc = psc_seterr(err, errlen, PSC_EEXISTS, "variables exist for job %s; refusing job %s", s->job_id, job_id);
+    else if (built)
+        rc = compare_tables(s, tables, n, err, errlen);
+    else
+        rc = check_names(s, tables, n, err, errlen);
+    pthread_rwlock_unlock(&s->lock);
+    if (rc || built || n == 0) return rc;
+
+    store_table_t *made = psc_xcalloc((size_t)n, sizeof *made);
+    for (int i = 0; i < n && !rc; i++) rc = sparse_table_create(&tables[i], &made[i].part, err, errlen);
+    if (rc) {
+        store_tables_free(made, n);
+        return rc;
+    }
+    pthread_rwlock_wrlock(&s->lock);
+    if (s->tables) {
+        rc = compare_tables(s, tables, n, err, errlen); /* another Create won the race */
+    } else {
+        s->tables = made;
+        s->ntables = n;
+        made = NULL;
+    }
+    pthread_rwlock_unlock(&s->lock);
+    store_tables_free(made, made ? n : 0);
+    return rc;
+}
+
+int store_create_tables(store_t *s, const char *job_id, const sparse_table_cfg_t *tables, int n, char *err,
+                        size_t errlen)
+{
+    fence_enter(s);
+    int rc = create_tables_fenced(s, job_id, tables, n, err, errlen);
+    fence_leave(s);
+    return rc ? store_reject(s, rc) : 0;
+}
+
+int store_table_get(store_t *s, const char *table, sparse_table_t **out, store_table_t **slot,
+                    psc_optim_config_t *opt, char *err, size_t errlen)
+{
+    int rc = 0;
+    *out = NULL;
+    if (slot) *slot = NULL;
+    pthread_rwlock_rdlock(&s->lock);
+    if (!s->ready) {
+        rc = psc_seterr(err, errlen, PSC_ENOTREADY, "model not ready (%s)",
+                        s->have_job ? "the job's variables are not marked ready yet" : "no job created yet");
+    } else {
+        for (int i = 0; i < s->ntables && !*out; i++)
+            if (strcmp(sparse_table_config(s->tables[i].part)->name, table) == 0) {
+                *out = s->tables[i].part;
+                if (slot) *slot = &s->tables[i];
+            }
+        if (!*out) {
+            int dense = 0;
+            for (int j = 0; j < s->nvars && !dense; j++) dense = strcmp(s->vars[j]->name, table) == 0;
+            rc = psc_seterr(err, errlen, dense ? PSC_EINVAL : PSC_ENOTFOUND,
+                            dense ? "\"%.*s\" is a dense variable, not a sparse table (use Push/Pull)"
+                                  : "unknown sparse table \"%.*s\"",
+                            PSC_NAME_MAX, table);
+        } else if (opt) {
+            *opt = store_opt_at(&sparse_table_config(*out)->opt, s);
+        }
+    }
+    pthread_rwlock_unlock(&s->lock);
+    return rc;
+}
+
+int store_table_check_request(const sparse_table_t *t, const void *ids, size_t n, const void *grads, size_t glen,
+                         char *err, size_t errlen)
+{
+    const sparse_table_cfg_t *c = sparse_table_config(t);
+    char why[384];
+    int rc = sparse_table_check_ids(t, ids, n, grads != NULL, why, sizeof why);
+    if (!rc && grads) {
+        uint64_t want = (uint64_t)n * (uint64_t)c->dim * 4;
+        if (glen != want)
+            rc = psc_seterr(why, sizeof why, PSC_EMISMATCH,
+                            "%zu bytes of gradient rows for %zu ids of dim %d (expected %" PRIu64 ")", glen, n, c->dim,
+                            want);
+        else
+            rc = sparse_table_check_grads(t, ids, grads, n, why, sizeof why);
+    }
+    if (rc) psc_seterr(err, errlen, rc, "sparse table %s: %s", c->name, why);
+    return rc;
+}
+
+int store_sparse_check(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
+                       int *dim, char *err, size_t errlen)
+{
+    sparse_table_t *t;
+    fence_enter(s);
+    int rc = store_table_get(s, table, &t, NULL, NULL, err, errlen);
+    if (!rc) rc = store_table_check_request(t, ids, n, grads, glen, err, errlen);
+    if (!rc && dim) *dim = sparse_table_config(t)->dim;
+    fence_leave(s);
+    return rc ? store_reject(s, rc) : 0;
+}
+
+int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, int64_t *version,
+                      char *err, size_t errlen)
+{
+    sparse_table_t *t;
+    fence_enter(s);
+    int rc = store_table_get(s, table, &t, NULL, NULL, err, errlen);
+    if (!rc) rc = store_table_check_request(t, ids, n, NULL, 0, err, errlen);
+    if (!rc) {
+        rc = sparse_table_pull(t, ids, n, out);
+        if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
+        sparse_table_stats_t st;
+        sparse_table_get_stats(t, &st);
+        if (version) *version = (int64_t)st.version;
+        if (!rc) {
+            count(&s->pulls, 1);
+            count(&s->bytes_pulled, (uint64_t)n * (uint64_t)sparse_table_config(t)->dim * 4);
+        }
+    }
+    fence_leave(s);
+    return rc ? store_reject(s, rc) : 0;
+}
+
+int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
+                      int64_t *version, char *err, size_t errlen)
+{
+    sparse_table_t *t;
+    psc_optim_config_t opt;
+    fence_enter(s);
+    int rc = store_table_get(s, table, &t, NULL, &opt, err, errlen);
+    if (!rc) rc = store_table_check_request(t, ids, n, grads, glen, err, errlen);
+    if (!rc) {
+        rc = sparse_table_push(t, ids, n, grads, opt.learning_rate, NULL);
+        if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
+        sparse_table_stats_t st;
+        sparse_table_get_stats(t, &st);
+        if (version) *version = (int64_t)st.version;
+        if (!rc) {
+            count(&s->applied, 1);
+            count(&s->bytes_pushed, glen);
+        }
+    }
+    fence_leave(s);
+    return rc ? store_reject(s, rc) : 0;
+}
+
+int store_table_rows(store_t *s, const char *table, int64_t after, size_t max, int64_t *ids, float *vals, size_t *n,
+                     int *more, char *err, size_t errlen)
+{
+    sparse_table_t *t;
+    *n = 0;
+    *more = 0;
+    fence_enter(s);
+    int rc = store_table_get(s, table, &t, NULL, NULL, err, errlen);
+    if (!rc) sparse_table_scan(t, after, max, ids, vals, n, more);
+    fence_leave(s);
+    return rc ? store_reject(s, rc) : 0;
+}
+
+int store_list_tables(store_t *s, store_table_info_t **out, int *n)
+{
+    fence_enter(s);
+    pthread_rwlock_rdlock(&s->lock);
+    *n = s->ntables;
+    *out = psc_xcalloc((size_t)(s->ntables ? s->ntables : 1), sizeof **out);
+    double now = psc_now();
+    pthread_mutex_lock(&s->rate_lock);
+    for (int i = 0; i < s->ntables; i++) {
+        store_table_t *t = &s->tables[i];
+        store_table_info_t *o = &(*out)[i];
+        o->cfg = *sparse_table_config(t->part);
+        sparse_table_get_stats(t->part, &o->stats);
+        if (!t->rate_t || o->stats.rows_pulled < t->rate_pulled || o->stats.rows_pushed < t->rate_pushed) {
+            t->rate_t = now; /* first call, or a restore replaced the part */
+            t->rate_pulled = o->stats.rows_pulled;
+            t->rate_pushed = o->stats.rows_pushed;
+        } else if (now - t->rate_t >= 1.0) {
+            t->pull_rate = (double)(o->stats.rows_pulled - t->rate_pulled) / (now - t->rate_t);
+            t->push_rate = (double)(o->stats.rows_pushed - t->rate_pushed) / (now - t->rate_t);
+            t->rate_t = now;
+            t->rate_pulled = o->stats.rows_pulled;
+            t->rate_pushed = o->stats.rows_pushed;
+        }
+        o->rows_pulled_per_sec = t->pull_rate;
+        o->rows_pushed_per_sec = t->push_rate;
+    }
+    pthread_mutex_unlock(&s->rate_lock);
+    pthread_rwlock_unlock(&s->lock);
+    fence_leave(s);
+    return 0;
+}

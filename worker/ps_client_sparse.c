@@ -1,0 +1,485 @@
+/* ps_client_sparse.c — the worker's side of sparse embedding tables
+ * (ps_client.h, "sparse tables"): the tables' parts in Create, and sparse
+ * rounds: the ids of a batch deduplicated (a push's duplicate ids summed, as
+ * TensorFlow sums an IndexedSlices gradient before a sparse apply), grouped by
+ * the PS that holds their part (common/table.h's partition), and sent as one
+ * Batch per PS carrying every table's items, all PS at once.
+ *
+ * Bytes on the wire per round and PS: 8 bytes per unique id plus 4 * dim per
+ * row, each way, plus the Batch's framing: independent of the table's size.
+ */
+#include "ps_client_internal.h"
+
+#include "optim_pb.h"
+#include "psc.h"
+#include "rng.h"
+#include "wire.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ps_client_set_tables(ps_client_t *pc, const psc_table_spec_t *tables, int n, const int *part_ps, uint64_t seed)
+{
+    free(pc->tables);
+    free(pc->table_part_ps);
+    pc->tables = n ? psc_xcalloc((size_t)n, sizeof *pc->tables) : NULL;
+    pc->table_part_ps = n ? psc_xcalloc((size_t)n * (size_t)pc->num_ps, sizeof *pc->table_part_ps) : NULL;
+    if (n) {
+        memcpy(pc->tables, tables, (size_t)n * sizeof *tables);
+        memcpy(pc->table_part_ps, part_ps, (size_t)n * (size_t)pc->num_ps * sizeof *part_ps);
+    }
+    pc->ntables = n;
+    pc->table_seed = seed;
+}
+
+int ps_client_set_job_tables(ps_client_t *pc, const psc_job_spec_t *spec, int first_turn, char *err, size_t errlen)
+{
+    psc_placed_table_t *pt = NULL;
+    int n = 0;
+    int rc = psc_place_tables(spec->tables, spec->num_tables, pc->num_ps, first_turn, &pt, &n, err, errlen);
+    if (rc) return rc;
+    int *part_ps = psc_xcalloc((size_t)(n ? n : 1), sizeof *part_ps);
+    for (int i = 0; i < n; i++) part_ps[pt[i].table * pc->num_ps + pt[i].part] = pt[i].ps;
+    ps_client_set_tables(pc, spec->tables, spec->num_tables, part_ps, spec->seed);
+    free(part_ps);
+    free(pt);
+    return 0;
+}
+
+int ps_client_table_dim(const ps_client_t *pc, int table)
+{
+    return table >= 0 && table < pc->ntables ? pc->tables[table].dim : 0;
+}
+
+/* ---- Create's TableSpecs ---- */
+
+void pcl_table_specs(ps_client_t *pc, int ps, pcl_table_pb_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!pc->ntables) return;
+    out->specs = psc_xcalloc((size_t)pc->ntables, sizeof *out->specs);
+    out->ptrs = psc_xcalloc((size_t)pc->ntables, sizeof *out->ptrs);
+    out->opts = psc_xcalloc((size_t)pc->ntables, sizeof *out->opts);
+    out->sched = psc_xcalloc((size_t)pc->ntables, sizeof *out->sched);
+    for (int t = 0; t < pc->ntables; t++) {
+        const psc_table_spec_t *ts = &pc->tables[t];
+        int part = -1;
+        for (int k = 0; k < pc->num_ps; k++)
+            if (pc->table_part_ps[t * pc->num_ps + k] == ps) part = k;
+        if (part < 0) continue;
+        Psc__TableSpec *s = &out->specs[out->n];
+        psc__table_spec__init(s);
+        s->name = (char *)ts->name;
+        s->rows = ts->rows;
+        s->dim = (uint32_t)ts->dim;
+        s->num_parts = (uint32_t)pc->num_ps;
+        s->part = (uint32_t)part;
+        s->partition = (uint32_t)ts->partition;
+        s->init = (uint32_t)ts->init.kind;
+        s->init_a = ts->init.a;
+        s->init_b = ts->init.b;
+        s->seed = pc->table_seed;
+        psc_optim_to_pb_sched(&ts->optimizer, &out->opts[out->n], &out->sched[out->n]);
+        s->optimizer = &out->opts[out->n];
+        out->ptrs[out->n++] = s;
+    }
+}
+
+void pcl_table_specs_free(pcl_table_pb_t *t)
+{
+    free(t->specs);
+    free(t->ptrs);
+    free(t->opts);
+    free(t->sched);
+}
+
+/* ---- deduplication ---- */
+
+/* The unique ids of ids[0..n) in first-seen order into uniq (*nu of them) and,
+ * per input position, its index in uniq (pos). */
+static void dedup(const int64_t *ids, size_t n, int64_t *uniq, size_t *nu, uint32_t *pos)
+{
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    uint32_t *slot = psc_xmalloc(cap * sizeof *slot);
+    memset(slot, 0xff, cap * sizeof *slot);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t h = (size_t)psc_mix64((uint64_t)ids[i]) & (cap - 1);
+        while (slot[h] != UINT32_MAX && uniq[slot[h]] != ids[i]) h = (h + 1) & (cap - 1);
+        if (slot[h] == UINT32_MAX) {
+            slot[h] = (uint32_t)u;
+            uniq[u++] = ids[i];
+        }
+        pos[i] = slot[h];
+    }
+    free(slot);
+    *nu = u;
+}
+
+/* ---- a sparse round ---- */
+
+/* One op's work: its unique ids, summed gradients, and per PS the ids. */
+typedef struct sop {
+    const ps_sparse_op_t *op;
+    int dim;
+    size_t npu, nlu;          /* unique push / pull ids */
+    int64_t *push_u, *pull_u; /* unique ids */
+    float *push_sum;          /* (npu * dim) */
+    uint32_t *pull_pos;       /* (npull) index into pull_u */
+    /* per PS: ids and rows in wire order (contiguous per PS) */
+    size_t *push_at, *push_n, *pull_at, *pull_n; /* (P) */
+    int64_t *push_w, *pull_w;                    /* ids grouped by PS */
+    float *push_gw;                              /* gradients grouped by PS */
+    uint32_t *pull_back;                         /* wire position -> index into pull_u */
+    float *pull_rows;                            /* (nlu * dim) */
+} sop_t;
+
+static int part_ps(const ps_client_t *pc, int table, int64_t id)
+{
+    const psc_table_spec_t *t = &pc->tables[table];
+    int part;
+    int64_t row;
+    psc_part_of(t->partition, t->rows, pc->num_ps, id, &part, &row);
+    return pc->table_part_ps[table * pc->num_ps + part];
+}
+
+/* Groups n ids by PS: counts, offsets, the grouped ids, and per wire position
+ * the source index. */
+static void group(const ps_client_t *pc, int table, const int64_t *ids, size_t n, size_t *at, size_t *cnt,
+                  int64_t *out, uint32_t *src)
+{
+    int P = pc->num_ps;
+    int *ps = psc_xmalloc((n ? n : 1) * sizeof *ps);
+    memset(cnt, 0, (size_t)P * sizeof *cnt);
+    for (size_t i = 0; i < n; i++) cnt[ps[i] = part_ps(pc, table, ids[i])]++;
+    size_t off = 0;
+    for (int p = 0; p < P; p++) {
+        at[p] = off;
+        off += cnt[p];
+    }
+    size_t *fill = psc_xcalloc((size_t)P, sizeof *fill);
+    for (size_t i = 0; i < n; i++) {
+        size_t w = at[ps[i]] + fill[ps[i]]++;
+        out[w] = ids[i];
+        src[w] = (uint32_t)i;
+    }
+    free(fill);
+    free(ps);
+}
+
+static void sop_free(sop_t *s)
+{
+    free(s->push_u);
+    free(s->pull_u);
+    free(s->push_sum);
+    free(s->pull_pos);
+    free(s->push_at);
+    free(s->push_n);
+    free(s->pull_at);
+    free(s->pull_n);
+    free(s->push_w);
+    free(s->pull_w);
+    free(s->push_gw);
+    free(s->pull_back);
+    free(s->pull_rows);
+}
+
+/* Prepares one op: dedup, sum, group per PS. */
+static void sop_prepare(const ps_client_t *pc, const ps_sparse_op_t *op, sop_t *s)
+{
+    size_t P = (size_t)pc->num_ps, d = (size_t)pc->tables[op->table].dim;
+    memset(s, 0, sizeof *s);
+    s->op = op;
+    s->dim = (int)d;
+    s->push_at = psc_xcalloc(P, sizeof(size_t));
+    s->push_n = psc_xcalloc(P, sizeof(size_t));
+    s->pull_at = psc_xcalloc(P, sizeof(size_t));
+    s->pull_n = psc_xcalloc(P, sizeof(size_t));
+    size_t np = op->npush ? op->npush : 1, nl = op->npull ? op->npull : 1;
+    s->push_u = psc_xmalloc(np * sizeof *s->push_u);
+    uint32_t *ppos = psc_xmalloc(np * sizeof *ppos);
+    dedup(op->push_ids, op->npush, s->push_u, &s->npu, ppos);
+    s->push_sum = psc_xcalloc((s->npu ? s->npu : 1) * d, sizeof(float));
+    for (size_t i = 0; i < op->npush; i++) { /* IndexedSlices: duplicate ids' rows summed */
+        float *dst = s->push_sum + (size_t)ppos[i] * d;
+        const float *src = op->push_grads + i * d;
+        for (size_t j = 0; j < d; j++) dst[j] += src[j];
+    }
+    free(ppos);
+    s->push_w = psc_xmalloc((s->npu ? s->npu : 1) * sizeof *s->push_w);
+    uint32_t *psrc = psc_xmalloc((s->npu ? s->npu : 1) * sizeof *psrc);
+    group(pc, op->table, s->push_u, s->npu, s->push_at, s->push_n, s->push_w, psrc);
+    s->push_gw = psc_xmalloc((s->npu ? s->npu : 1) * d * sizeof(float));
+    for (size_t w = 0; w < s->npu; w++) memcpy(s->push_gw + w * d, s->push_sum + (size_t)psrc[w] * d, d * 4);
+    free(psrc);
+
+    s->pull_u = psc_xmalloc(nl * sizeof *s->pull_u);
+    s->pull_pos = psc_xmalloc(nl * sizeof *s->pull_pos);
+    dedup(op->pull_ids, op->npull, s->pull_u, &s->nlu, s->pull_pos);
+    s->pull_w = psc_xmalloc((s->nlu ? s->nlu : 1) * sizeof *s->pull_w);
+    s->pull_back = psc_xmalloc((s->nlu ? s->nlu : 1) * sizeof *s->pull_back);
+    group(pc, op->table, s->pull_u, s->nlu, s->pull_at, s->pull_n, s->pull_w, s->pull_back);
+    s->pull_rows = psc_xmalloc((s->nlu ? s->nlu : 1) * d * sizeof(float));
+}
+
+/* The ids of op i, checked against the table before anything is sent. */
+static int sop_check(const ps_client_t *pc, const ps_sparse_op_t *op, char *err, size_t errlen)
+{
+    if (op->table < 0 || op->table >= pc->ntables)
+        return psc_seterr(err, errlen, PSC_EINVAL, "sparse op on table %d: %d tables declared", op->table,
+                          pc->ntables);
+    const psc_table_spec_t *t = &pc->tables[op->table];
+    for (int k = 0; k < 2; k++) {
+        const int64_t *ids = k ? op->pull_ids : op->push_ids;
+        size_t n = k ? op->npull : op->npush;
+        if (n > SPARSE_CLIENT_MAX_IDS)
+            return psc_seterr(err, errlen, PSC_ENOMEM, "sparse %s of %zu ids on table %s: at most %u per call",
+                              k ? "pull" : "push", n, t->name, SPARSE_CLIENT_MAX_IDS);
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] < 0 || ids[i] >= t->rows)
+                return psc_seterr(err, errlen, PSC_EINVAL, "table %s: id %" PRId64 " out of range [0, %" PRId64 ")",
+                                  t->name, ids[i], t->rows);
+    }
+    return 0;
+}
+
+/* A Batch of one PS: slices of the ops' per-PS id ranges. Each Batch keeps
+ * both its request and its reply's rows under SPARSE_BATCH_BUDGET bytes, so
+ * every message stays far below the 8 MiB limit (wire.h) and the PS's limit
+ * on sparse reply bytes; a bigger op is split over several Batches (after
+ * the deduplication, so a push's duplicates are still summed once). */
+#define SPARSE_BATCH_BUDGET ((size_t)3 << 20)
+
+typedef struct sitem {
+    int op, push;
+    size_t from, n; /* positions in the op's ids grouped for this PS (push_w / pull_w) */
+} sitem_t;
+
+typedef struct sbatch {
+    int ps;
+    sitem_t *items;
+    int nitems, cap;
+    size_t out, in; /* request and reply row bytes so far */
+} sbatch_t;
+
+static sbatch_t *batch_new(sbatch_t **b, int *nb, int *cap, int ps)
+{
+    if (*nb == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        *b = psc_xrealloc(*b, (size_t)*cap * sizeof **b);
+    }
+    sbatch_t *x = &(*b)[(*nb)++];
+    memset(x, 0, sizeof *x);
+    x->ps = ps;
+    return x;
+}
+
+static void batch_add(sbatch_t *x, int op, int push, size_t from, size_t n)
+{
+    if (x->nitems == x->cap) {
+        x->cap = x->cap ? 2 * x->cap : 8;
+        x->items = psc_xrealloc(x->items, (size_t)x->cap * sizeof *x->items);
+    }
+    x->items[x->nitems++] = (sitem_t){op, push, from, n};
+}
+
+/* Splits every op's ids on every PS into Batches within the budget. sync:
+ * every op that pushes contributes to every part, with no ids where it has
+ * none (each part's step needs every replica's contribution). */
+static void plan_batches(const ps_client_t *pc, const sop_t *s, int nops, int sync, sbatch_t **out, int *nout)
+{
+    sbatch_t *b = NULL;
+    int nb = 0, cap = 0;
+    for (int p = 0; p < pc->num_ps; p++) {
+        int cur = -1;
+        for (int i = 0; i < nops; i++)
+            for (int push = 1; push >= 0; push--) {
+                size_t at = push ? s[i].push_at[p] : s[i].pull_at[p], left = push ? s[i].push_n[p] : s[i].pull_n[p];
+                size_t row = 4 * (size_t)s[i].dim, out_cost = push ? 8 + row : 8, in_cost = push ? 0 : row;
+                if (sync && push && !left && s[i].op->push_grads) { /* an empty contribution */
+                    if (cur < 0) cur = (int)(batch_new(&b, &nb, &cap, p) - b);
+                    batch_add(&b[cur], i, 1, at, 0);
+                }
+                while (left) {
+                    if (cur < 0) cur = (int)(batch_new(&b, &nb, &cap, p) - b);
+                    sbatch_t *x = &b[cur];
+                    size_t k = (SPARSE_BATCH_BUDGET - x->out) / out_cost;
+                    if (in_cost) k = PSC_MIN(k, (SPARSE_BATCH_BUDGET - x->in) / in_cost);
+                    k = PSC_MIN(k, PSC_MIN(left, (size_t)SPARSE_BATCH_MAX_IDS));
+                    if (k == 0) { /* full: the next slice opens another Batch */
+                        cur = -1;
+                        continue;
+                    }
+                    batch_add(x, i, push, at, k);
+                    x->out += k * out_cost;
+                    x->in += k * in_cost;
+                    at += k;
+                    left -= k;
+                }
+            }
+    }
+    *out = b;
+    *nout = nb;
+}
+
+/* The sync step of a round (ps_client_sparse_sync); NULL: asynchronous. */
+typedef struct sround {
+    int64_t local_step, min_step;
+    uint32_t count;
+} sround_t;
+
+/* Packs one Batch: its push items, then its pull items. */
+static size_t pack_batch(const ps_client_t *pc, const sop_t *s, const sbatch_t *x, const sround_t *sy, uint8_t **buf)
+{
+    size_t n = (size_t)(x->nitems ? x->nitems : 1);
+    Psc__SparsePush *push = psc_xcalloc(n, sizeof *push);
+    Psc__SparsePull *pull = psc_xcalloc(n, sizeof *pull);
+    Psc__SparsePush **pp = psc_xcalloc(n, sizeof *pp);
+    Psc__SparsePull **lp = psc_xcalloc(n, sizeof *lp);
+    Psc__BatchRequest req = PSC__BATCH_REQUEST__INIT;
+    for (int k = 0; k < x->nitems; k++) {
+        const sitem_t *it = &x->items[k];
+        const sop_t *o = &s[it->op];
+        const char *name = pc->tables[o->op->table].name;
+        size_t d = (size_t)o->dim;
+        if (it->push) {
+            Psc__SparsePush *m = &push[req.n_sparse_push];
+            psc__sparse_push__init(m);
+            m->table = (char *)name;
+            m->ids.data = (uint8_t *)(o->push_w + it->from);
+            m->ids.len = it->n * 8;
+            m->values.data = (uint8_t *)(o->push_gw + it->from * d);
+            m->values.len = it->n * d * 4;
+            if (sy) {
+                m->local_step = sy->local_step;
+                m->worker = (uint32_t)pc->rank;
+                m->count = sy->count;
+            }
+            pp[req.n_sparse_push++] = m;
+        } else {
+            Psc__SparsePull *m = &pull[req.n_sparse_pull];
+            psc__sparse_pull__init(m);
+            m->table = (char *)name;
+            m->ids.data = (uint8_t *)(o->pull_w + it->from);
+            m->ids.len = it->n * 8;
+            if (sy) m->min_step = sy->min_step;
+            lp[req.n_sparse_pull++] = m;
+        }
+    }
+    req.sparse_push = pp;
+    req.sparse_pull = lp;
+    req.global_step = pc->last_global_step;
+    size_t len = psc__batch_request__get_packed_size(&req);
+    *buf = psc_xmalloc(len ? len : 1);
+    psc__batch_request__pack(&req, *buf);
+    free(push);
+    free(pull);
+    free(pp);
+    free(lp);
+    return len;
+}
+
+/* Takes one Batch's reply: its pull items' rows into each op's pull_rows;
+ * *stale += the sync pushes it says were dropped. */
+static int take_reply(const ps_client_t *pc, sop_t *s, const sbatch_t *x, const psc_rpc_op_t *op, size_t *stale,
+                      char *err, size_t errlen)
+{
+    Psc__BatchReply *r = psc__batch_reply__unpack(NULL, op->reply_len, op->reply);
+    if (!r)
+        return psc_seterr(err, errlen, PSC_ECORRUPT, "sparse batch reply from %s does not parse",
+                          psc_rpc_channel_target(op->ch));
+    int rc = 0;
+    size_t k = 0;
+    for (int j = 0; j < x->nitems && rc == 0; j++) {
+        const sitem_t *it = &x->items[j];
+        if (it->push) continue;
+        sop_t *o = &s[it->op];
+        size_t d = (size_t)o->dim, bytes = it->n * d * 4;
+        const char *name = pc->tables[o->op->table].name;
+        if (k >= r->n_sparse_pull || strcmp(r->sparse_pull[k]->table, name) != 0 ||
+            r->sparse_pull[k]->values.len != bytes) {
+            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "sparse batch reply from %s: item %zu is not %s's %zu bytes",
+                            psc_rpc_channel_target(op->ch), k, name, bytes);
+            break;
+        }
+        const uint8_t *src = r->sparse_pull[k]->values.data;
+        for (size_t w = 0; w < it->n; w++)
+            memcpy(o->pull_rows + (size_t)o->pull_back[it->from + w] * d, src + w * d * 4, d * 4);
+        k++;
+    }
+    for (size_t j = 0; rc == 0 && j < r->n_sparse_push_stale; j++) *stale += r->sparse_push_stale[j] != 0;
+    psc__batch_reply__free_unpacked(r, NULL);
+    return rc;
+}
+
+static int sparse_round(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, const sround_t *sy, char *err,
+                        size_t errlen)
+{
+    for (int i = 0; i < nops; i++) {
+        int rc = sop_check(pc, &ops[i], err, errlen);
+        if (rc) return rc;
+    }
+    sop_t *s = psc_xcalloc((size_t)(nops ? nops : 1), sizeof *s);
+    for (int i = 0; i < nops; i++) sop_prepare(pc, &ops[i], &s[i]);
+    sbatch_t *b = NULL;
+    int nb = 0;
+    plan_batches(pc, s, nops, sy != NULL, &b, &nb);
+    psc_rpc_op_t *rops = psc_xcalloc((size_t)(nb ? nb : 1), sizeof *rops);
+    uint8_t **bufs = psc_xcalloc((size_t)(nb ? nb : 1), sizeof *bufs);
+    for (int k = 0; k < nb; k++) {
+        rops[k].ch = pc->ch[b[k].ps];
+        rops[k].method = PSC_M_BATCH;
+        rops[k].hdr_len = pack_batch(pc, s, &b[k], sy, &bufs[k]);
+        rops[k].hdr = bufs[k];
+    }
+    int rc = psc_rpc_run(rops, (size_t)nb, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
+    if (rc) rc = pcl_op_error(rops, (size_t)nb, "sparse push-pull", err, errlen);
+    size_t stale = 0;
+    uint64_t out = 0, in = 0;
+    for (int k = 0; rc == 0 && k < nb; k++) {
+        rc = take_reply(pc, s, &b[k], &rops[k], &stale, err, errlen);
+        out += rops[k].hdr_len;
+        in += rops[k].reply_total;
+    }
+    for (int i = 0; rc == 0 && i < nops; i++) { /* each pulled position gets its unique id's row */
+        size_t d = (size_t)s[i].dim;
+        for (size_t k = 0; k < ops[i].npull; k++)
+            memcpy(ops[i].pull_rows + k * d, s[i].pull_rows + (size_t)s[i].pull_pos[k] * d, d * 4);
+    }
+    for (int i = 0; i < nops; i++) {
+        if (ops[i].stats) {
+            ops[i].stats->unique_push = s[i].npu;
+            ops[i].stats->unique_pull = s[i].nlu;
+            ops[i].stats->calls = (size_t)nb;
+            ops[i].stats->stale = stale;
+            ops[i].stats->bytes_out = out;
+            ops[i].stats->bytes_in = in;
+        }
+        sop_free(&s[i]);
+    }
+    pcl_clear_ops(rops, (size_t)nb);
+    for (int k = 0; k < nb; k++) {
+        free(bufs[k]);
+        free(b[k].items);
+    }
+    free(b);
+    free(bufs);
+    free(rops);
+    free(s);
+    return rc;
+}
+
+int ps_client_sparse(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, char *err, size_t errlen)
+{
+    return sparse_round(pc, ops, nops, NULL, err, errlen);
+}
+
+int ps_client_sparse_sync(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, int64_t local_step, uint32_t count,
+                          int64_t min_step, char *err, size_t errlen)
+{
+    sround_t sy = {local_step, min_step, count ? count : 1};
+    return sparse_round(pc, ops, nops, &sy, err, errlen);
+}
