@@ -25,7 +25,7 @@
  *    a real table, mostly cache misses for both).
  * A measurement, not a test: it never fails on speed.
  *
- * usage: bench_sparse [seconds-per-point]   (default 1)
+ * usage: bench_sparse [seconds-per-point [apply]]   (default 1; `apply`: only table 3, for perf)
  */
 #include "../integration/it_util.h"
 #include "optim.h"
@@ -68,7 +68,10 @@ static void release(it_proc_t *ps, int n)
 static void step_ids(int64_t rows, int64_t *ids, uint64_t at)
 {
     int64_t w = rows < WORKING_SET ? rows : WORKING_SET, stride = rows / w;
-    for (int i = 0; i < IDS; i++) ids[i] = (int64_t)((at + (uint64_t)i * 7919u) % (uint64_t)w) * stride;
+    for (int i = 0; i < IDS; i++) { /* odd and even ids alike: both PS get their half (mod partition) */
+        int64_t k = (int64_t)((at + (uint64_t)i * 7919u) % (uint64_t)w);
+        ids[i] = k * stride + (stride > 1 ? (k & 1) : 0);
+    }
 }
 
 #define NSIZES 5
@@ -252,12 +255,14 @@ static void apply_point(const char *name, psc_optim_config_t c, size_t wset)
 int main(int argc, char **argv)
 {
     if (argc > 1) secs = atof(argv[1]);
+    int apply_only = argc > 2 && strcmp(argv[2], "apply") == 0;
     it_proc_t ps[2];
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2 && !apply_only; i++)
         if (it_start_ps(&ps[i])) {
             fprintf(stderr, "bench_sparse: cannot start ps_server (PSC_BIN=%s)\n", it_bin());
             return 1;
         }
+    if (apply_only) goto apply;
     printf("bench_sparse: sparse push-pull of %d unique ids x dim %d a step, 2 PS, 1 client, SGD\n", IDS, DIM);
     printf("%-8s %10s %8s %14s %14s %10s %10s\n", "rows", "ms/step", "vs 2^16", "bytes out", "bytes in",
            "out/ideal", "in/ideal");
@@ -268,6 +273,7 @@ int main(int argc, char **argv)
         printf("2^%-6d %10.3f %8.2f %14.0f %14.0f %10.3f %10.3f\n", size_exp[i], p[i].ms, p[i].ms / p[0].ms, p[i].out,
                p[i].in, p[i].out / ideal, p[i].in / ideal);
     for (int i = 0; i < 2; i++) it_stop(&ps[i]);
+apply:
     printf("\nbench_sparse: rows applied per second, %d unique ids x dim %d of a 2^40-row table, 1 thread\n", IDS,
            DIM);
     printf("%-10s %10s %14s %14s %10s\n", "optimizer", "rows", "table Mrows/s", "plain Mrows/s", "ratio");

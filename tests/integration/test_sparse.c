@@ -9,7 +9,8 @@
  *     where count is how often the two clients pushed its id, duplicates in
  *     one push included (summed by the client); rows touched = ids seen;
  *   - the PS's resident memory grows by at most 2x the touched rows' bytes
- *     plus a fixed 24 MiB when 200,000 rows of a 2^40-row table are touched;
+ *     plus a fixed 24 MiB when 200,000 rows of a 2^40-row table are touched
+ *     (not under AddressSanitizer, whose allocator keeps more);
  *   - learning-rate schedules are evaluated on the PS at the sender's
  *     global_step, for a dense variable on a PS without global_step and for a
  *     table;
@@ -41,6 +42,20 @@
 
 #define NPS 3
 #define ROWS ((int64_t)1 << 40)
+
+/* Under AddressSanitizer (make sanitize) the daemons' RSS holds the
+ * allocator's shadow and quarantine too: the RSS bound is not checked there
+ * (the table's own byte count still is). */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_CHECKED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RSS_CHECKED 0
+#endif
+#endif
+#ifndef RSS_CHECKED
+#define RSS_CHECKED 1
+#endif
 
 static it_proc_t ps[NPS];
 
@@ -274,7 +289,7 @@ static void test_two_workers_big_table(void **state)
     ps_sparse_op_t op = {.table = 0, .pull_ids = pool, .pull_rows = rows, .npull = POOL};
     assert_int_equal(ps_client_sparse(chief.pc, &op, 1, err, sizeof err), 0);
     /* pool ids may repeat (random): count per distinct id */
-    uint64_t distinct = 0, pushes = 0;
+    uint64_t distinct = 0;
     for (int i = 0; i < POOL; i++) {
         int total = 0, first = 1;
         for (int k = 0; k < POOL; k++)
@@ -283,7 +298,6 @@ static void test_two_workers_big_table(void **state)
                 if (k < i) first = 0;
             }
         distinct += first && total > 0;
-        if (first) pushes += total > 0;
         for (int d = 0; d < DIM; d++) assert_true(rows[(size_t)i * DIM + d] == -(float)total / 64);
     }
     uint64_t touched = 0;
@@ -357,7 +371,7 @@ static void test_memory_bound(void **state)
                (double)grown / 1024);
         assert_true(st.tables[0].rows_touched > total / 3);
         assert_true((double)st.tables[0].bytes <= 2 * touched + 4 * 1048576.0);
-        assert_true((double)grown * 1024 <= 2 * touched + 24 * 1048576.0);
+        if (RSS_CHECKED) assert_true((double)grown * 1024 <= 2 * touched + 24 * 1048576.0);
     }
     free(ids);
     free(rows);
