@@ -222,19 +222,6 @@ void ps_client_set_progress(ps_client_t *pc, int64_t replica_step) { pc->replica
 int ps_client_num_ps(const ps_client_t *pc) { return pc->num_ps; }
 int ps_client_step_ps(const ps_client_t *pc) { return pc->step_ps; }
 
-int pcl_op_error(const psc_rpc_op_t *ops, size_t n, const char *what, char *err, size_t errlen)
-{
-    size_t bad = psc_rpc_first_failure(ops, n);
-    if (bad == n) return 0;
-    return psc_seterr(err, errlen, psc_rpc_code_errno(ops[bad].code), "%s on %s failed: %s: %s", what,
-                      psc_rpc_channel_target(ops[bad].ch), psc_rpc_code_name(ops[bad].code), ops[bad].msg);
-}
-
-void pcl_clear_ops(psc_rpc_op_t *ops, size_t n)
-{
-    for (size_t i = 0; i < n; i++) psc_rpc_op_clear(&ops[i]);
-}
-
 /* Checks that a Chunk reply is the chunk asked for. The op asked for the data
  * to land in dst directly (reply_body); if the reply was too short to split,
  * its data is copied from the reply. */
@@ -292,7 +279,7 @@ enum round_kind { ROUND_PULL, ROUND_PUSH, ROUND_PUSH_PULL };
 /* Fills the Batch op of bt for a round: every piece's push (the gradient) and/or
  * pull (its whole range), and the round's Step when bt carries it. */
 static void fill_batch_op(ps_client_t *pc, ps_batch_t *bt, psc_rpc_op_t *op, enum round_kind kind, const float *grads,
-                          const round_t *rd)
+                          const round_t *rd, pcl_sparse_t *sr)
 {
     Psc__BatchRequest req = PSC__BATCH_REQUEST__INIT;
     for (size_t j = 0; j < bt->n; j++) {
@@ -328,6 +315,7 @@ static void fill_batch_op(ps_client_t *pc, ps_batch_t *bt, psc_rpc_op_t *op, enu
         req.pull = bt->pull_p;
     }
     req.global_step = pc->last_global_step; /* learning-rate schedules on a PS without global_step */
+    pcl_sparse_merge(pc, sr, bt->ps, &req);  /* sr: the round's sparse items for this PS ride along */
     Psc__StepRequest step = PSC__STEP_REQUEST__INIT;
     if (bt->step) {
         step.increment = rd->step_inc;
@@ -377,6 +365,28 @@ static int take_batch_reply(ps_client_t *pc, const ps_batch_t *bt, const psc_rpc
     return rc;
 }
 
+/* Runs the round's n calls in pc->ops and, with a sparse round sr, its
+ * calls of its own (Batches not merged into the dense ones) at the same time. */
+static int run_with_sparse(ps_client_t *pc, size_t n, pcl_sparse_t *sr, int timeout, const char *what, char *err,
+                           size_t errlen)
+{
+    size_t nown = 0;
+    psc_rpc_op_t *own = sr ? pcl_sparse_own(pc, sr, &nown) : NULL, *all = pc->ops;
+    if (nown) {
+        all = psc_xmalloc((n + nown) * sizeof *all);
+        memcpy(all, pc->ops, n * sizeof *all);
+        memcpy(all + n, own, nown * sizeof *all);
+    }
+    int rc = psc_rpc_run(all, n + nown, PS_CLIENT_IN_FLIGHT, timeout);
+    if (rc) rc = pcl_op_error(all, n + nown, what, err, errlen);
+    if (nown) {
+        memcpy(pc->ops, all, n * sizeof *all);
+        memcpy(own, all + n, nown * sizeof *all);
+        free(all);
+    }
+    return rc;
+}
+
 /* One round over every piece: a chunk call for each chunk that is not
  * batched, a Batch call per batch (asynchronous rounds and live pulls only:
  * sync replies wait per chunk, checkpoint pulls read RocksDB per chunk), and a
@@ -386,6 +396,13 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
                      round_t *rd, int64_t *global_step, char *err, size_t errlen)
 {
     int batching = pc->nbatches > 0 && !rd->sync && !ckpt;
+    pcl_sparse_t *sr = NULL; /* ps_client_round_sparse: sparse items ride on this round's Batches */
+    if (pc->round_ops && !rd->sync && !ckpt) {
+        int rc = pcl_sparse_begin(pc, pc->round_ops, pc->round_nops, NULL, &sr, err, errlen);
+        pc->round_ops = NULL;
+        pc->round_nops = 0;
+        if (rc) return rc;
+    }
     if (kind != ROUND_PULL && pc->encoding == PSC_ENC_BFLOAT16)
         psc_bf16_encode(grads, pc->resid, pc->wire16, (size_t)pc->nelems);
     const char *method = kind == ROUND_PULL ? PSC_M_PULL : kind == ROUND_PUSH ? PSC_M_PUSH : PSC_M_PUSH_PULL;
@@ -427,8 +444,11 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
     }
     size_t nchunk_ops = n, step_op = SIZE_MAX;
     int step_in_batch = 0;
+    const psc_rpc_op_t **dense_of_ps = psc_xcalloc((size_t)pc->num_ps, sizeof *dense_of_ps);
     for (int b = 0; batching && b < pc->nbatches; b++) {
-        fill_batch_op(pc, &pc->batches[b], &pc->ops[n++], kind, grads, rd);
+        int first = !dense_of_ps[pc->batches[b].ps]; /* a PS's first Batch carries its sparse items */
+        if (first) dense_of_ps[pc->batches[b].ps] = &pc->ops[n];
+        fill_batch_op(pc, &pc->batches[b], &pc->ops[n++], kind, grads, rd, first ? sr : NULL);
         step_in_batch |= pc->batches[b].step;
     }
     uint8_t stepbuf[32];
@@ -441,8 +461,7 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
     int timeout = pc->timeout_ms + (rd->sync ? (int)(pc->sync_timeout * 2000) + 10000 : 0);
     rd->stale = 0;
     const char *what = kind == ROUND_PULL ? (ckpt ? "pull from checkpoint" : "pull") : "push";
-    int rc = psc_rpc_run(pc->ops, n, PS_CLIENT_IN_FLIGHT, timeout);
-    if (rc) rc = pcl_op_error(pc->ops, n, what, err, errlen);
+    int rc = run_with_sparse(pc, n, sr, timeout, what, err, errlen);
     for (size_t i = 0; rc == 0 && params && i < nchunk_ops; i++) {
         piece_chunk_t *pk = &pc->chunks[pc->op_chunk[i]];
         rc = take_chunk_reply(&pc->ops[i], pk, pc->placed[pk->piece].name, (uint8_t *)params + pk->slab_byte,
@@ -452,6 +471,9 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
     for (int b = 0; rc == 0 && batching && b < pc->nbatches; b++)
         rc = take_batch_reply(pc, &pc->batches[b], &pc->ops[nchunk_ops + (size_t)b], kind, params, &gs, err, errlen);
     if (rc == 0 && step_op != SIZE_MAX) rc = take_step_reply(&pc->ops[step_op], &gs, &rd->stale, err, errlen);
+    if (rc == 0 && sr) rc = pcl_sparse_finish(pc, sr, dense_of_ps, err, errlen);
+    pcl_sparse_free(sr);
+    free(dense_of_ps);
     pcl_clear_ops(pc->ops, n);
     if (rc == 0 && gs != INT64_MIN) {
         if (global_step) *global_step = gs;

@@ -220,7 +220,8 @@ int ps_client_table_dim(const ps_client_t *pc, int table);
 
 typedef struct ps_sparse_stats {
     size_t unique_push, unique_pull; /* ids sent after deduplication */
-    size_t calls;                    /* Batch calls of the round (all ops) */
+    size_t calls;                    /* Batch calls of the round's own (all ops; riding on a dense round's
+                                        Batches: only those that did not fit in them) */
     size_t stale;                    /* sync: contributions of the round the PS dropped as stale (all ops) */
     uint64_t bytes_out, bytes_in;    /* the round's Batch request and reply messages (all ops; gRPC's
                                         5-byte message prefix and HTTP/2 framing not counted) */
@@ -249,6 +250,16 @@ typedef struct ps_sparse_op {
  * pulls there, with the newest global_step this client saw (learning-rate
  * schedules). For asynchronous training. */
 int ps_client_sparse(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, char *err, size_t errlen);
+/* Sparse items with the step's dense calls: the next asynchronous round
+ * (ps_client_push_pull, ps_client_push_pull_start/_wait, ps_client_push,
+ * ps_client_pull) also carries these ops, each PS's first planned Batch of
+ * them inside the round's Batch for that PS (with the dense pieces and the
+ * step), the rest as calls of their own in the same run; the ops' pull_rows
+ * and stats are filled when the round ends, and its error is the round's.
+ * ops and their buffers must stay valid and untouched until then. One round
+ * only; a sync round leaves them for the next asynchronous one. */
+void ps_client_round_sparse(ps_client_t *pc, const ps_sparse_op_t *ops, int nops);
+
 /* The same round in sync-replica mode (SyncReplicasOptimizer): each push is
  * this replica's contribution to step local_step (the sum of `count`
  * batches' mean gradients), sent to every part of its table, with no ids

@@ -73,6 +73,8 @@ struct ps_client {
     int ntables;
     int *table_part_ps; /* (ntables * num_ps) the PS of part k of table t */
     uint64_t table_seed;
+    const ps_sparse_op_t *round_ops; /* ps_client_round_sparse: the next async round carries them */
+    int round_nops;
     /* bfloat16 pushes (ps_client_set_gradient_dtype) */
     int64_t nelems;   /* floats in the slab */
     int encoding;     /* PSC_ENC_* of pushed gradients */
@@ -95,7 +97,7 @@ struct ps_client {
     } pp;
 };
 
-/* The first failed op of a run, formatted into err ("WHAT on HOST:PORT
+/* (ps_client_ops.c) The first failed op of a run, formatted into err ("WHAT on HOST:PORT
  * failed: CODE: message", its PSC_E* code from psc_rpc_code_errno); 0 if none
  * failed. */
 int pcl_op_error(const psc_rpc_op_t *ops, size_t n, const char *what, char *err, size_t errlen);
@@ -112,5 +114,25 @@ typedef struct pcl_table_pb {
 } pcl_table_pb_t;
 void pcl_table_specs(ps_client_t *pc, int ps, pcl_table_pb_t *out);
 void pcl_table_specs_free(pcl_table_pb_t *t);
+
+/* A sparse round (ps_client_sparse.c), alone or riding on a dense round:
+ * begin checks and plans the ops (sy: the sync step, NULL async); merge puts
+ * PS ps's first planned Batch into the dense round's request for ps (its
+ * items stay valid until free); own gives the calls of the Batches not
+ * merged; finish takes the replies (dense_of_ps[ps]: the dense call that
+ * carried ps's merged items; NULL when none was merged) and fills the ops'
+ * rows and stats. */
+typedef struct sround {
+    int64_t local_step, min_step;
+    uint32_t count;
+} sround_t;
+typedef struct pcl_sparse pcl_sparse_t;
+int pcl_sparse_begin(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, const sround_t *sy, pcl_sparse_t **out,
+                     char *err, size_t errlen);
+void pcl_sparse_merge(ps_client_t *pc, pcl_sparse_t *r, int ps, Psc__BatchRequest *req);
+psc_rpc_op_t *pcl_sparse_own(ps_client_t *pc, pcl_sparse_t *r, size_t *n);
+int pcl_sparse_finish(ps_client_t *pc, pcl_sparse_t *r, const psc_rpc_op_t *const *dense_of_ps, char *err,
+                      size_t errlen);
+void pcl_sparse_free(pcl_sparse_t *r);
 
 #endif

@@ -325,60 +325,81 @@ static void plan_batches(const ps_client_t *pc, const sop_t *s, int nops, int sy
     *nout = nb;
 }
 
-/* The sync step of a round (ps_client_sparse_sync); NULL: asynchronous. */
-typedef struct sround {
-    int64_t local_step, min_step;
-    uint32_t count;
-} sround_t;
+/* One Batch's items as request messages: the arrays live here until freed. */
+typedef struct sitems {
+    Psc__SparsePush *push, **pp;
+    Psc__SparsePull *pull, **lp;
+    size_t npush, npull;
+} sitems_t;
 
-/* Packs one Batch: its push items, then its pull items. */
-static size_t pack_batch(const ps_client_t *pc, const sop_t *s, const sbatch_t *x, const sround_t *sy, uint8_t **buf)
+/* Fills x's items: its pushes, then its pulls. */
+static void items_fill(const ps_client_t *pc, const sop_t *s, const sbatch_t *x, const sround_t *sy, sitems_t *it)
 {
     size_t n = (size_t)(x->nitems ? x->nitems : 1);
-    Psc__SparsePush *push = psc_xcalloc(n, sizeof *push);
-    Psc__SparsePull *pull = psc_xcalloc(n, sizeof *pull);
-    Psc__SparsePush **pp = psc_xcalloc(n, sizeof *pp);
-    Psc__SparsePull **lp = psc_xcalloc(n, sizeof *lp);
-    Psc__BatchRequest req = PSC__BATCH_REQUEST__INIT;
+    memset(it, 0, sizeof *it);
+    it->push = psc_xcalloc(n, sizeof *it->push);
+    it->pull = psc_xcalloc(n, sizeof *it->pull);
+    it->pp = psc_xcalloc(n, sizeof *it->pp);
+    it->lp = psc_xcalloc(n, sizeof *it->lp);
     for (int k = 0; k < x->nitems; k++) {
-        const sitem_t *it = &x->items[k];
-        const sop_t *o = &s[it->op];
+        const sitem_t *t = &x->items[k];
+        const sop_t *o = &s[t->op];
         const char *name = pc->tables[o->op->table].name;
         size_t d = (size_t)o->dim;
-        if (it->push) {
-            Psc__SparsePush *m = &push[req.n_sparse_push];
+        if (t->push) {
+            Psc__SparsePush *m = &it->push[it->npush];
             psc__sparse_push__init(m);
             m->table = (char *)name;
-            m->ids.data = (uint8_t *)(o->push_w + it->from);
-            m->ids.len = it->n * 8;
-            m->values.data = (uint8_t *)(o->push_gw + it->from * d);
-            m->values.len = it->n * d * 4;
+            m->ids.data = (uint8_t *)(o->push_w + t->from);
+            m->ids.len = t->n * 8;
+            m->values.data = (uint8_t *)(o->push_gw + t->from * d);
+            m->values.len = t->n * d * 4;
             if (sy) {
                 m->local_step = sy->local_step;
                 m->worker = (uint32_t)pc->rank;
                 m->count = sy->count;
             }
-            pp[req.n_sparse_push++] = m;
+            it->pp[it->npush++] = m;
         } else {
-            Psc__SparsePull *m = &pull[req.n_sparse_pull];
+            Psc__SparsePull *m = &it->pull[it->npull];
             psc__sparse_pull__init(m);
             m->table = (char *)name;
-            m->ids.data = (uint8_t *)(o->pull_w + it->from);
-            m->ids.len = it->n * 8;
+            m->ids.data = (uint8_t *)(o->pull_w + t->from);
+            m->ids.len = t->n * 8;
             if (sy) m->min_step = sy->min_step;
-            lp[req.n_sparse_pull++] = m;
+            it->lp[it->npull++] = m;
         }
     }
-    req.sparse_push = pp;
-    req.sparse_pull = lp;
+}
+
+static void items_free(sitems_t *it)
+{
+    free(it->push);
+    free(it->pull);
+    free(it->pp);
+    free(it->lp);
+}
+
+static void items_into(const sitems_t *it, Psc__BatchRequest *req)
+{
+    req->n_sparse_push = it->npush;
+    req->sparse_push = it->pp;
+    req->n_sparse_pull = it->npull;
+    req->sparse_pull = it->lp;
+}
+
+/* Packs one Batch of sparse items only. */
+static size_t pack_batch(const ps_client_t *pc, const sop_t *s, const sbatch_t *x, const sround_t *sy, uint8_t **buf)
+{
+    sitems_t it;
+    items_fill(pc, s, x, sy, &it);
+    Psc__BatchRequest req = PSC__BATCH_REQUEST__INIT;
+    items_into(&it, &req);
     req.global_step = pc->last_global_step;
     size_t len = psc__batch_request__get_packed_size(&req);
     *buf = psc_xmalloc(len ? len : 1);
     psc__batch_request__pack(&req, *buf);
-    free(push);
-    free(pull);
-    free(pp);
-    free(lp);
+    items_free(&it);
     return len;
 }
 
@@ -415,61 +436,151 @@ static int take_reply(const ps_client_t *pc, sop_t *s, const sbatch_t *x, const 
     return rc;
 }
 
-static int sparse_round(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, const sround_t *sy, char *err,
-                        size_t errlen)
+/* A sparse round in progress (ps_client_internal.h): its ops prepared and
+ * planned; each planned Batch either merged into the dense round's Batch of
+ * its PS or sent as a call of its own. */
+struct pcl_sparse {
+    const ps_sparse_op_t *ops;
+    int nops;
+    sround_t sy;
+    int sync;
+    sop_t *s;
+    sbatch_t *b;
+    int nb;
+    int *merged;       /* (nb) 1: b[k] travels in the dense round's Batch of its PS */
+    sitems_t *items;   /* (nb) the merged ones' items */
+    psc_rpc_op_t *own; /* (nb) the calls of the others, in b's order of them */
+    int *own_k;        /* (nb) own[j] is b[own_k[j]] */
+    uint8_t **bufs;    /* (nb) their packed requests */
+    size_t nown;
+};
+
+int pcl_sparse_begin(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, const sround_t *sy, pcl_sparse_t **out,
+                     char *err, size_t errlen)
 {
+    *out = NULL;
     for (int i = 0; i < nops; i++) {
         int rc = sop_check(pc, &ops[i], err, errlen);
         if (rc) return rc;
     }
-    sop_t *s = psc_xcalloc((size_t)(nops ? nops : 1), sizeof *s);
-    for (int i = 0; i < nops; i++) sop_prepare(pc, &ops[i], &s[i]);
-    sbatch_t *b = NULL;
-    int nb = 0;
-    plan_batches(pc, s, nops, sy != NULL, &b, &nb);
-    psc_rpc_op_t *rops = psc_xcalloc((size_t)(nb ? nb : 1), sizeof *rops);
-    uint8_t **bufs = psc_xcalloc((size_t)(nb ? nb : 1), sizeof *bufs);
-    for (int k = 0; k < nb; k++) {
-        rops[k].ch = pc->ch[b[k].ps];
-        rops[k].method = PSC_M_BATCH;
-        rops[k].hdr_len = pack_batch(pc, s, &b[k], sy, &bufs[k]);
-        rops[k].hdr = bufs[k];
+    pcl_sparse_t *r = psc_xcalloc(1, sizeof *r);
+    r->ops = ops;
+    r->nops = nops;
+    if (sy) r->sy = *sy;
+    r->sync = sy != NULL;
+    r->s = psc_xcalloc((size_t)(nops ? nops : 1), sizeof *r->s);
+    for (int i = 0; i < nops; i++) sop_prepare(pc, &ops[i], &r->s[i]);
+    plan_batches(pc, r->s, nops, r->sync, &r->b, &r->nb);
+    size_t nb = (size_t)(r->nb ? r->nb : 1);
+    r->merged = psc_xcalloc(nb, sizeof *r->merged);
+    r->items = psc_xcalloc(nb, sizeof *r->items);
+    r->own = psc_xcalloc(nb, sizeof *r->own);
+    r->own_k = psc_xcalloc(nb, sizeof *r->own_k);
+    r->bufs = psc_xcalloc(nb, sizeof *r->bufs);
+    *out = r;
+    return 0;
+}
+
+void pcl_sparse_merge(ps_client_t *pc, pcl_sparse_t *r, int ps, Psc__BatchRequest *req)
+{
+    for (int k = 0; r && k < r->nb; k++)
+        if (r->b[k].ps == ps && !r->merged[k]) {
+            items_fill(pc, r->s, &r->b[k], r->sync ? &r->sy : NULL, &r->items[k]);
+            items_into(&r->items[k], req);
+            r->merged[k] = 1;
+            return;
+        }
+}
+
+psc_rpc_op_t *pcl_sparse_own(ps_client_t *pc, pcl_sparse_t *r, size_t *n)
+{
+    r->nown = 0;
+    for (int k = 0; k < r->nb; k++) {
+        if (r->merged[k]) continue;
+        psc_rpc_op_t *op = &r->own[r->nown];
+        memset(op, 0, sizeof *op);
+        op->ch = pc->ch[r->b[k].ps];
+        op->method = PSC_M_BATCH;
+        op->hdr_len = pack_batch(pc, r->s, &r->b[k], r->sync ? &r->sy : NULL, &r->bufs[k]);
+        op->hdr = r->bufs[k];
+        r->own_k[r->nown++] = k;
     }
-    int rc = psc_rpc_run(rops, (size_t)nb, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
-    if (rc) rc = pcl_op_error(rops, (size_t)nb, "sparse push-pull", err, errlen);
+    *n = r->nown;
+    return r->own;
+}
+
+int pcl_sparse_finish(ps_client_t *pc, pcl_sparse_t *r, const psc_rpc_op_t *const *dense_of_ps, char *err,
+                      size_t errlen)
+{
     size_t stale = 0;
     uint64_t out = 0, in = 0;
-    for (int k = 0; rc == 0 && k < nb; k++) {
-        rc = take_reply(pc, s, &b[k], &rops[k], &stale, err, errlen);
-        out += rops[k].hdr_len;
-        in += rops[k].reply_total;
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < r->nb; k++) {
+        if (!r->merged[k]) continue;
+        const psc_rpc_op_t *op = dense_of_ps[r->b[k].ps];
+        PSC_ASSERT(op != NULL);
+        rc = take_reply(pc, r->s, &r->b[k], op, &stale, err, errlen);
     }
-    for (int i = 0; rc == 0 && i < nops; i++) { /* each pulled position gets its unique id's row */
-        size_t d = (size_t)s[i].dim;
-        for (size_t k = 0; k < ops[i].npull; k++)
-            memcpy(ops[i].pull_rows + k * d, s[i].pull_rows + (size_t)s[i].pull_pos[k] * d, d * 4);
+    for (size_t j = 0; rc == 0 && j < r->nown; j++) {
+        rc = take_reply(pc, r->s, &r->b[r->own_k[j]], &r->own[j], &stale, err, errlen);
+        out += r->own[j].hdr_len;
+        in += r->own[j].reply_total;
     }
-    for (int i = 0; i < nops; i++) {
-        if (ops[i].stats) {
-            ops[i].stats->unique_push = s[i].npu;
-            ops[i].stats->unique_pull = s[i].nlu;
-            ops[i].stats->calls = (size_t)nb;
-            ops[i].stats->stale = stale;
-            ops[i].stats->bytes_out = out;
-            ops[i].stats->bytes_in = in;
-        }
-        sop_free(&s[i]);
+    for (int i = 0; rc == 0 && i < r->nops; i++) { /* each pulled position gets its unique id's row */
+        size_t d = (size_t)r->s[i].dim;
+        for (size_t k = 0; k < r->ops[i].npull; k++)
+            memcpy(r->ops[i].pull_rows + k * d, r->s[i].pull_rows + (size_t)r->s[i].pull_pos[k] * d, d * 4);
     }
-    pcl_clear_ops(rops, (size_t)nb);
-    for (int k = 0; k < nb; k++) {
-        free(bufs[k]);
-        free(b[k].items);
-    }
-    free(b);
-    free(bufs);
-    free(rops);
-    free(s);
+    for (int i = 0; i < r->nops; i++)
+        if (r->ops[i].stats)
+            *r->ops[i].stats = (ps_sparse_stats_t){.unique_push = r->s[i].npu,
+                                                   .unique_pull = r->s[i].nlu,
+                                                   .calls = r->nown,
+                                                   .stale = stale,
+                                                   .bytes_out = out,
+                                                   .bytes_in = in};
     return rc;
+}
+
+void pcl_sparse_free(pcl_sparse_t *r)
+{
+    if (!r) return;
+    pcl_clear_ops(r->own, r->nown);
+    for (int k = 0; k < r->nb; k++) {
+        free(r->bufs[k]);
+        free(r->b[k].items);
+        if (r->merged[k]) items_free(&r->items[k]);
+    }
+    for (int i = 0; i < r->nops; i++) sop_free(&r->s[i]);
+    free(r->s);
+    free(r->b);
+    free(r->merged);
+    free(r->items);
+    free(r->own);
+    free(r->own_k);
+    free(r->bufs);
+    free(r);
+}
+
+static int sparse_round(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, const sround_t *sy, char *err,
+                        size_t errlen)
+{
+    pcl_sparse_t *r;
+    int rc = pcl_sparse_begin(pc, ops, nops, sy, &r, err, errlen);
+    if (rc) return rc;
+    size_t n;
+    psc_rpc_op_t *own = pcl_sparse_own(pc, r, &n);
+    rc = psc_rpc_run(own, n, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
+    if (rc) rc = pcl_op_error(own, n, "sparse push-pull", err, errlen);
+    if (!rc) rc = pcl_sparse_finish(pc, r, NULL, err, errlen);
+    pcl_sparse_free(r);
+    return rc;
+}
+
+void ps_client_round_sparse(ps_client_t *pc, const ps_sparse_op_t *ops, int nops)
+{
+    pc->round_ops = ops;
+    pc->round_nops = nops;
 }
 
 int ps_client_sparse(ps_client_t *pc, const ps_sparse_op_t *ops, int nops, char *err, size_t errlen)

@@ -14,6 +14,10 @@
  *   - learning-rate schedules are evaluated on the PS at the sender's
  *     global_step, for a dense variable on a PS without global_step and for a
  *     table;
+ *   - sparse items riding on a dense push-pull round (ps_client_round_sparse):
+ *     each PS's items in its Batch with the dense pieces, applied before its
+ *     pulls, the round's step counted once; only PS without a dense Batch get
+ *     calls of their own; the next round carries nothing sparse;
  *   - sync replicas (SparseConditionalAccumulator): 2 replicas x 32 examples
  *     give the rows 1 replica x 64 gives, within 1e-5, after 5 Adam steps;
  *   - incremental checkpoints: a base, then deltas of exactly the rows pushed
@@ -427,6 +431,47 @@ static void test_schedules(void **state)
     release_all(2);
 }
 
+/* ---- sparse items riding on the dense round's Batches ---- */
+
+static void test_sparse_in_dense_round(void **state)
+{
+    (void)state;
+    psc_table_spec_t t = table("ride", ROWS, 4, PSC_PART_MOD, &sgd1);
+    t.init.kind = PSC_INIT_ZEROS;
+    job_t j;
+    job_open(&j, 2, &t, 1, &sgd1, "00000000000000c8", 1);
+    int dense_calls = ps_client_batch_calls(j.pc, NULL);
+    const int64_t ids[5] = {1, 2, 2, ROWS - 1, 40}; /* both parts, a repeat */
+    float g[20], rows[20], w[4], gw[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    for (int i = 0; i < 20; i++) g[i] = 1.0f / 64;
+    char err[512];
+    int64_t gs = 0;
+    ps_sparse_stats_t st;
+    for (int r = 1; r <= 3; r++) {
+        ps_sparse_op_t op = {.table = 0, .push_ids = ids, .push_grads = g, .npush = 5, .pull_ids = ids,
+                             .pull_rows = rows, .npull = 5, .stats = &st};
+        ps_client_round_sparse(j.pc, &op, 1);
+        assert_int_equal(ps_client_push_pull(j.pc, gw, w, 1, &gs, err, sizeof err), 0);
+        assert_int_equal(gs, r);
+        assert_true(w[0] == -0.5f * (float)r); /* the dense part of the round */
+        /* the rows after this round's push, pulled in the same round: id 2 twice a round */
+        for (int i = 0; i < 5; i++)
+            for (int d = 0; d < 4; d++) assert_true(rows[4 * i + d] == -(float)(r * (ids[i] == 2 ? 2 : 1)) / 64);
+        /* each PS with a dense Batch carried its items: only the others made calls of their own */
+        assert_int_equal(st.calls, (size_t)(2 - dense_calls));
+        assert_int_equal(st.unique_push, 4);
+    }
+    printf("sparse items in a dense round: %d dense Batch calls carried them, %zu calls of their own\n", dense_calls,
+           st.calls);
+    /* one round only: the next carries nothing sparse */
+    assert_int_equal(ps_client_push_pull(j.pc, gw, w, 1, &gs, err, sizeof err), 0);
+    ps_sparse_op_t pull = {.table = 0, .pull_ids = ids, .pull_rows = rows, .npull = 5};
+    assert_int_equal(ps_client_sparse(j.pc, &pull, 1, err, sizeof err), 0);
+    assert_true(rows[0] == -3.0f / 64 && rows[4] == -6.0f / 64);
+    job_close(&j);
+    release_all(2);
+}
+
 /* ---- sync replicas: SparseConditionalAccumulator ---- */
 
 #define SYNC_STEPS 5
@@ -796,6 +841,7 @@ int main(void)
         cmocka_unit_test(test_two_workers_big_table),
         cmocka_unit_test(test_memory_bound),
         cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_sparse_in_dense_round),
         cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_checkpoint_kill9),
         cmocka_unit_test(test_bad_input),
