@@ -91,7 +91,7 @@ static void batch_unwiden(Psc__BatchRequest *r, const ProtobufCBinaryData *orig)
 /* Checks every item of r; 0, or a failure sent on call. *pull_bytes: the sum
  * of the dense pulls, *sparse_bytes of the sparse ones. */
 static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes,
-                       size_t *sparse_bytes)
+                       size_t *sparse_bytes, uint64_t *gen)
 {
     char err[512];
     size_t items = r->n_push + r->n_pull + r->n_sparse_push + r->n_sparse_pull;
@@ -145,7 +145,7 @@ static int batch_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
         }
     }
     *pull_bytes = bytes;
-    return svc_sparse_check(svc, call, r, sparse_bytes);
+    return svc_sparse_check(svc, call, r, sparse_bytes, gen);
 }
 
 static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_service_t *svc, int fenced);
@@ -188,7 +188,7 @@ static void batch_bufs_free(batch_bufs_t *b)
 
 /* The dense pushes, then the sparse ones, into rep. 0, or -1 (failure sent). */
 static int batch_pushes(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r,
-                        const ProtobufCBinaryData *orig, batch_bufs_t *b, Psc__BatchReply *rep)
+                        const ProtobufCBinaryData *orig, uint64_t gen, batch_bufs_t *b, Psc__BatchReply *rep)
 {
     char err[512];
     b->versions = psc_xcalloc(BATCH_N(r->n_push), sizeof *b->versions);
@@ -207,7 +207,7 @@ static int batch_pushes(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batc
     b->sparse_versions = psc_xcalloc(BATCH_N(r->n_sparse_push), sizeof *b->sparse_versions);
     b->sparse_steps = psc_xcalloc(BATCH_N(r->n_sparse_push), sizeof *b->sparse_steps);
     b->sparse_stale = psc_xcalloc(BATCH_N(r->n_sparse_push), sizeof *b->sparse_stale);
-    if (svc_sparse_push(svc, call, r, b->sparse_versions, b->sparse_steps, b->sparse_stale)) return -1;
+    if (svc_sparse_push(svc, call, r, gen, b->sparse_versions, b->sparse_steps, b->sparse_stale)) return -1;
     rep->n_sparse_push_version = r->n_sparse_push;
     rep->sparse_push_version = b->sparse_versions;
     if (store_get_sync(svc->store, NULL)) {
@@ -243,7 +243,7 @@ static int batch_step(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchR
 
 /* The dense pulls, then the sparse ones, into rep. 0, or -1 (failure sent). */
 static int batch_pulls(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t pull_bytes,
-                       size_t sparse_bytes, batch_bufs_t *b, Psc__BatchReply *rep)
+                       size_t sparse_bytes, uint64_t gen, batch_bufs_t *b, Psc__BatchReply *rep)
 {
     char err[512];
     b->chunks = psc_xcalloc(BATCH_N(r->n_pull), sizeof *b->chunks);
@@ -280,7 +280,7 @@ static int batch_pulls(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
         svc_fail(svc, call, PSC_ENOMEM, "batch sparse pulls: cannot allocate %zu bytes", sparse_bytes);
         return -1;
     }
-    if (svc_sparse_pull(svc, call, r, b->rows, b->row_ptrs, b->sparse_data)) return -1;
+    if (svc_sparse_pull(svc, call, r, gen, sparse_bytes, b->rows, b->row_ptrs, b->sparse_data)) return -1;
     rep->n_sparse_pull = r->n_sparse_pull;
     rep->sparse_pull = b->row_ptrs;
     return 0;
@@ -304,14 +304,15 @@ static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_s
         fenced = 0;
     }
     size_t pull_bytes = 0, sparse_bytes = 0;
+    uint64_t gen = 0; /* the sparse items' checks: the apply need not repeat them */
     Psc__BatchReply rep = PSC__BATCH_REPLY__INIT;
     batch_bufs_t b = {0};
     float *wide = NULL;
     ProtobufCBinaryData *orig = NULL;
-    if (batch_widen(svc, call, r, &wide, &orig) || batch_check(svc, call, r, &pull_bytes, &sparse_bytes)) goto out;
+    if (batch_widen(svc, call, r, &wide, &orig) || batch_check(svc, call, r, &pull_bytes, &sparse_bytes, &gen)) goto out;
     store_note_step(svc->store, r->global_step); /* learning-rate schedules */
-    if (batch_pushes(svc, call, r, orig, &b, &rep) || batch_step(svc, call, r, &b, &rep) ||
-        batch_pulls(svc, call, r, pull_bytes, sparse_bytes, &b, &rep))
+    if (batch_pushes(svc, call, r, orig, gen, &b, &rep) || batch_step(svc, call, r, &b, &rep) ||
+        batch_pulls(svc, call, r, pull_bytes, sparse_bytes, gen, &b, &rep))
         goto out;
     size_t n = psc__batch_reply__get_packed_size(&rep);
     psc__batch_reply__pack(&rep, psc_rpc_reply_alloc(call, n));

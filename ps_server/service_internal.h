@@ -120,17 +120,20 @@ void svc_reply_chunk(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const cha
 int svc_tables_from_pb(const Psc__CreateRequest *r, const psc_optim_config_t *job_opt, sparse_table_cfg_t **out,
                        char *err, size_t errlen);
 /* A Batch's sparse items checked (as the store would); *pull_bytes: the
- * bytes of the sparse pulls' rows. 0, or -1 with a failure sent on call. */
-int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes);
+ * bytes of the sparse pulls' rows; *gen: the table generation the checks
+ * held at (0: not one), for the apply to skip checking again. 0, or -1 with
+ * a failure sent on call. */
+int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes,
+                     uint64_t *gen);
 /* Applies the sparse pushes in order: async, versions[i] the part's version
  * after push i; sync, a contribution each (steps[i] the part's step after it,
  * stale[i] whether it was dropped). 0 or -1 (sent). */
-int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, int64_t *versions,
-                    int64_t *steps, protobuf_c_boolean *stale);
-/* Reads the sparse pulls into data (pull_bytes of svc_sparse_check), filling
- * rows[i] and ptrs[i] (the reply's items point into data). 0 or -1 (sent). */
-int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, Psc__SparseRows *rows,
-                    Psc__SparseRows **ptrs, uint8_t *data);
+int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen,
+                    int64_t *versions, int64_t *steps, protobuf_c_boolean *stale);
+/* Reads the sparse pulls into data (`bytes`: svc_sparse_check's pull_bytes),
+ * filling rows[i] and ptrs[i] (the reply's items point into data). 0 or -1 (sent). */
+int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen, size_t bytes,
+                    Psc__SparseRows *rows, Psc__SparseRows **ptrs, uint8_t *data);
 /* psc.ParameterServer/TableRows: a page of a table part's rows, id order. */
 void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 /* Fills Status's tables; *mem is what to free() after packing. */

@@ -76,11 +76,23 @@ static int ids_of(const ProtobufCBinaryData *ids, size_t *n, char *err, size_t e
     return 0;
 }
 
-int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes)
+/* The generation every check of r held at, or 0 when they saw different ones. */
+static void note_gen(uint64_t *all, uint64_t g, int first)
+{
+    if (first)
+        *all = g;
+    else if (*all != g)
+        *all = 0;
+}
+
+int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes,
+                     uint64_t *gen)
 {
     char err[512];
     size_t n = 0;
+    uint64_t g = 0;
     *pull_bytes = 0;
+    *gen = 0;
     for (size_t i = 0; i < r->n_sparse_push; i++) {
         const Psc__SparsePush *p = r->sparse_push[i];
         if (ids_of(&p->ids, &n, err, sizeof err)) {
@@ -88,11 +100,12 @@ int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRe
             return -1;
         }
         int rc = store_sparse_check(svc->store, p->table, p->ids.data, n, p->values.data ? p->values.data : (void *)"",
-                                    p->values.len, NULL, err, sizeof err);
+                                    p->values.len, NULL, &g, err, sizeof err);
         if (rc) {
             svc_fail(svc, call, rc, "batch sparse push %zu: %s", i, err);
             return -1;
         }
+        note_gen(gen, g, i == 0);
     }
     for (size_t i = 0; i < r->n_sparse_pull; i++) {
         const Psc__SparsePull *p = r->sparse_pull[i];
@@ -101,11 +114,12 @@ int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRe
             svc_reject(svc, call, PSC_EINVAL, "batch sparse pull %zu (%.64s): %s", i, p->table, err);
             return -1;
         }
-        int rc = store_sparse_check(svc->store, p->table, p->ids.data, n, NULL, 0, &dim, err, sizeof err);
+        int rc = store_sparse_check(svc->store, p->table, p->ids.data, n, NULL, 0, &dim, &g, err, sizeof err);
         if (rc) {
             svc_fail(svc, call, rc, "batch sparse pull %zu: %s", i, err);
             return -1;
         }
+        note_gen(gen, g, i == 0 && r->n_sparse_push == 0);
         *pull_bytes += n * (size_t)dim * 4;
         if (*pull_bytes > SVC_SPARSE_REPLY_MAX) {
             svc_reject(svc, call, PSC_ENOMEM,
@@ -118,8 +132,8 @@ int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRe
     return 0;
 }
 
-int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, int64_t *versions,
-                    int64_t *steps, protobuf_c_boolean *stale)
+int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen,
+                    int64_t *versions, int64_t *steps, protobuf_c_boolean *stale)
 {
     char err[512];
     int sync = store_get_sync(svc->store, NULL);
@@ -135,7 +149,7 @@ int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
             steps[i] = res.step;
             stale[i] = res.stale;
         } else {
-            rc = store_sparse_push(svc->store, p->table, p->ids.data, p->ids.len / 8, vals, p->values.len,
+            rc = store_sparse_push(svc->store, p->table, p->ids.data, p->ids.len / 8, vals, p->values.len, gen,
                                    &versions[i], err, sizeof err);
         }
         if (rc) {
@@ -147,24 +161,29 @@ int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
     return 0;
 }
 
-int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, Psc__SparseRows *rows,
-                    Psc__SparseRows **ptrs, uint8_t *data)
+int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen,
+                    size_t bytes, Psc__SparseRows *rows, Psc__SparseRows **ptrs, uint8_t *data)
 {
     char err[512];
     size_t at = 0;
+    int sync = store_get_sync(svc->store, NULL);
     for (size_t i = 0; i < r->n_sparse_pull; i++) {
         const Psc__SparsePull *p = r->sparse_pull[i];
         size_t n = p->ids.len / 8;
         int64_t version = 0;
-        int dim = 0;
-        /* dim again: the check saw the same table (only a restore replaces it, with the same dim) */
-        int rc = store_sparse_check(svc->store, p->table, p->ids.data, n, NULL, 0, &dim, err, sizeof err);
+        int dim = 0, rc = 0;
         float *dst = (float *)(void *)(data + at);
-        if (!rc && p->min_step > 0 && store_get_sync(svc->store, NULL))
-            rc = store_sparse_pull_sync(svc->store, p->table, p->ids.data, n, p->min_step, dst, &version, err,
-                                        sizeof err); /* version: the part's step */
-        else if (!rc)
-            rc = store_sparse_pull(svc->store, p->table, p->ids.data, n, dst, &version, err, sizeof err);
+        if (sync && p->min_step > 0) { /* version: the part's step */
+            rc = store_sparse_check(svc->store, p->table, p->ids.data, n, NULL, 0, &dim, NULL, err, sizeof err);
+            if (!rc && n * (size_t)dim * 4 > bytes - at)
+                rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "sparse table %s changed under the batch", p->table);
+            if (!rc)
+                rc = store_sparse_pull_sync(svc->store, p->table, p->ids.data, n, p->min_step, dst, &version, err,
+                                            sizeof err);
+        } else {
+            rc = store_sparse_pull(svc->store, p->table, p->ids.data, n, dst, (bytes - at) / 4, gen, &dim, &version,
+                                   err, sizeof err);
+        }
         if (rc) {
             svc_fail(svc, call, rc, "batch sparse pull %zu: %s", i, err);
             return -1;
@@ -227,7 +246,7 @@ void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void
     Psc__TableRowsRequest *r = psc__table_rows_request__unpack(NULL, len, req);
     if (!r) return svc_fail_undecodable(svc, call, "TableRowsRequest", len);
     int dim = 0;
-    int rc = store_sparse_check(svc->store, r->table, "", 0, NULL, 0, &dim, err, sizeof err);
+    int rc = store_sparse_check(svc->store, r->table, "", 0, NULL, 0, &dim, NULL, err, sizeof err);
     if (rc) {
         svc_fail(svc, call, rc, "%s", err); /* the store counted it */
         psc__table_rows_request__free_unpacked(r, NULL);

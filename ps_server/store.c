@@ -330,6 +330,7 @@ void store_reset(store_t *s)
     int ntables = s->ntables;
     s->tables = NULL;
     s->ntables = 0;
+    s->tables_gen++;
     atomic_store(&s->step_hint, 0);
     free(s->sorted);
     s->vars = NULL;

@@ -179,18 +179,25 @@ int store_create_tables(store_t *s, const char *job_id, const sparse_table_cfg_t
  * glen bytes) of n ids (8n bytes at any alignment) of `table`: ready, known
  * table, ids (range, part, at most SPARSE_MAX_IDS -> PSC_ENOMEM, unique for a
  * push), gradient size and finite values. 0 or the code with err naming the
- * table and the problem (counted as rejected). *dim (may be NULL) = its dim. */
+ * table and the problem (counted as rejected). *dim (may be NULL) = its dim;
+ * *gen (may be NULL) = the table declarations' generation the checks held at:
+ * pass it to store_sparse_pull/_push as `checked` to skip checking again. */
 int store_sparse_check(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
-                       int *dim, char *err, size_t errlen);
-/* Copies n rows into out (n*dim floats), creating the missing ones; the part's
- * version in *version. Checks as store_sparse_check (ids need not be unique). */
-int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, int64_t *version,
-                      char *err, size_t errlen);
+                       int *dim, uint64_t *gen, char *err, size_t errlen);
+/* Copies n rows into out (room for cap floats; n*dim more is PSC_EMISMATCH),
+ * creating the missing ones; the part's version in *version and its dim in
+ * *dim (both may be NULL). Checks as store_sparse_check (ids need not be
+ * unique) unless `checked` is the generation still in force (a Batch checks
+ * every item before it applies any; a Release and Create between the two
+ * changes the generation, and the request is checked again). */
+int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, size_t cap,
+                      uint64_t checked, int *dim, int64_t *version, char *err, size_t errlen);
 /* Applies n unique ids' gradient rows with the table's optimizer at the
  * learning rate of its schedule (store_note_step). Checks as
- * store_sparse_check first: a refused push changes nothing. */
+ * store_sparse_check first, unless `checked` is as for store_sparse_pull: a
+ * refused push changes nothing. */
 int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
-                      int64_t *version, char *err, size_t errlen);
+                      uint64_t checked, int64_t *version, char *err, size_t errlen);
 
 /* A page of the rows of `table` that exist, ascending id: those with id >
  * after, at most max (ids: max, vals: max * dim floats); *n rows, *more = 1

@@ -90,6 +90,8 @@ struct store {
     store_var_t *step_var; /* the is_step variable or NULL */
     store_table_t *tables; /* (ntables) sparse table parts, in the Create's order; owned */
     int ntables;
+    uint64_t tables_gen;   /* changes whenever the table declarations do (create, reset): a sparse request
+                              checked at one value needs no second check at the same value */
     atomic_int_fast64_t step_hint; /* newest global_step seen (held or sent): learning-rate schedules */
     pthread_mutex_t rate_lock;     /* the tables' rate fields (leaf lock) */
     int sync_on;           /* sync-replica mode (set once per job; store_reset clears it) */
@@ -142,10 +144,10 @@ int store_optim_same(const psc_optim_config_t *a, const psc_optim_config_t *b);
 /* Frees n table parts and their accumulators (store.c). */
 void store_tables_free(store_table_t *t, int n);
 /* Resolves a table for a data request (caller holds the fence shared): the
- * part, its slot (may be NULL) and its optimizer at the current learning rate
- * (opt may be NULL). 0 or a code (not counted). */
+ * part, its slot (may be NULL), its optimizer at the current learning rate
+ * (opt may be NULL) and tables_gen (gen may be NULL). 0 or a code (not counted). */
 int store_table_get(store_t *s, const char *table, sparse_table_t **out, store_table_t **slot,
-                    psc_optim_config_t *opt, char *err, size_t errlen);
+                    psc_optim_config_t *opt, uint64_t *gen, char *err, size_t errlen);
 
 /* The checks of a sparse request on part t (grads NULL for a pull): ids and
  * gradient rows; err names the table. 0 or a code (not counted). */

@@ -86,6 +86,7 @@ static int create_tables_fenced(store_t *s, const char *job_id, const sparse_tab
     } else {
         s->tables = made;
         s->ntables = n;
+        s->tables_gen++;
         made = NULL;
     }
     pthread_rwlock_unlock(&s->lock);
@@ -103,12 +104,13 @@ int store_create_tables(store_t *s, const char *job_id, const sparse_table_cfg_t
 }
 
 int store_table_get(store_t *s, const char *table, sparse_table_t **out, store_table_t **slot,
-                    psc_optim_config_t *opt, char *err, size_t errlen)
+                    psc_optim_config_t *opt, uint64_t *gen, char *err, size_t errlen)
 {
     int rc = 0;
     *out = NULL;
     if (slot) *slot = NULL;
     pthread_rwlock_rdlock(&s->lock);
+    if (gen) *gen = s->tables_gen;
     if (!s->ready) {
         rc = psc_seterr(err, errlen, PSC_ENOTREADY, "model not ready (%s)",
                         s->have_job ? "the job's variables are not marked ready yet" : "no job created yet");
@@ -153,30 +155,44 @@ int store_table_check_request(const sparse_table_t *t, const void *ids, size_t n
 }
 
 int store_sparse_check(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
-                       int *dim, char *err, size_t errlen)
+                       int *dim, uint64_t *gen, char *err, size_t errlen)
 {
     sparse_table_t *t;
     fence_enter(s);
-    int rc = store_table_get(s, table, &t, NULL, NULL, err, errlen);
+    int rc = store_table_get(s, table, &t, NULL, NULL, gen, err, errlen);
     if (!rc) rc = store_table_check_request(t, ids, n, grads, glen, err, errlen);
     if (!rc && dim) *dim = sparse_table_config(t)->dim;
     fence_leave(s);
     return rc ? store_reject(s, rc) : 0;
 }
 
-int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, int64_t *version,
-                      char *err, size_t errlen)
+/* Resolves the table of a pull or push and checks the request, unless it
+ * was checked at the tables_gen still in force (`checked`, 0: never). */
+static int resolve_checked(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
+                           uint64_t checked, sparse_table_t **t, psc_optim_config_t *opt, char *err, size_t errlen)
+{
+    uint64_t gen;
+    int rc = store_table_get(s, table, t, NULL, opt, &gen, err, errlen);
+    if (!rc && (checked == 0 || checked != gen)) rc = store_table_check_request(*t, ids, n, grads, glen, err, errlen);
+    return rc;
+}
+
+int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, size_t cap,
+                      uint64_t checked, int *dim, int64_t *version, char *err, size_t errlen)
 {
     sparse_table_t *t;
     fence_enter(s);
-    int rc = store_table_get(s, table, &t, NULL, NULL, err, errlen);
-    if (!rc) rc = store_table_check_request(t, ids, n, NULL, 0, err, errlen);
+    int rc = resolve_checked(s, table, ids, n, NULL, 0, checked, &t, NULL, err, errlen);
+    if (!rc && (uint64_t)n * (uint64_t)sparse_table_config(t)->dim > cap)
+        rc = psc_seterr(err, errlen, PSC_EMISMATCH, "sparse table %s: %zu rows of dim %d exceed the %zu floats given",
+                        table, n, sparse_table_config(t)->dim, cap);
     if (!rc) {
         rc = sparse_table_pull(t, ids, n, out);
         if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
         sparse_table_stats_t st;
         sparse_table_get_stats(t, &st);
         if (version) *version = (int64_t)st.version;
+        if (dim) *dim = sparse_table_config(t)->dim;
         if (!rc) {
             count(&s->pulls, 1);
             count(&s->bytes_pulled, (uint64_t)n * (uint64_t)sparse_table_config(t)->dim * 4);
@@ -187,13 +203,12 @@ int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, 
 }
 
 int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
-                      int64_t *version, char *err, size_t errlen)
+                      uint64_t checked, int64_t *version, char *err, size_t errlen)
 {
     sparse_table_t *t;
     psc_optim_config_t opt;
     fence_enter(s);
-    int rc = store_table_get(s, table, &t, NULL, &opt, err, errlen);
-    if (!rc) rc = store_table_check_request(t, ids, n, grads, glen, err, errlen);
+    int rc = resolve_checked(s, table, ids, n, grads, glen, checked, &t, &opt, err, errlen);
     if (!rc) {
         rc = sparse_table_push(t, ids, n, grads, opt.learning_rate, NULL);
         if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
@@ -216,7 +231,7 @@ int store_table_rows(store_t *s, const char *table, int64_t after, size_t max, i
     *n = 0;
     *more = 0;
     fence_enter(s);
-    int rc = store_table_get(s, table, &t, NULL, NULL, err, errlen);
+    int rc = store_table_get(s, table, &t, NULL, NULL, NULL, err, errlen);
     if (!rc) sparse_table_scan(t, after, max, ids, vals, n, more);
     fence_leave(s);
     return rc ? store_reject(s, rc) : 0;

@@ -153,7 +153,7 @@ int store_sparse_push_sync(store_t *s, const char *table, const void *ids, size_
     psc_optim_config_t opt;
     store_sync_cfg_t cfg;
     fence_enter(s);
-    int rc = store_table_get(s, table, &t, &slot, &opt, err, errlen);
+    int rc = store_table_get(s, table, &t, &slot, &opt, NULL, err, errlen);
     if (!rc && !store_get_sync(s, &cfg))
         rc = psc_seterr(err, errlen, PSC_EUNSUPPORTED, "sparse table %s: sync push, but the job is asynchronous",
                         table);
@@ -208,7 +208,7 @@ int store_sparse_pull_sync(store_t *s, const char *table, const void *ids, size_
     store_table_t *slot;
     psc_optim_config_t opt;
     fence_enter(s);
-    int rc = store_table_get(s, table, &t, &slot, &opt, err, errlen);
+    int rc = store_table_get(s, table, &t, &slot, &opt, NULL, err, errlen);
     if (!rc) rc = store_table_check_request(t, ids, n, NULL, 0, err, errlen);
     if (rc) {
         fence_leave(s);
