@@ -6,11 +6,15 @@
  * writes the error "<prefix><key path>: <problem>". Defaults are written first, so
  * a parsed spec is complete. This file parses the model and the plain sections and
  * computes the job id; job_spec_optim.c parses the optimizers (with their
- * learning-rate schedules) and the sparse tables. The job id is FNV-1a 64 over a
+ * learning-rate schedules) and the sparse tables; job_spec_data.c the "data"
+ * section; job_spec_ctr.c a recommendation model's lookup layers and its loss
+ * against its data. The job id is FNV-1a 64 over a
  * canonical text of everything that defines the model and its training math
- * (shapes, layers, loss, optimizer, placement, seed, tables), printed with fixed
- * formats so that equal specs hash equally; what a spec without the newer keys
- * (schedule, ftrl, tables) hashes is unchanged: their lines appear only when used.
+ * (shapes, layers, loss, optimizer, placement, seed, tables; a recommendation
+ * model's lookup layers and data features), printed with fixed formats so that
+ * equal specs hash equally; what a spec without the newer keys (schedule, ftrl,
+ * tables, recommendation models) hashes is unchanged: their lines appear only
+ * when used.
  *
  * Validation happens in two places: parsing refuses everything that the text
  * alone shows wrong, the layers against model.input_shape included (the walk of
@@ -38,11 +42,11 @@
 
 #define DEFAULT_TRAIN "/usr/share/datasets/fashion-mnist/train"
 #define DEFAULT_TEST "/usr/share/datasets/fashion-mnist/t10k"
-#define LOSS_SPARSE_CE "sparse_softmax_cross_entropy"
 
 /* ---- model ---- */
 
-static const char *const layer_type_names[] = {"dense", "flatten", "conv2d", "max_pool2d", "dropout"};
+static const char *const layer_type_names[] = {"dense",     "flatten",     "conv2d", "max_pool2d", "dropout",
+                                               "embedding", "interaction", "concat", "wide"};
 static const char *const activation_names[] = {"linear", "relu", "tanh", "sigmoid"};
 static const char *const padding_names[] = {"valid", "same"};
 static const char *const layer_keys[][9] = {
@@ -52,6 +56,10 @@ static const char *const layer_keys[][9] = {
                           NULL},
     [PSC_LAYER_MAX_POOL2D] = {"type", "name", "pool_size", "strides", "padding", NULL},
     [PSC_LAYER_DROPOUT] = {"type", "name", "rate", NULL},
+    [PSC_LAYER_EMBEDDING] = {"type", "name", "table", "features", "combiner", "hash_ids", NULL},
+    [PSC_LAYER_INTERACTION] = {"type", "name", NULL},
+    [PSC_LAYER_CONCAT] = {"type", "name", NULL},
+    [PSC_LAYER_WIDE] = {"type", "name", "table", "features", "combiner", "hash_ids", NULL},
 };
 
 const char *psc_activation_name(enum psc_activation a)
@@ -139,6 +147,14 @@ static int parse_layer(const jspec_ctx_t *c, const json_t *lj, int i, psc_layer_
         if (L->rate >= 1.0f) L->rate = nextafterf(1.0f, 0.0f);
         break;
     }
+    case PSC_LAYER_EMBEDDING:
+    case PSC_LAYER_WIDE:
+        /* table and features name things parsed later: job_spec_ctr.c reads these keys */
+        L->table = -1;
+        L->hash_ids = 1;
+        break;
+    case PSC_LAYER_INTERACTION:
+    case PSC_LAYER_CONCAT: break;
     }
     return 0;
 }
@@ -184,12 +200,15 @@ static int parse_model(const jspec_ctx_t *c, const json_t *m, psc_job_spec_t *s)
     int rc;
     if ((rc = jspec_check_keys(c, m, "model", keys))) return rc;
 
-    const json_t *shape = json_object_get(m, "input_shape");
-    if (!shape) return jspec_missing(c, "model.input_shape");
-    if (!json_is_array(shape) || (json_array_size(shape) != 1 && json_array_size(shape) != 3))
+    /* a recommendation model's input is its dense features: input_shape may be left out */
+    const json_t *shape = json_object_get(m, "input_shape"), *lossj = json_object_get(m, "loss");
+    int sigmoid =
+        json_is_string(lossj) && strcmp(json_string_value(lossj), jspec_loss_names[PSC_LOSS_SIGMOID_XENT]) == 0;
+    if (!shape && !sigmoid) return jspec_missing(c, "model.input_shape");
+    if (shape && (!json_is_array(shape) || (json_array_size(shape) != 1 && json_array_size(shape) != 3)))
         return jspec_fail(c, "model.input_shape", "expected an array of 1 or 3 positive integers, got %s",
                           jspec_show(shape, got, sizeof got));
-    s->input_rank = (int)json_array_size(shape);
+    s->input_rank = shape ? (int)json_array_size(shape) : 0; /* 0: set from the data (job_spec_ctr.c) */
     s->input_shape[0] = s->input_shape[1] = s->input_shape[2] = 1;
     for (int i = 0; i < s->input_rank; i++) {
         const json_t *d = json_array_get(shape, (size_t)i);
@@ -202,10 +221,10 @@ static int parse_model(const jspec_ctx_t *c, const json_t *m, psc_job_spec_t *s)
         s->input_shape[i] = (int)json_integer_value(d);
     }
 
-    int loss = 0;
-    static const char *const losses[] = {LOSS_SPARSE_CE};
-    if ((rc = jspec_get_enum(c, m, "loss", "model", 0, losses, 1, &loss))) return rc;
-    snprintf(s->loss, sizeof s->loss, "%s", LOSS_SPARSE_CE);
+    int loss = PSC_LOSS_SOFTMAX_XENT;
+    if ((rc = jspec_get_enum(c, m, "loss", "model", 0, jspec_loss_names, 2, &loss))) return rc;
+    s->loss_kind = (enum psc_loss)loss;
+    snprintf(s->loss, sizeof s->loss, "%s", jspec_loss_names[loss]);
 
     const json_t *layers = json_object_get(m, "layers");
     if (!layers) return jspec_missing(c, "model.layers");
@@ -226,34 +245,13 @@ static int parse_model(const jspec_ctx_t *c, const json_t *m, psc_job_spec_t *s)
 
 /* ---- the other sections ---- */
 
-static int get_path(const jspec_ctx_t *c, const json_t *obj, const char *key, char *dst, size_t dstlen)
-{
-    const char *s = NULL;
-    char p[64];
-    int rc = jspec_get_string(c, obj, key, "data", 0, &s);
-    if (rc || !s) return rc;
-    jspec_join(p, sizeof p, "data", key);
-    if (!*s) return jspec_fail(c, p, "expected a non-empty path");
-    if (strlen(s) >= dstlen) return jspec_fail(c, p, "path too long (%zu bytes, max %zu)", strlen(s), dstlen - 1);
-    snprintf(dst, dstlen, "%s", s);
-    return 0;
-}
-
 static int parse_sections(const jspec_ctx_t *c, const json_t *root, psc_job_spec_t *s)
 {
     const json_t *o;
     int rc;
 
     if ((rc = jspec_get_object(c, root, "data", "", 0, &o))) return rc;
-    if (o) {
-        static const char *const keys[] = {"train", "test", "train_examples", "test_examples", "shuffle", NULL};
-        if ((rc = jspec_check_keys(c, o, "data", keys))) return rc;
-        if ((rc = get_path(c, o, "train", s->train_path, sizeof s->train_path))) return rc;
-        if ((rc = get_path(c, o, "test", s->test_path, sizeof s->test_path))) return rc;
-        if ((rc = jspec_get_int(c, o, "train_examples", "data", 0, 0, INT64_MAX, &s->train_examples))) return rc;
-        if ((rc = jspec_get_int(c, o, "test_examples", "data", 0, 0, INT64_MAX, &s->test_examples))) return rc;
-        if ((rc = jspec_get_bool(c, o, "shuffle", "data", &s->shuffle))) return rc;
-    }
+    if ((rc = jspec_parse_data(c, o, s))) return rc;
 
     if ((rc = jspec_get_int32(c, root, "batch_size_per_replica", "", 0, 1, &s->batch_size))) return rc;
     if ((rc = jspec_get_int32(c, root, "epochs", "", 0, 1, &s->epochs))) return rc;
@@ -356,7 +354,32 @@ static void hash_optimizer(uint64_t *h, const char *tag, const psc_optim_config_
     fnv_printf(h, "\n");
 }
 
-/* FNV-1a 64 of a canonical text: one line per part, fixed field order and formats. */
+/* An embedding or wide layer's line: its table and its features (cat_index values). */
+static void hash_lookup_layer(uint64_t *h, const psc_job_spec_t *s, int i)
+{
+    const psc_layer_spec_t *L = &s->layers[i];
+    fnv_printf(h, "layer %d table=%s combiner=%s hash_ids=%d features", i, s->tables[L->table].name,
+               jspec_combiner_names[L->combiner], L->hash_ids);
+    for (int f = 0; f < L->num_features; f++) fnv_printf(h, " %d", L->features[f]);
+    fnv_printf(h, "\n");
+}
+
+/* A recommendation model's inputs: the data format and every feature (which
+ * columns feed what, and the dense transform, are part of the model). */
+static void hash_features(uint64_t *h, const psc_job_spec_t *s)
+{
+    fnv_printf(h, "data format=%s\n", jspec_format_names[s->data_format]);
+    for (int i = 0; i < s->num_features; i++) {
+        const psc_feature_spec_t *F = &s->features[i];
+        fnv_printf(h, "feature %d name=%s role=%s kind=%s length=%d transform=%s\n", i, F->name,
+                   jspec_role_names[F->role], jspec_kind_names[F->kind], F->length,
+                   jspec_transform_names[F->transform]);
+    }
+}
+
+/* FNV-1a 64 of a canonical text: one line per part, fixed field order and formats. The
+ * lines of a recommendation model (loss sigmoid_cross_entropy: its lookup layers' tables
+ * and features, its data's features) appear only there, so other ids are unchanged. */
 static void compute_job_id(psc_job_spec_t *s)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -370,8 +393,10 @@ static void compute_job_id(psc_job_spec_t *s)
                    i, layer_type_names[L->type], L->name, activation_names[L->activation], L->units, L->use_bias,
                    L->filters, L->kernel_size[0], L->kernel_size[1], L->strides[0], L->strides[1], L->pool_size[0],
                    L->pool_size[1], padding_names[L->padding], (double)L->rate);
+        if (L->type == PSC_LAYER_EMBEDDING || L->type == PSC_LAYER_WIDE) hash_lookup_layer(&h, s, i);
     }
     fnv_printf(&h, "loss %s\n", s->loss);
+    if (s->data_format != PSC_DATA_IDX) hash_features(&h, s);
     hash_optimizer(&h, "optimizer", &s->optimizer);
     fnv_printf(&h, "placement %s min_shard_bytes=%llu\nseed %llu\n",
                s->placement == PSC_PLACE_GREEDY_BYTES ? "greedy_bytes" : "round_robin",
@@ -387,6 +412,31 @@ static void compute_job_id(psc_job_spec_t *s)
 }
 
 /* ---- entry points ---- */
+
+static int model_check(const jspec_ctx_t *c, const psc_job_spec_t *s)
+{
+    char merr[384];
+    return psc_model_check(s, merr, sizeof merr) ? jspec_fail(c, "", "%s", merr) : 0;
+}
+
+/* The layers against the input shape (refused here, not by a worker minutes
+ * later) and the tables. A softmax model is checked before its tables are read;
+ * a recommendation model's layers name tables and features, so its tables and
+ * data come first, then its layers' lookups, the model, and the tables' names
+ * against the model's variables. */
+static int check_model_tables(const jspec_ctx_t *c, const json_t *root, const json_t *model, psc_job_spec_t *s)
+{
+    int rc;
+    if (s->loss_kind == PSC_LOSS_SOFTMAX_XENT && s->data_format == PSC_DATA_IDX) {
+        if ((rc = model_check(c, s))) return rc;
+        return jspec_parse_tables(c, root, s, 1);
+    }
+    if ((rc = jspec_check_loss_data(c, model, s))) return rc;
+    if ((rc = jspec_parse_tables(c, root, s, 0))) return rc;
+    if ((rc = jspec_parse_ctr_layers(c, json_object_get(model, "layers"), s))) return rc;
+    if ((rc = model_check(c, s))) return rc;
+    return jspec_check_table_names(c, s);
+}
 
 static int parse_with(const jspec_ctx_t *c, const char *json, size_t len, psc_job_spec_t *out)
 {
@@ -419,18 +469,13 @@ static int parse_with(const jspec_ctx_t *c, const char *json, size_t len, psc_jo
         goto out;
     }
     if ((rc = jspec_check_keys(c, root, "", keys))) goto out;
-    if ((rc = jspec_get_object(c, root, "model", "", 1, &o))) goto out;
-    if ((rc = parse_model(c, o, s))) goto out;
+    const json_t *model;
+    if ((rc = jspec_get_object(c, root, "model", "", 1, &model))) goto out;
+    if ((rc = parse_model(c, model, s))) goto out;
     if ((rc = jspec_get_object(c, root, "optimizer", "", 1, &o))) goto out;
     if ((rc = jspec_parse_optimizer(c, o, "optimizer", &s->optimizer))) goto out;
     if ((rc = parse_sections(c, root, s))) goto out;
-    /* the layers against the input shape: refused here, not by a worker minutes later */
-    char merr[384];
-    if (psc_model_check(s, merr, sizeof merr)) {
-        rc = jspec_fail(c, "", "%s", merr);
-        goto out;
-    }
-    if ((rc = jspec_parse_tables(c, root, s))) goto out;
+    if ((rc = check_model_tables(c, root, model, s))) goto out;
     compute_job_id(s);
 
 out:
@@ -471,6 +516,11 @@ void psc_job_spec_deinit(psc_job_spec_t *s)
     if (!s) return;
     free(s->layers);
     free(s->tables);
+    for (int i = 0; i < s->num_train_files; i++) free(s->train_files[i]);
+    free(s->train_files);
+    for (int i = 0; i < s->num_test_files; i++) free(s->test_files[i]);
+    free(s->test_files);
+    free(s->features);
     memset(s, 0, sizeof *s);
 }
 
@@ -528,6 +578,7 @@ static int check_idx_pair(const char *pfx, const char *key, const char *prefix, 
 static int check_data(const char *pfx, const psc_job_spec_t *s, int train, int test, char *err, size_t errlen)
 {
     int rc;
+    if (s->data_format != PSC_DATA_IDX) return jspec_check_data_files(pfx, s, train, test, err, errlen);
     if (train && (rc = check_idx_pair(pfx, "data.train", s->train_path, err, errlen))) return rc;
     if (test && (rc = check_idx_pair(pfx, "data.test", s->test_path, err, errlen))) return rc;
     return 0;

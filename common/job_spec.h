@@ -15,7 +15,43 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum psc_layer_type { PSC_LAYER_DENSE = 0, PSC_LAYER_FLATTEN, PSC_LAYER_CONV2D, PSC_LAYER_MAX_POOL2D, PSC_LAYER_DROPOUT };
+enum psc_layer_type {
+    PSC_LAYER_DENSE = 0,
+    PSC_LAYER_FLATTEN,
+    PSC_LAYER_CONV2D,
+    PSC_LAYER_MAX_POOL2D,
+    PSC_LAYER_DROPOUT,
+    /* recommendation (CTR) models, loss sigmoid_cross_entropy (README "Recommendation models") */
+    PSC_LAYER_EMBEDDING,   /* categorical features -> one pooled row of a table each */
+    PSC_LAYER_INTERACTION, /* DLRM's pairwise dot products of the bottom output and the pooled rows */
+    PSC_LAYER_CONCAT,      /* the bottom output (or the dense features) and the pooled rows side by side */
+    PSC_LAYER_WIDE         /* Wide & Deep's linear part: a dim-1 table's rows summed into the logit */
+};
+enum psc_loss { PSC_LOSS_SOFTMAX_XENT = 0, PSC_LOSS_SIGMOID_XENT };
+enum psc_combiner { PSC_COMBINER_SUM = 0, PSC_COMBINER_MEAN, PSC_COMBINER_SQRTN };
+/* data.format */
+enum psc_data_format { PSC_DATA_IDX = 0, PSC_DATA_CRITEO, PSC_DATA_LIBSVM, PSC_DATA_TFRECORD };
+/* data.shard: how the training replicas split the files (tf.data's auto-shard policy) */
+enum psc_data_shard { PSC_SHARD_AUTO = 0, PSC_SHARD_FILE, PSC_SHARD_RECORD };
+enum psc_feature_role { PSC_FEATURE_LABEL = 0, PSC_FEATURE_DENSE, PSC_FEATURE_CATEGORICAL };
+/* a tf.Example feature's list type (tfrecord); criteo and libsvm fill it in */
+enum psc_feature_kind { PSC_FEATURE_INT64 = 0, PSC_FEATURE_FLOAT, PSC_FEATURE_BYTES };
+enum psc_dense_transform { PSC_TRANSFORM_NONE = 0, PSC_TRANSFORM_LOG1P /* log(1 + max(x, 0)), DLRM's */ };
+
+/* Most input features a job may declare, and most features one embedding or wide layer may take. */
+#define PSC_MAX_FEATURES 128
+
+/* One input feature of a criteo / libsvm / tfrecord data set (data.features;
+ * for criteo and libsvm the parser fills the list in: see README). */
+typedef struct psc_feature_spec {
+    char name[64];              /* criteo: label, I1..I13, C1..C26; libsvm: label, features */
+    enum psc_feature_role role;
+    enum psc_feature_kind kind;
+    int length;                 /* values per example: > 0 fixed; 0 variable (categorical only) */
+    enum psc_dense_transform transform; /* dense: default none (criteo's I*: log1p) */
+    int dense_offset;           /* dense: its first column in a batch's dense (n, num_dense) */
+    int cat_index;              /* categorical: its index among the categorical features (0..num_cat-1) */
+} psc_feature_spec_t;
 enum psc_activation { PSC_ACT_NONE = 0, PSC_ACT_RELU, PSC_ACT_TANH, PSC_ACT_SIGMOID };
 enum psc_padding { PSC_PAD_VALID = 0, PSC_PAD_SAME };
 enum psc_optim_kind {
@@ -40,6 +76,13 @@ typedef struct psc_layer_spec {
     int pool_size[2];               /* max_pool2d; default (2, 2) */
     enum psc_padding padding;       /* conv2d, max_pool2d; default valid */
     float rate;                     /* dropout, in [0, 1) */
+    /* embedding, wide: the table (index into psc_job_spec_t.tables) and the
+     * categorical features (cat_index values, in the layer's order) it looks up */
+    int table;
+    int features[PSC_MAX_FEATURES];
+    int num_features;
+    enum psc_combiner combiner; /* embedding, wide: how a multi-valued feature's rows pool (default sum) */
+    int hash_ids;               /* 1 (default): id = psc_feature_id_hash(...) % rows; 0: the value itself, < rows */
 } psc_layer_spec_t;
 
 /* Optimizer hyper-parameters, all resolved (defaults filled in). The formulas are
@@ -77,14 +120,29 @@ typedef struct psc_job_spec {
     int input_rank;     /* 1 or 3 */
     psc_layer_spec_t *layers; /* owned */
     int num_layers;
-    char loss[48]; /* "sparse_softmax_cross_entropy" */
+    char loss[48]; /* "sparse_softmax_cross_entropy" or "sigmoid_cross_entropy" */
+    enum psc_loss loss_kind; /* PSC_LOSS_SIGMOID_XENT: a recommendation (CTR) model */
     psc_table_spec_t *tables; /* owned; "tables" in spec order (NULL when none) */
     int num_tables;
 
     psc_optim_config_t optimizer;
 
-    char train_path[512];  /* IDX prefix: <prefix>-images-idx3-ubyte[.gz] + -labels-idx1-ubyte[.gz] */
+    enum psc_data_format data_format; /* data.format, default idx */
+    char train_path[512];  /* idx: IDX prefix: <prefix>-images-idx3-ubyte[.gz] + -labels-idx1-ubyte[.gz] */
     char test_path[512];
+    /* criteo, libsvm, tfrecord: data.train / data.test as file names or glob(3)
+     * patterns (owned; a string is a list of one); each file plain or gzip */
+    char **train_files;
+    int num_train_files;
+    char **test_files;
+    int num_test_files;
+    enum psc_data_shard shard;  /* data.shard, default auto */
+    int64_t bad_record_limit;   /* data.bad_record_limit: malformed records skipped (and counted) before the
+                                   job stops; 0 (default): the first one stops it */
+    psc_feature_spec_t *features; /* owned; data.features (tfrecord) or filled in (criteo, libsvm); NULL for idx */
+    int num_features;
+    int num_dense;              /* dense floats per example (the sum of the dense features' lengths) */
+    int num_cat;                /* categorical features */
     int64_t train_examples; /* data.train_examples: use the first N (0 = all) */
     int64_t test_examples;  /* data.test_examples */
     int shuffle;            /* data.shuffle: reshuffle each epoch (default 1); 0 keeps file order */
@@ -118,10 +176,16 @@ typedef struct psc_job_spec {
  * (psc_model_check: conv2d/max_pool2d need an image, a valid window must fit its
  * feature map, dense needs a flatten after an image, the output must be >= 2
  * logits), and each table's name against the model's variables (neither equal
- * nor a "/"-prefix of the other, job_spec_optim.c). Returns 0, or PSC_ECONFIG
- * with `err` naming the key ("job spec: tables[1].dim: expected an integer
- * 1..4096, got 0"); *out then owns nothing. psc_job_spec_deinit frees layers
- * and tables. */
+ * nor a "/"-prefix of the other, job_spec_optim.c). A recommendation model
+ * (model.loss sigmoid_cross_entropy, which data.format criteo, libsvm or
+ * tfrecord requires and idx refuses) also gets its data.features (criteo's and
+ * libsvm's filled in, job_spec_data.c), its embedding and wide layers resolved
+ * against "tables" and the features (job_spec_ctr.c), model.input_shape set to
+ * (num_dense), and psc_model_check's structure rules (model_spec_ctr.c).
+ * Returns 0, or PSC_ECONFIG with `err` naming the key ("job spec: tables[1].dim:
+ * expected an integer 1..4096, got 0"); *out then owns nothing.
+ * psc_job_spec_deinit frees layers, tables, train_files, test_files and
+ * features. */
 int psc_job_spec_parse(const char *json, psc_job_spec_t *out, char *err, size_t errlen);
 /* Reads and parses a file ("job spec FILE: cannot read: ..." on I/O errors). */
 int psc_job_spec_load(const char *path, psc_job_spec_t *out, char *err, size_t errlen);
@@ -137,11 +201,16 @@ void psc_job_spec_deinit(psc_job_spec_t *s);
  * Reads the file system not at all. Thread-safe (reads only its arguments). */
 int psc_job_spec_check(const psc_job_spec_t *s, const psc_cluster_t *cluster, char *err, size_t errlen);
 
-/* Checks that the IDX files of data.train (train != 0) and of data.test (test != 0)
- * can be read: PREFIX-images-idx3-ubyte and PREFIX-labels-idx1-ubyte, each as
- * itself or with .gz (what the worker's reader tries). access(2) only: a corrupt
- * file is found when the worker loads it. Returns 0, or PSC_ECONFIG with
- * "job spec: data.train: cannot read PATH[.gz]: <reason>" in err. */
+/* Checks that the files of data.train (train != 0) and of data.test (test != 0)
+ * can be read. idx: PREFIX-images-idx3-ubyte and PREFIX-labels-idx1-ubyte, each
+ * as itself or with .gz (what the worker's reader tries). criteo, libsvm,
+ * tfrecord: each name of the list is the file itself when it has no glob(3)
+ * characters, else a pattern that must match at least one file; every file must
+ * be readable and not a directory (an absent data.test checks nothing). stat(2),
+ * access(2) and glob(3) only: a corrupt file is found when the worker reads it.
+ * Returns 0, or PSC_ECONFIG with "job spec: data.train: cannot read PATH[.gz]:
+ * <reason>", "job spec: data.train: no file matches PATTERN" or "job spec:
+ * data.test: cannot read FILE: <reason>" in err. */
 int psc_job_spec_check_data(const psc_job_spec_t *s, int train, int test, char *err, size_t errlen);
 
 /* What a program started with --job_spec FILE does: psc_job_spec_load, then

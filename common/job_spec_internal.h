@@ -1,8 +1,11 @@
-/* job_spec_internal.h — what the three files of the job-spec parser share:
+/* job_spec_internal.h — what the files of the job-spec parser share:
  * job_spec.c (the entry points, the model, the other sections, the job id),
- * job_spec_optim.c (optimizer, learning-rate schedule, tables) and
- * job_spec_json.c (the typed getters below). Only those files include it (and
- * with it jansson); the rest of psc sees job_spec.h alone.
+ * job_spec_optim.c (optimizer, learning-rate schedule, tables),
+ * job_spec_data.c (the "data" section: formats, files, features),
+ * job_spec_ctr.c (a recommendation model's layers against its tables and
+ * features) and job_spec_json.c (the typed getters below and the name tables:
+ * the leaf the others call). Only those files include it (and with it
+ * jansson); the rest of psc sees job_spec.h alone.
  *
  * Every getter reads obj[key], writes "<pfx><parent>.<key>: <problem>" into the
  * context's error buffer and returns PSC_ECONFIG when the value is wrong, and
@@ -80,14 +83,55 @@ int jspec_get_pair(const jspec_ctx_t *c, const json_t *obj, const char *key, con
 int jspec_get_object(const jspec_ctx_t *c, const json_t *obj, const char *key, const char *parent, int required,
                      const json_t **out);
 
+/* Names of the enums' values, indexed by value (job_spec_json.c). */
+extern const char *const jspec_format_names[4];    /* enum psc_data_format: idx, criteo, libsvm, tfrecord */
+extern const char *const jspec_shard_names[3];     /* enum psc_data_shard: auto, file, record */
+extern const char *const jspec_role_names[3];      /* enum psc_feature_role: label, dense, categorical */
+extern const char *const jspec_kind_names[3];      /* enum psc_feature_kind: int64, float, bytes */
+extern const char *const jspec_transform_names[2]; /* enum psc_dense_transform: none, log1p */
+extern const char *const jspec_combiner_names[3];  /* enum psc_combiner: sum, mean, sqrtn */
+extern const char *const jspec_loss_names[2];      /* enum psc_loss */
+
 /* ---- job_spec_optim.c ---- */
 
 /* An optimizer object at `path` ("optimizer", "tables[2].optimizer") into *opt,
  * defaults filled in, its "schedule" included. */
 int jspec_parse_optimizer(const jspec_ctx_t *c, const json_t *o, const char *path, psc_optim_config_t *opt);
-/* The top-level "tables" (absent: none) into s->tables (owned by s); needs the
- * model parsed and checked (table names must not clash with its variables) and
- * s->optimizer parsed (a table without its own optimizer gets a copy). */
-int jspec_parse_tables(const jspec_ctx_t *c, const json_t *root, psc_job_spec_t *s);
+/* The top-level "tables" (absent: none) into s->tables (owned by s); needs
+ * s->optimizer parsed (a table without its own optimizer gets a copy). With
+ * check_names the model must be parsed and checked, and each table's name is
+ * checked against its variables as it is read (a softmax model's order);
+ * without, jspec_check_table_names does that later (a recommendation model,
+ * whose layers need the tables before they can be checked). */
+int jspec_parse_tables(const jspec_ctx_t *c, const json_t *root, psc_job_spec_t *s, int check_names);
+/* Every table's name against the model's variables (neither equal nor a
+ * "/"-prefix of the other); the model must pass psc_model_check. */
+int jspec_check_table_names(const jspec_ctx_t *c, const psc_job_spec_t *s);
+
+/* ---- job_spec_data.c ---- */
+
+/* The "data" object (NULL when absent: idx with its defaults) into s:
+ * data.format; for idx the IDX prefixes train/test; for the others the file
+ * lists (s->train_files, s->test_files), shard, bad_record_limit and the
+ * features (tfrecord's data.features, or criteo's and libsvm's own) with
+ * dense_offset, cat_index, num_dense and num_cat; then train_examples,
+ * test_examples and shuffle. What it allocates, s owns (psc_job_spec_deinit). */
+int jspec_parse_data(const jspec_ctx_t *c, const json_t *o, psc_job_spec_t *s);
+/* psc_job_spec_check_data for criteo, libsvm and tfrecord: every pattern of
+ * data.train (train != 0) and data.test (test != 0) matches at least one file,
+ * and each file it matches is readable. Messages start with pfx. */
+int jspec_check_data_files(const char *pfx, const psc_job_spec_t *s, int train, int test, char *err, size_t errlen);
+
+/* ---- job_spec_ctr.c ---- */
+
+/* model.loss against data.format (sigmoid_cross_entropy if and only if the
+ * data are criteo, libsvm or tfrecord) and, for sigmoid_cross_entropy,
+ * model.input_shape (model: the "model" object) against the dense features:
+ * absent or [num_dense]; then input_shape = (num_dense), rank 1. */
+int jspec_check_loss_data(const jspec_ctx_t *c, const json_t *model, psc_job_spec_t *s);
+/* The embedding and wide layers' keys (layers: the model.layers array, parsed
+ * into s->layers) against s->tables and s->features: table, features,
+ * combiner, hash_ids. Needs the tables and the data parsed. */
+int jspec_parse_ctr_layers(const jspec_ctx_t *c, const json_t *layers, psc_job_spec_t *s);
 
 #endif

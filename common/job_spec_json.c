@@ -1,4 +1,5 @@
-/* job_spec_json.c — the job-spec parser's typed getters (job_spec_internal.h).
+/* job_spec_json.c — the job-spec parser's typed getters and the names of its
+ * enums' values (job_spec_internal.h): the leaf the other job_spec*.c call.
  *
  * Design: each getter reads one key of one object and either stores its value or
  * writes the one error "<prefix><parent>.<key>: <problem>", naming what was
@@ -248,3 +249,13 @@ int jspec_get_object(const jspec_ctx_t *c, const json_t *obj, const char *key, c
     *out = v;
     return 0;
 }
+
+/* ---- names of the enums' values (job_spec_internal.h) ---- */
+
+const char *const jspec_format_names[4] = {"idx", "criteo", "libsvm", "tfrecord"};
+const char *const jspec_shard_names[3] = {"auto", "file", "record"};
+const char *const jspec_role_names[3] = {"label", "dense", "categorical"};
+const char *const jspec_kind_names[3] = {"int64", "float", "bytes"};
+const char *const jspec_transform_names[2] = {"none", "log1p"};
+const char *const jspec_combiner_names[3] = {"sum", "mean", "sqrtn"};
+const char *const jspec_loss_names[2] = {"sparse_softmax_cross_entropy", "sigmoid_cross_entropy"};

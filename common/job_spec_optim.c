@@ -9,7 +9,10 @@
  * table's name must not clash with the model's variables: equal, or one a
  * "/"-prefix of the other ("dense" and "dense/kernel"), since tables, model
  * variables and their parts ("name/part_i") share the PS's and the
- * checkpoints' namespace; the same rule holds between tables.
+ * checkpoints' namespace; the same rule holds between tables. A
+ * recommendation model's layers name its tables, so there the tables are read
+ * first and their names checked against the variables after the model
+ * (jspec_check_table_names), with the same message.
  *
  * Invariants: a parsed optimizer has every default filled in and its schedule
  * resolved (constant when absent); every table has its own copy of an
@@ -267,6 +270,19 @@ static int names_clash(const char *a, const char *b)
     return strncmp(a, b, lb) == 0 && a[lb] == '/';
 }
 
+/* A table's name (at path, "tables[i].name") against the model's variables. */
+static int check_name_vars(const jspec_ctx_t *c, const char *path, const char *name, const psc_var_desc_t *vars,
+                           int nvars)
+{
+    for (int v = 0; v < nvars; v++)
+        if (names_clash(name, vars[v].name))
+            return jspec_fail(c, path,
+                              "\"%s\" clashes with the model variable \"%s\" (a table's name must differ from every "
+                              "variable's and neither may be a /-prefix of the other)",
+                              name, vars[v].name);
+    return 0;
+}
+
 /* "initializer" of table `path` (default uniform(-0.05, 0.05), Keras Embedding's). */
 static int parse_initializer(const jspec_ctx_t *c, const json_t *tj, const char *path, psc_initializer_t *init)
 {
@@ -318,9 +334,9 @@ static int parse_table(const jspec_ctx_t *c, const json_t *tj, int i, const psc_
     static const char *const keys[] = {"name", "rows", "dim", "initializer", "partition_strategy", "optimizer", NULL};
     static const char *const partitions[] = {"mod", "div"};
     char path[32], p[64], got[64];
+    int rc;
     snprintf(path, sizeof path, "tables[%d]", i);
     if (!json_is_object(tj)) return jspec_fail(c, path, "expected an object, got %s", jspec_show(tj, got, sizeof got));
-    int rc;
     if ((rc = jspec_check_keys(c, tj, path, keys))) return rc;
 
     const char *name = NULL;
@@ -331,12 +347,7 @@ static int parse_table(const jspec_ctx_t *c, const json_t *tj, int i, const psc_
                           "\"%.64s\" is not a valid table name (1 to 63 characters of A-Z a-z 0-9 _ . - /, no empty "
                           "part between slashes)",
                           name);
-    for (int v = 0; v < nvars; v++)
-        if (names_clash(name, vars[v].name))
-            return jspec_fail(c, p,
-                              "\"%s\" clashes with the model variable \"%s\" (a table's name must differ from every "
-                              "variable's and neither may be a /-prefix of the other)",
-                              name, vars[v].name);
+    if ((rc = check_name_vars(c, p, name, vars, nvars))) return rc;
     for (int j = 0; j < i; j++)
         if (names_clash(name, s->tables[j].name))
             return jspec_fail(c, p,
@@ -365,7 +376,7 @@ static int parse_table(const jspec_ctx_t *c, const json_t *tj, int i, const psc_
     return jspec_parse_optimizer(c, o, p, &T->optimizer);
 }
 
-int jspec_parse_tables(const jspec_ctx_t *c, const json_t *root, psc_job_spec_t *s)
+int jspec_parse_tables(const jspec_ctx_t *c, const json_t *root, psc_job_spec_t *s, int check_names)
 {
     char got[64];
     const json_t *arr = json_object_get(root, "tables");
@@ -379,12 +390,27 @@ int jspec_parse_tables(const jspec_ctx_t *c, const json_t *root, psc_job_spec_t 
     psc_var_desc_t *vars = NULL;
     int nvars = 0;
     char merr[384];
-    if (psc_model_variables(s, &vars, &nvars, merr, sizeof merr)) return jspec_fail(c, "", "%s", merr);
+    if (check_names && psc_model_variables(s, &vars, &nvars, merr, sizeof merr)) return jspec_fail(c, "", "%s", merr);
     s->tables = psc_xcalloc((size_t)n, sizeof *s->tables);
     s->num_tables = n;
     int rc = 0;
     for (int i = 0; i < n && !rc; i++)
         rc = parse_table(c, json_array_get(arr, (size_t)i), i, s, vars, nvars, &s->tables[i]);
+    free(vars);
+    return rc;
+}
+
+int jspec_check_table_names(const jspec_ctx_t *c, const psc_job_spec_t *s)
+{
+    if (s->num_tables == 0) return 0;
+    psc_var_desc_t *vars = NULL;
+    int nvars = 0, rc = 0;
+    char merr[384], p[64];
+    if (psc_model_variables(s, &vars, &nvars, merr, sizeof merr)) return jspec_fail(c, "", "%s", merr);
+    for (int i = 0; i < s->num_tables && !rc; i++) {
+        snprintf(p, sizeof p, "tables[%d].name", i);
+        rc = check_name_vars(c, p, s->tables[i].name, vars, nvars);
+    }
     free(vars);
     return rc;
 }

@@ -26,18 +26,14 @@
  */
 #include "model_spec.h"
 
+#include "model_spec_internal.h"
 #include "psc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const type_names[] = {"dense", "flatten", "conv2d", "max_pool2d", "dropout"};
-
-static const char *layer_type_name(enum psc_layer_type t)
-{
-    return (unsigned)t < PSC_ARRAY_LEN(type_names) ? type_names[t] : "unknown";
-}
+static const char *layer_type_name(enum psc_layer_type t) { return mspec_type_name(t); }
 
 /* "(28, 28, 1)" for an image, "(784)" for a flat activation. */
 static const char *show_shape(int flat, int h, int w, int c, char *buf, size_t len)
@@ -69,20 +65,8 @@ typedef struct walk {
 /* Appends the variable L->name/what (only counts it when st->vars is NULL). */
 static void add_var(walk_t *st, const psc_layer_spec_t *L, int layer, const char *what, int rank, const int64_t *shape)
 {
-    if (!st->vars) {
-        st->nv++;
-        return;
-    }
-    psc_var_desc_t *v = &st->vars[st->nv++];
-    memset(v, 0, sizeof *v);
-    snprintf(v->name, sizeof v->name, "%s/%s", L->name, what);
-    v->rank = rank;
-    v->numel = 1;
-    for (int d = 0; d < rank; d++) {
-        v->shape[d] = shape[d];
-        v->numel *= shape[d];
-    }
-    v->layer = layer;
+    if (st->vars) mspec_set_var(&st->vars[st->nv], L, layer, what, rank, shape);
+    st->nv++;
 }
 
 /* model.input_shape into the walk's first activation. */
@@ -194,6 +178,14 @@ static int walk_layer(const psc_job_spec_t *spec, int i, walk_t *st, char *err, 
             return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): rate must be in [0, 1), got %g", i, nm,
                               (double)L->rate);
         return 0;
+    case PSC_LAYER_EMBEDDING:
+    case PSC_LAYER_INTERACTION:
+    case PSC_LAYER_CONCAT:
+    case PSC_LAYER_WIDE:
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "model.layers[%d] (%s): %s is a layer of recommendation models: it needs model.loss "
+                          "sigmoid_cross_entropy (with data.format criteo, libsvm or tfrecord)",
+                          i, nm, layer_type_name(L->type));
     default:
         return psc_seterr(err, errlen, PSC_ECONFIG, "model.layers[%d] (%s): unknown layer type %d", i, nm,
                           (int)L->type);
@@ -204,17 +196,11 @@ static int walk_layer(const psc_job_spec_t *spec, int i, walk_t *st, char *err, 
 static int model_walk(const psc_job_spec_t *spec, psc_var_desc_t *vars, int *nvars, int (*shapes)[3], char *err,
                       size_t errlen)
 {
+    if (spec->loss_kind == PSC_LOSS_SIGMOID_XENT) return mspec_ctr_walk(spec, vars, nvars, shapes, err, errlen);
     walk_t st = {.vars = vars};
     int rc = walk_input(spec, &st, err, errlen);
     if (rc) return rc;
-    if (vars) {
-        memset(&vars[0], 0, sizeof vars[0]);
-        snprintf(vars[0].name, sizeof vars[0].name, "global_step");
-        vars[0].rank = 0;
-        vars[0].numel = 1;
-        vars[0].is_step = 1;
-        vars[0].layer = -1;
-    }
+    if (vars) mspec_set_step(&vars[0]);
     st.nv = 1;
 
     for (int i = 0; i < spec->num_layers; i++) {

@@ -3,6 +3,12 @@
  * order, with Keras names dense, dense_1, conv2d, ...) and each layer's output
  * shape. One walk over the layers (model_spec.c) gives both, so the PS, the
  * chief's initializer and the towers never disagree about a shape.
+ * A recommendation model (loss sigmoid_cross_entropy) has its own walk
+ * (model_spec_ctr.c): its variables are the dense layers' alone (its embedding
+ * tables are the spec's "tables", not model variables), its outputs are flat
+ * (1, 1, n) (an embedding layer F * dim, a wide layer 1, the interaction or
+ * concat its join width) and psc_model_check enforces its structure rules
+ * (README "Recommendation models: the job spec").
  * Thread-safety: pure functions of their arguments.
  */
 #ifndef PSC_MODEL_SPEC_H

@@ -50,6 +50,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* FNV-1a 64 of bytes (a tfrecord bytes value's key; a feature name's hash). */
+static inline uint64_t psc_fnv1a64(const void *data, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The stable hash of categorical values into a table's rows (README
+ * "Recommendation models"): key k of the feature whose name hashes to
+ * name_hash = psc_fnv1a64(name) becomes row
+ *   splitmix64_finalizer(k ^ name_hash) mod rows,
+ * so one value of two features that share a table lands on different rows. */
+static inline int64_t psc_feature_id_hash(uint64_t key, uint64_t name_hash, int64_t rows)
+{
+    uint64_t x = key ^ name_hash;
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return (int64_t)(x % (uint64_t)rows);
+}
+
 #define PSC_TABLE_MAX_ROWS ((int64_t)1 << 40)
 #define PSC_TABLE_MAX_DIM 4096
 #define PSC_LR_MAX_BOUNDARIES 16

@@ -261,6 +261,108 @@ static int cpu_accumulate(tower_dev_t *d, float *dst, float a, const float *src,
     return 0;
 }
 
+/* ---- recommendation (CTR) models ---- */
+
+static int cpu_bag_fwd(tower_dev_t *d, const float *rows, int dim, const int32_t *off, const int32_t *idx,
+                       const float *w, int n, int nslots, int slot0, int nbags, float *out, int ldo)
+{
+    (void)d;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < nbags; j++) {
+            const int32_t *bag = off + (int64_t)i * nslots + slot0 + j;
+            float *o = out + (int64_t)i * ldo + (int64_t)j * dim;
+            for (int c = 0; c < dim; c++) o[c] = 0.0f;
+            for (int32_t k = bag[0]; k < bag[1]; k++) {
+                const float *r = rows + (int64_t)idx[k] * dim;
+                for (int c = 0; c < dim; c++) o[c] += w[k] * r[c];
+            }
+        }
+    return 0;
+}
+
+static int cpu_bag_bwd(tower_dev_t *d, float *drows, int dim, const int32_t *off, const int32_t *idx, const float *w,
+                       int n, int nslots, int slot0, int nbags, const float *dout, int ldo)
+{
+    (void)d;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < nbags; j++) {
+            const int32_t *bag = off + (int64_t)i * nslots + slot0 + j;
+            const float *g = dout + (int64_t)i * ldo + (int64_t)j * dim;
+            for (int32_t k = bag[0]; k < bag[1]; k++) {
+                float *r = drows + (int64_t)idx[k] * dim;
+                for (int c = 0; c < dim; c++) r[c] += w[k] * g[c];
+            }
+        }
+    return 0;
+}
+
+static int cpu_interact_fwd(tower_dev_t *d, const float *v, int n, int P, int D, float *out, int ldo)
+{
+    (void)d;
+    for (int i = 0; i < n; i++) {
+        const float *ve = v + (int64_t)i * P * D; /* (P, D) */
+        float *o = out + (int64_t)i * ldo;
+        for (int a = 0; a < P; a++)
+            for (int b = a + 1; b < P; b++) {
+                float dot = 0.0f;
+                for (int c = 0; c < D; c++) dot += ve[a * D + c] * ve[b * D + c];
+                *o++ = dot; /* pairs row by row: q(a, b) */
+            }
+    }
+    return 0;
+}
+
+/* Pair (a, b), a < b, of P vectors: its column among the dots. */
+static int64_t pair_index(int a, int b, int P) { return (int64_t)a * P - (int64_t)a * (a + 1) / 2 + b - a - 1; }
+
+/* A gather, as the CUDA kernel: each dv entry sums its partners in b order
+ * (the same sums, in the same order; the loops run over whole rows). */
+static int cpu_interact_bwd(tower_dev_t *d, const float *v, const float *dout, int ldo, int n, int P, int D, float *dv)
+{
+    (void)d;
+    for (int i = 0; i < n; i++) {
+        const float *ve = v + (int64_t)i * P * D, *g = dout + (int64_t)i * ldo;
+        float *dve = dv + (int64_t)i * P * D;
+        for (int a = 0; a < P; a++) {
+            float *o = dve + (int64_t)a * D;
+            for (int c = 0; c < D; c++) o[c] = 0.0f;
+            for (int b = 0; b < P; b++) {
+                if (b == a) continue;
+                float gab = g[a < b ? pair_index(a, b, P) : pair_index(b, a, P)];
+                const float *vb = ve + (int64_t)b * D;
+                for (int c = 0; c < D; c++) o[c] += gab * vb[c];
+            }
+        }
+    }
+    return 0;
+}
+
+static int cpu_sigmoid_xent(tower_dev_t *d, const float *logits, const float *y, int n, float *dlogits,
+                            double *row_loss)
+{
+    (void)d;
+    for (int i = 0; i < n; i++) {
+        double z = logits[i], t = y[i];
+        row_loss[i] = fmax(z, 0.0) - z * t + log1p(exp(-fabs(z)));
+        if (dlogits) dlogits[i] = (float)((1.0 / (1.0 + exp(-z)) - t) / n);
+    }
+    return 0;
+}
+
+static int cpu_copy2d(tower_dev_t *d, float *dst, int ldd, const float *src, int lds, int rows, int cols, int add)
+{
+    (void)d;
+    for (int r = 0; r < rows; r++) {
+        float *o = dst + (int64_t)r * ldd;
+        const float *s = src + (int64_t)r * lds;
+        if (add)
+            for (int c = 0; c < cols; c++) o[c] += s[c];
+        else
+            memcpy(o, s, (size_t)cols * sizeof *o);
+    }
+    return 0;
+}
+
 /* ---- the tables ---- */
 
 void tower_cpu_set_threads(int n) { openblas_set_num_threads(n); }
@@ -312,8 +414,12 @@ static const tower_backend_ops_t cpu_backend = {
     .mul = cpu_mul,
     .softmax_xent = cpu_softmax_xent,
     .accumulate = cpu_accumulate,
-    .gather_rows = NULL,
-    .scatter_add_rows = NULL,
+    .bag_fwd = cpu_bag_fwd,
+    .bag_bwd = cpu_bag_bwd,
+    .interact_fwd = cpu_interact_fwd,
+    .interact_bwd = cpu_interact_bwd,
+    .sigmoid_xent = cpu_sigmoid_xent,
+    .copy2d = cpu_copy2d,
 };
 
 /* The device is ignored: the walk sees device 0. */

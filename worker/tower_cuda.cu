@@ -35,7 +35,11 @@
  *   - col2im and the max-pool backward gather (one thread per input element,
  *     adding its windows in (oy, ox) order, the order of the CPU's scatter), so
  *     they are deterministic and need no atomics; the bias gradient is a
- *     two-pass reduction into a fixed partial-sum array, also deterministic.
+ *     two-pass reduction into a fixed partial-sum array, also deterministic;
+ *   - the CTR kernels sum in the CPU's order too (embedding bags in k order,
+ *     the interaction's dots and their gather-adjoint in c and b order), but
+ *     the embedding rows' gradients: bags share rows, so k_bag_bwd adds with
+ *     atomicAdd and its sums' order varies (the tests allow for it).
  * The GEMMs run in full FP32 (cuBLAS's default math mode, no TF32).
  */
 #include <cublas_v2.h>
@@ -402,6 +406,97 @@ static __global__ void k_accumulate(float *dst, float a, const float *src, float
     }
 }
 
+/* ---- recommendation (CTR) kernels: one thread per output entry, no atomics but bag_bwd's ---- */
+
+/* Embedding bags: thread (i, j, c) of (n, nbags, dim) sums its bag in k order. */
+static __global__ void k_bag_fwd(const float *__restrict__ rows, int dim, const int32_t *__restrict__ off,
+                                 const int32_t *__restrict__ idx, const float *__restrict__ w, int64_t count,
+                                 int nslots, int slot0, int nbags, float *__restrict__ out, int ldo)
+{
+    GRID_STRIDE(t, count)
+    {
+        int c = (int)(t % dim), j = (int)(t / dim % nbags);
+        int64_t i = t / dim / nbags, bag = i * nslots + slot0 + j;
+        float sum = 0.0f;
+        for (int32_t k = off[bag]; k < off[bag + 1]; k++) sum += w[k] * rows[(int64_t)idx[k] * dim + c];
+        out[i * ldo + (int64_t)j * dim + c] = sum;
+    }
+}
+
+/* Its adjoint: the same threads add w[k] * dout into the rows of their bag.
+ * Bags of a batch share rows (an id in several examples): atomics, so the
+ * order of the sums varies from run to run. */
+static __global__ void k_bag_bwd(float *drows, int dim, const int32_t *__restrict__ off,
+                                 const int32_t *__restrict__ idx, const float *__restrict__ w, int64_t count,
+                                 int nslots, int slot0, int nbags, const float *__restrict__ dout, int ldo)
+{
+    GRID_STRIDE(t, count)
+    {
+        int c = (int)(t % dim), j = (int)(t / dim % nbags);
+        int64_t i = t / dim / nbags, bag = i * nslots + slot0 + j;
+        float g = dout[i * ldo + (int64_t)j * dim + c];
+        for (int32_t k = off[bag]; k < off[bag + 1]; k++) atomicAdd(&drows[(int64_t)idx[k] * dim + c], w[k] * g);
+    }
+}
+
+/* Pair (a, b), a < b, of P vectors: its column among the dots (tower_walk.h). */
+static __device__ int64_t pair_index(int a, int b, int P) { return (int64_t)a * P - (int64_t)a * (a + 1) / 2 + b - a - 1; }
+
+/* DLRM's dots: thread (i, q) of (n, P (P - 1) / 2); q decoded row by row. */
+static __global__ void k_interact_fwd(const float *__restrict__ v, int P, int D, int64_t count, int npairs,
+                                      float *__restrict__ out, int ldo)
+{
+    GRID_STRIDE(t, count)
+    {
+        int64_t i = t / npairs;
+        int q = (int)(t % npairs), a = 0;
+        for (; q >= P - 1 - a; a++) q -= P - 1 - a;
+        const float *va = v + (i * P + a) * D, *vb = v + (i * P + a + 1 + q) * D;
+        float dot = 0.0f;
+        for (int c = 0; c < D; c++) dot += va[c] * vb[c];
+        out[i * ldo + t % npairs] = dot;
+    }
+}
+
+/* The dots' adjoint, a gather: thread (i, a, c) of (n, P, D) sums over the partners b in order. */
+static __global__ void k_interact_bwd(const float *__restrict__ v, const float *__restrict__ dout, int ldo, int P,
+                                      int D, int64_t count, float *__restrict__ dv)
+{
+    GRID_STRIDE(t, count)
+    {
+        int c = (int)(t % D), a = (int)(t / D % P);
+        int64_t i = t / D / P;
+        const float *g = dout + i * ldo;
+        float sum = 0.0f;
+        for (int b = 0; b < P; b++)
+            if (b != a) sum += g[a < b ? pair_index(a, b, P) : pair_index(b, a, P)] * v[(i * P + b) * D + c];
+        dv[t] = sum;
+    }
+}
+
+/* Sigmoid cross-entropy, one thread per row, in double (tower_walk.h). */
+static __global__ void k_sigmoid_xent(const float *__restrict__ logits, const float *__restrict__ y, int n,
+                                      float *__restrict__ dlogits, double *__restrict__ row_loss)
+{
+    GRID_STRIDE(i, n)
+    {
+        double z = logits[i], label = y[i];
+        row_loss[i] = fmax(z, 0.0) - z * label + log1p(exp(-fabs(z)));
+        if (dlogits) dlogits[i] = (float)((1.0 / (1.0 + exp(-z)) - label) / n);
+    }
+}
+
+static __global__ void k_copy2d(float *__restrict__ dst, int ldd, const float *__restrict__ src, int lds, int64_t count,
+                                int cols, int add)
+{
+    GRID_STRIDE(t, count)
+    {
+        int64_t r = t / cols;
+        int c = (int)(t % cols);
+        float s = src[r * lds + c];
+        dst[r * ldd + c] = add ? dst[r * ldd + c] + s : s;
+    }
+}
 
 /* ---- kernels behind the table ---- */
 
@@ -494,6 +589,54 @@ static int cuda_softmax_xent(tower_dev_t *d, const float *logits, const int32_t 
 static int cuda_accumulate(tower_dev_t *d, float *dst, float a, const float *src, float b, int64_t count)
 {
     CUDA_LAUNCH(d, k_accumulate, blocks_for(count), dst, a, src, b, count);
+    return 0;
+}
+
+static int cuda_bag_fwd(tower_dev_t *d, const float *rows, int dim, const int32_t *off, const int32_t *idx,
+                        const float *w, int n, int nslots, int slot0, int nbags, float *out, int ldo)
+{
+    int64_t count = (int64_t)n * nbags * dim;
+    CUDA_LAUNCH(d, k_bag_fwd, blocks_for(count), rows, dim, off, idx, w, count, nslots, slot0, nbags, out, ldo);
+    return 0;
+}
+
+static int cuda_bag_bwd(tower_dev_t *d, float *drows, int dim, const int32_t *off, const int32_t *idx, const float *w,
+                        int n, int nslots, int slot0, int nbags, const float *dout, int ldo)
+{
+    int64_t count = (int64_t)n * nbags * dim;
+    CUDA_LAUNCH(d, k_bag_bwd, blocks_for(count), drows, dim, off, idx, w, count, nslots, slot0, nbags, dout, ldo);
+    return 0;
+}
+
+static int cuda_interact_fwd(tower_dev_t *d, const float *v, int n, int P, int D, float *out, int ldo)
+{
+    int npairs = P * (P - 1) / 2;
+    int64_t count = (int64_t)n * npairs;
+    if (count == 0) return 0;
+    CUDA_LAUNCH(d, k_interact_fwd, blocks_for(count), v, P, D, count, npairs, out, ldo);
+    return 0;
+}
+
+static int cuda_interact_bwd(tower_dev_t *d, const float *v, const float *dout, int ldo, int n, int P, int D,
+                             float *dv)
+{
+    int64_t count = (int64_t)n * P * D;
+    CUDA_LAUNCH(d, k_interact_bwd, blocks_for(count), v, dout, ldo, P, D, count, dv);
+    return 0;
+}
+
+static int cuda_sigmoid_xent(tower_dev_t *d, const float *logits, const float *y, int n, float *dlogits,
+                             double *row_loss)
+{
+    CUDA_LAUNCH(d, k_sigmoid_xent, blocks_for(n), logits, y, n, dlogits, row_loss);
+    return 0;
+}
+
+static int cuda_copy2d(tower_dev_t *d, float *dst, int ldd, const float *src, int lds, int rows, int cols, int add)
+{
+    int64_t count = (int64_t)rows * cols;
+    if (count == 0) return 0;
+    CUDA_LAUNCH(d, k_copy2d, blocks_for(count), dst, ldd, src, lds, count, cols, add);
     return 0;
 }
 
@@ -757,8 +900,12 @@ static const tower_backend_ops_t cuda_backend = {
     /* .mul = */ cuda_mul,
     /* .softmax_xent = */ cuda_softmax_xent,
     /* .accumulate = */ cuda_accumulate,
-    /* .gather_rows = */ NULL,
-    /* .scatter_add_rows = */ NULL,
+    /* .bag_fwd = */ cuda_bag_fwd,
+    /* .bag_bwd = */ cuda_bag_bwd,
+    /* .interact_fwd = */ cuda_interact_fwd,
+    /* .interact_bwd = */ cuda_interact_bwd,
+    /* .sigmoid_xent = */ cuda_sigmoid_xent,
+    /* .copy2d = */ cuda_copy2d,
 };
 
 extern "C" const tower_ops_t tower_cuda_ops;

@@ -195,6 +195,11 @@ static int forward(walk_t *t, int n, int train, uint64_t dropout_seed, int64_t f
             else
                 L->y = L->x;
             break;
+        case PSC_LAYER_EMBEDDING: /* recommendation models: tower_ctr.c; refused by create */
+        case PSC_LAYER_INTERACTION:
+        case PSC_LAYER_CONCAT:
+        case PSC_LAYER_WIDE:
+            return PSC_EUNSUPPORTED;
         }
         h = L->y; /* (n, out_size) */
     }
@@ -233,6 +238,11 @@ static int backward(walk_t *t, float *dlogits, int n)
             TRY(be->mul(t->dev, dy, L->mask, dy, n * L->out_size));
             dx = dy;
             break;
+        case PSC_LAYER_EMBEDDING: /* refused by create */
+        case PSC_LAYER_INTERACTION:
+        case PSC_LAYER_CONCAT:
+        case PSC_LAYER_WIDE:
+            return PSC_EUNSUPPORTED;
         }
         dy = dx;
     }
@@ -573,6 +583,12 @@ int tower_walk_create(const tower_backend_ops_t *be, const tower_ops_t *ops, con
     *out = NULL;
     if (max_batch < 1)
         return psc_seterr(err, errlen, PSC_EINVAL, "%s tower: max_batch must be >= 1, got %d", be->name, max_batch);
+    for (int i = 0; i < spec->num_layers; i++)
+        if (spec->loss_kind != PSC_LOSS_SOFTMAX_XENT || spec->layers[i].type >= PSC_LAYER_EMBEDDING)
+            return psc_seterr(err, errlen, PSC_EUNSUPPORTED,
+                              "%s tower: a recommendation model (loss sigmoid_cross_entropy, embedding layers) "
+                              "runs on the CTR tower (tower_ctr.h), not this one",
+                              be->name);
     int nl = spec->num_layers, rc;
     psc_var_desc_t *want = NULL;
     int nwant = 0;

@@ -7,7 +7,8 @@
  * per-row loss and hits: ONE device allocation through the backend's alloc;
  * the host staging: ONE host_alloc), and the forward / loss / backward sequence
  * and gradient reduction. A backend (tower_cpu.c, tower_cuda.cu) supplies only
- * memory and kernels, through a tower_backend_ops_t.
+ * memory and kernels, through a tower_backend_ops_t. The recommendation (CTR)
+ * models have their own walk over the same table (tower_ctr.c).
  *
  * Kernel conventions: every pointer a kernel gets is device memory of the
  * kernel's own tower (from its alloc), every matrix is row-major, and a kernel
@@ -132,10 +133,36 @@ typedef struct tower_backend_ops {
                         double *row_loss, int32_t *row_hit);
     /* dst = a * dst + b * src (src NULL: dst = a * dst); a == 0 clears dst. */
     int (*accumulate)(tower_dev_t *d, float *dst, float a, const float *src, float b, int64_t count);
-    /* Embeddings (the next issue; NULL until a backend has them): out (n, cols)
-     * = table rows idx (n); table (rows, cols) += the rows of src (n, cols) at idx. */
-    int (*gather_rows)(tower_dev_t *d, const float *table, int cols, const int32_t *idx, int n, float *out);
-    int (*scatter_add_rows)(tower_dev_t *d, float *table, int cols, const int32_t *idx, int n, const float *src);
+    /* ---- recommendation (CTR) models (tower_ctr.c) ----
+     * A batch's bags: example i's slot s holds the pairs k in [off[i * nslots + s],
+     * off[i * nslots + s + 1]), each a row idx[k] of the slot's table with weight w[k].
+     * The ops below take the nbags slots slot0 .. slot0 + nbags - 1 (one layer's,
+     * one table rows (nrows, dim)); slot j's pooled row for example i lives at
+     * out[i * ldo + j * dim + c], c < dim.
+     * bag_fwd: out = sum over the bag of w[k] * rows[idx[k]] (k in order; an
+     * empty bag gives 0); every entry written. */
+    int (*bag_fwd)(tower_dev_t *d, const float *rows, int dim, const int32_t *off, const int32_t *idx,
+                   const float *w, int n, int nslots, int slot0, int nbags, float *out, int ldo);
+    /* bag_bwd, its adjoint: drows[idx[k]] += w[k] * dout (the pooled row's
+     * gradient), for every pair. Accumulates (the caller clears drows); the
+     * order of the sums is the backend's (CUDA: atomics). */
+    int (*bag_bwd)(tower_dev_t *d, float *drows, int dim, const int32_t *off, const int32_t *idx, const float *w,
+                   int n, int nslots, int slot0, int nbags, const float *dout, int ldo);
+    /* DLRM's pairwise dot products of v (n, P, D): out[i * ldo + q] = <v_a, v_b>
+     * (c in order), q the pair (a, b), a < b, counted row by row: (0,1), (0,2),
+     * .., (0,P-1), (1,2), .. (q = a * P - a (a + 1) / 2 + b - a - 1). */
+    int (*interact_fwd)(tower_dev_t *d, const float *v, int n, int P, int D, float *out, int ldo);
+    /* Its adjoint: dv (n, P, D), overwritten, = for each vector a the sum over
+     * its partners b != a, in b order, of dout[i * ldo + q(a, b)] * v_b. */
+    int (*interact_bwd)(tower_dev_t *d, const float *v, const float *dout, int ldo, int n, int P, int D, float *dv);
+    /* Sigmoid cross-entropy of logits z (n) against labels y (n) in [0, 1], in
+     * double: row_loss[i] = max(z, 0) - z y + log1p(exp(-|z|)); dlogits (n),
+     * when not NULL, = (sigmoid(z) - y) / n. */
+    int (*sigmoid_xent)(tower_dev_t *d, const float *logits, const float *y, int n, float *dlogits,
+                        double *row_loss);
+    /* A strided 2-D copy: dst[r * ldd + c] = src[r * lds + c] (add: +=), r <
+     * rows, c < cols (dst and src do not overlap). */
+    int (*copy2d)(tower_dev_t *d, float *dst, int ldd, const float *src, int lds, int rows, int cols, int add);
 } tower_backend_ops_t;
 
 /* The tower_ops_t entries of every backend built on the walk: create gives the

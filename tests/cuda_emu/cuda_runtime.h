@@ -231,6 +231,18 @@ template <class T> T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32)
     return emu::shfl_t(mask, v, emu::SHFL_XOR, m, width, "__shfl_xor_sync");
 }
 
+/* Atomics: a grid's threads run one at a time here, so a read-modify-write is
+ * atomic as it stands; the order of the adds is the threads' linear order. */
+template <class T> static inline T atomicAdd(T *p, T v)
+{
+    static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value || std::is_same<T, int>::value ||
+                      std::is_same<T, unsigned>::value || std::is_same<T, unsigned long long>::value,
+                  "atomicAdd: a type CUDA has it for");
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+
 /* CUDA's device min / max overloads (int, unsigned, int64, float, double). */
 template <class T> static inline T min(T a, T b) { return b < a ? b : a; }
 template <class T> static inline T max(T a, T b) { return a < b ? b : a; }

@@ -2,6 +2,8 @@
 # mutate.sh — does the emulated CUDA test catch real CUDA bugs? (not in `make test`)
 #
 #   tests/cuda_emu/mutate.sh [BUILD_DIR]          (default: build-mutate)
+#   ONLY='interaction|bag' tests/cuda_emu/mutate.sh [BUILD_DIR]
+#                                                 (only the mutations whose name matches the ERE)
 #
 # Injects one bug at a time into a COPY of worker/tower_cuda.cu (the source file
 # is never touched), builds test_tower_cuda_emu against the copy (CMake's
@@ -34,6 +36,9 @@ wrong copy direction for uploads (the input batch, the parameters)|cudaMemcpyAsy
 peer copy names the wrong source device|cudaMemcpyPeerAsync(dst, d->device, src, from->device|cudaMemcpyPeerAsync(dst, d->device, src, d->device
 alloc does not clear the device slab|CUDA_CHECK(cudaMemsetAsync(*out, 0, bytes, d->stream));|
 dropout mask counted from the slice, not the batch (element0 ignored)|psc_dropout_bits(seed, layer, element0 + (uint64_t)i)|psc_dropout_bits(seed, layer, (uint64_t)i)
+embedding bag forward: the row index not scaled by dim (idx not offset)|sum += w[k] * rows[(int64_t)idx[k] * dim + c]|sum += w[k] * rows[(int64_t)idx[k] + c]
+interaction backward: the partner's pair index swapped|g[a < b ? pair_index(a, b, P) : pair_index(b, a, P)]|g[a < b ? pair_index(b, a, P) : pair_index(a, b, P)]
+sigmoid loss gradient not divided by the batch size|dlogits[i] = (float)((1.0 / (1.0 + exp(-z)) - label) / n)|dlogits[i] = (float)(1.0 / (1.0 + exp(-z)) - label)
 EOF
 )
 
@@ -74,6 +79,7 @@ i=0
 while IFS='|' read -r name from to; do
     [ -n "$name" ] || continue
     i=$((i + 1))
+    if [ -n "${ONLY:-}" ] && ! grep -qE -- "$ONLY" <<<"$name"; then continue; fi
     cp "$ORIG" "$MUT"
     if ! FROM="$from" TO="$to" python3 - "$MUT" <<'PY'
 import os, sys

@@ -1,7 +1,7 @@
 /* test_cuda_emu — the CUDA emulation's own checks (CTest unit.test_cuda_emu):
  * that it computes what CUDA computes (grid and block indices, shared memory
- * with __syncthreads, warp shuffles, cuBLAS's column-major GEMM) and that every
- * mistake it claims to catch is caught: the call fails with an error code and
+ * with __syncthreads, warp shuffles, atomicAdd, cuBLAS's column-major GEMM) and
+ * that every mistake it claims to catch is caught: the call fails with an error code and
  * one "cuda emu: MISTAKE" line is counted. Written in CUDA C (this file goes
  * through the same launch rewrite as worker/tower_cuda.cu); it needs the
  * emulation's controls (cuda_emu.h), so it runs only on the emulation.
@@ -80,6 +80,17 @@ static __global__ void k_deadlock(float *out)
 {
     if (threadIdx.x == 0) out[0] = __shfl_sync(0x3u, 1.0f, 1);
     else if (threadIdx.x == 1) __syncthreads();
+}
+
+/* Every thread adds to out[i % 3] before and after a barrier (threads parked
+ * in __syncthreads resume between the adds of others) and takes a ticket. */
+static __global__ void k_atomics(float *out, int *tickets, int *next)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    atomicAdd(&out[i % 3], 1.0f);
+    __syncthreads();
+    atomicAdd(&out[i % 3], 0.5f);
+    tickets[i] = atomicAdd(next, 1);
 }
 
 static __global__ void k_scale(float *x, float a, int n)
@@ -380,6 +391,36 @@ static void test_cublas(void **state)
     OK(cudaStreamDestroy(s));
 }
 
+/* atomicAdd: every add lands, and each thread's old value is its own. */
+static void test_atomics(void **state)
+{
+    (void)state;
+    cudaStream_t s = stream0();
+    enum { B = 3, T = 96, N = B * T };
+    (void)cudaGetLastError(); /* the mistakes of the tests before leave an error pending */
+    float *out, hout[3] = {0, 0, 0};
+    int *tickets, *next, htickets[N], zero = 0;
+    OK(cudaMalloc((void **)&out, sizeof hout));
+    OK(cudaMalloc((void **)&tickets, sizeof htickets));
+    OK(cudaMalloc((void **)&next, sizeof zero));
+    OK(cudaMemcpyAsync(out, hout, sizeof hout, cudaMemcpyHostToDevice, s));
+    OK(cudaMemcpyAsync(next, &zero, sizeof zero, cudaMemcpyHostToDevice, s));
+    k_atomics<<<B, T, 0, s>>>(out, tickets, next);
+    OK(cudaGetLastError());
+    OK(cudaMemcpyAsync(hout, out, sizeof hout, cudaMemcpyDeviceToHost, s));
+    OK(cudaMemcpyAsync(htickets, tickets, sizeof htickets, cudaMemcpyDeviceToHost, s));
+    for (int k = 0; k < 3; k++) assert_true(hout[k] == 1.5f * N / 3);
+    int seen[N] = {0};
+    for (int i = 0; i < N; i++) {
+        assert_in_range(htickets[i], 0, N - 1);
+        assert_int_equal(seen[htickets[i]]++, 0);
+    }
+    OK(cudaFree(out));
+    OK(cudaFree(tickets));
+    OK(cudaFree(next));
+    OK(cudaStreamDestroy(s));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -387,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_grid_indices),   cmocka_unit_test(test_shared_and_barrier),
         cmocka_unit_test(test_shuffles),       cmocka_unit_test(test_mistakes),
         cmocka_unit_test(test_events),         cmocka_unit_test(test_cublas),
+        cmocka_unit_test(test_atomics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,11 @@
  * pool 2, conv 5x5 64 same, pool 2, flatten, dense 10); valid vs same output sizes
  * with strides and non-square windows; use_bias = 0; and every shape error, each
  * naming the layer (psc_model_check gives the same errors without allocating).
+ * Recommendation models (loss sigmoid_cross_entropy), built by hand too: a
+ * DLRM (bottom MLP, two embedding layers, interaction, top MLP, wide) and a
+ * concat model with their variables (dense layers only) and widths, and the
+ * errors that only a hand-built spec can reach (a table or feature index out
+ * of range, an unknown combiner). The parsed forms: test_job_spec_ctr*.c.
  */
 #include "job_spec.h"
 #include "model_spec.h"
@@ -385,11 +390,123 @@ static void test_errors(void **state)
     }
 }
 
+/* ---- recommendation models, built by hand ---- */
+
+static psc_layer_spec_t lookup(const char *name, enum psc_layer_type type, int table, int f0, int nf)
+{
+    psc_layer_spec_t L = {.type = type, .table = table, .num_features = nf, .hash_ids = 1};
+    for (int k = 0; k < nf; k++) L.features[k] = f0 + k;
+    snprintf(L.name, sizeof L.name, "%s", name);
+    return L;
+}
+
+static psc_layer_spec_t join(const char *name, enum psc_layer_type type)
+{
+    psc_layer_spec_t L = {.type = type};
+    snprintf(L.name, sizeof L.name, "%s", name);
+    return L;
+}
+
+/* num_dense dense values, 4 categorical features, tables a (dim 8), b (dim 8), c (dim 4), w (dim 1). */
+static psc_job_spec_t make_ctr(int num_dense, psc_layer_spec_t *layers, int n, psc_table_spec_t *tables)
+{
+    static const char *const names[] = {"a", "b", "c", "w"};
+    static const int dims[] = {8, 8, 4, 1};
+    for (int t = 0; t < 4; t++) {
+        memset(&tables[t], 0, sizeof tables[t]);
+        snprintf(tables[t].name, sizeof tables[t].name, "%s", names[t]);
+        tables[t].rows = 100;
+        tables[t].dim = dims[t];
+    }
+    psc_job_spec_t s = make_spec(1, num_dense, 0, 0, layers, n);
+    s.loss_kind = PSC_LOSS_SIGMOID_XENT;
+    s.num_dense = num_dense;
+    s.num_cat = 4;
+    s.tables = tables;
+    s.num_tables = 4;
+    return s;
+}
+
+static void test_ctr(void **state)
+{
+    (void)state;
+    psc_table_spec_t T[4];
+    /* DLRM: bottom 5 -> 8, S = 2 + 1 slots of dim 8, interaction 8 + 4*3/2 = 14, top 14 -> 1 */
+    psc_layer_spec_t L[] = {dense("bot", 8, PSC_ACT_RELU),
+                            lookup("e0", PSC_LAYER_EMBEDDING, 0, 0, 2),
+                            lookup("e1", PSC_LAYER_EMBEDDING, 1, 2, 1),
+                            join("dot", PSC_LAYER_INTERACTION),
+                            dense("logit", 1, PSC_ACT_NONE),
+                            lookup("lin", PSC_LAYER_WIDE, 3, 0, 4)};
+    psc_job_spec_t s = make_ctr(5, L, 6, T);
+    char err[256] = "";
+    psc_var_desc_t *v = NULL;
+    int n = 0;
+    assert_int_equal(psc_model_variables(&s, &v, &n, err, sizeof err), 0);
+    assert_int_equal(n, 5);
+    expect_global_step(&v[0]);
+    expect_var(&v[1], "bot/kernel", 0, 2, 5, 8, 0, 0);
+    expect_var(&v[2], "bot/bias", 0, 1, 8, 0, 0, 0);
+    expect_var(&v[3], "logit/kernel", 4, 2, 14, 1, 0, 0);
+    expect_var(&v[4], "logit/bias", 4, 1, 1, 0, 0, 0);
+    free(v);
+    int shapes[6][3];
+    assert_int_equal(psc_model_shapes(&s, shapes, err, sizeof err), 0);
+    static const int widths[] = {8, 16, 8, 14, 1, 1};
+    for (int i = 0; i < 6; i++) expect_shape(shapes[i], 1, 1, widths[i]);
+
+    /* the same through concat without the bottom MLP: 5 + 16 + 8 = 29 */
+    L[0] = lookup("e2", PSC_LAYER_EMBEDDING, 2, 3, 1); /* + 4 */
+    L[3] = join("cat", PSC_LAYER_CONCAT);
+    assert_int_equal(psc_model_shapes(&s, shapes, err, sizeof err), 0);
+    expect_shape(shapes[0], 1, 1, 4);
+    expect_shape(shapes[3], 1, 1, 5 + 4 + 16 + 8);
+    /* ... and through interaction without dense features: mixed dims refused, then S(S-1)/2 */
+    s.num_dense = 0;
+    L[3] = join("dot", PSC_LAYER_INTERACTION);
+    expect_error(&s, "model.layers[3] (dot)", "one dim");
+    L[0] = lookup("e2", PSC_LAYER_EMBEDDING, 0, 3, 1);
+    assert_int_equal(psc_model_shapes(&s, shapes, err, sizeof err), 0);
+    expect_shape(shapes[3], 1, 1, 4 * 3 / 2);
+    assert_int_equal(psc_model_check(&s, err, sizeof err), 0);
+
+    /* what only a hand-built spec can get wrong */
+    L[1].table = 4;
+    expect_error(&s, "model.layers[1] (e0)", "table 4 is not one of the spec's 4 tables");
+    L[1].table = -1;
+    expect_error(&s, "model.layers[1] (e0)", "table -1");
+    L[1].table = 0;
+    L[1].num_features = 0;
+    expect_error(&s, "model.layers[1] (e0)", "expected 1 to 128 features, got 0");
+    L[1].num_features = 2;
+    L[1].features[1] = 4;
+    expect_error(&s, "model.layers[1] (e0)", "feature 4 is not one of the data's 4 categorical features");
+    L[1].features[1] = 1;
+    L[5].combiner = (enum psc_combiner)7;
+    expect_error(&s, "model.layers[5] (lin)", "unknown combiner 7");
+    L[5].combiner = PSC_COMBINER_MEAN;
+    L[5].type = (enum psc_layer_type)99;
+    expect_error(&s, "model.layers[5] (lin)", "unknown layer type 99");
+    L[5].type = PSC_LAYER_WIDE;
+    s.num_dense = -1;
+    expect_error(&s, "data.features", NULL);
+    s.num_dense = 0;
+    s.tables = NULL;
+    expect_error(&s, "model.layers[0] (e2)", "table 0 is not one of");
+    s.tables = T;
+    assert_int_equal(psc_model_check(&s, err, sizeof err), 0);
+    /* a softmax model refuses the recommendation layers */
+    s.loss_kind = PSC_LOSS_SOFTMAX_XENT;
+    s.input_shape[0] = 5;
+    expect_error(&s, "model.layers[0] (e2)", "needs model.loss sigmoid_cross_entropy");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp),        cmocka_unit_test(test_mlp_image_input), cmocka_unit_test(test_cnn),
         cmocka_unit_test(test_valid_vs_same), cmocka_unit_test(test_no_bias),       cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_ctr),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

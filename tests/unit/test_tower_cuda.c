@@ -23,7 +23,10 @@
  * over a row), layers without bias, batches over 512 examples; a worker's
  * towers (worker/towers.c) on gpu:0,gpu:1, gpu:0,gpu:0 and three towers on two
  * devices against one CPU tower on the whole batch. Also the argument checks
- * and a missing device.
+ * and a missing device. The CTR tower (tower_ctr.c) on both backends: DLRM with
+ * a wide part on batches of 37 and 600 examples (on the second device where
+ * there is one), and a concat model over valued bags: loss, logits, every dense
+ * and row gradient, and predict's logits.
  *
  * Built twice: against the real CUDA tower (label cuda, needs a GPU), and as
  * unit.test_tower_cuda_emu against the unchanged tower_cuda.cu on the emulated
@@ -49,6 +52,8 @@
 #include <cmocka.h>
 
 #include "cuda_emu_cmocka.h" /* the emulated build (tests/cuda_emu): peer access on/off, mistakes seen */
+#include "tower_ctr.h"
+#include "tower_ctr_fixture.h" /* the CTR models and batches */
 
 #define TOL 1e-3
 
@@ -735,6 +740,85 @@ static void test_bad_arguments(void **state)
     pair_free(p);
 }
 
+/* ---- recommendation (CTR) models: tower_ctr.c's walk on both backends ---- */
+
+/* One train_step of f's model on B: the CPU tower against CUDA tower g (the
+ * loss, the logits, every dense gradient and every row gradient), then g's
+ * predict against its own train_step logits. */
+static void ctr_compare(const ctr_fix_t *f, tower_ctr_t *c, tower_ctr_t *g, const fix_batch_t *B, const char *what)
+{
+    int n = B->b.n, nt = f->spec.num_tables;
+    float loss[2], *z[2], *grads[2], *rg[2][FIX_MAX_TABLES] = {{0}};
+    tower_ctr_t *tw[2] = {c, g};
+    for (int k = 0; k < 2; k++) {
+        z[k] = calloc((size_t)n, sizeof(float));
+        grads[k] = calloc((size_t)f->nparams + 1, sizeof(float));
+        for (int t = 0; t < nt; t++) rg[k][t] = calloc((size_t)B->nrows[t] * (size_t)f->tables[t].dim + 1, sizeof(float));
+        assert_int_equal(tower_ctr_train_step(tw[k], &B->b, &loss[k], z[k]), 0);
+        assert_int_equal(tower_ctr_get_grads(tw[k], grads[k], rg[k]), 0);
+    }
+    double worst = rel_err_scalar(loss[1], loss[0]);
+    if (!(worst <= 1e-5)) fail_msg("%s: loss %.9g (cuda) vs %.9g (cpu)", what, loss[1], loss[0]);
+    double e = rel_err(z[1], z[0], n);
+    if (!(e <= TOL)) fail_msg("%s: logits: relative error %.3g", what, e);
+    worst = fmax(worst, e);
+    for (int v = 1; v < f->nvars; v++) {
+        e = rel_err(grads[1] + f->offsets[v], grads[0] + f->offsets[v], f->vars[v].numel);
+        if (!(e <= TOL)) fail_msg("%s: gradient %s: relative error %.3g", what, f->vars[v].name, e);
+        worst = fmax(worst, e);
+    }
+    for (int t = 0; t < nt; t++) {
+        e = rel_err(rg[1][t], rg[0][t], (int64_t)B->nrows[t] * f->tables[t].dim);
+        if (!(e <= TOL)) fail_msg("%s: table %s's row gradients: relative error %.3g", what, f->tables[t].name, e);
+        worst = fmax(worst, e);
+    }
+    float *p = calloc((size_t)n, sizeof(float));
+    assert_int_equal(tower_ctr_predict(g, &B->b, p), 0);
+    assert_memory_equal(p, z[1], (size_t)n * sizeof(float));
+    fprintf(stderr, "  %-40s loss %.6f, worst relative error %.2e\n", what, loss[0], worst);
+    free(p);
+    for (int k = 0; k < 2; k++) {
+        free(z[k]);
+        free(grads[k]);
+        for (int t = 0; t < nt; t++) free(rg[k][t]);
+    }
+}
+
+/* DLRM with a wide part (batches of 37 and 600, the second on another device
+ * where there are two, with fewer rows than the first: the row gradients are
+ * cleared per step), and the concat model over LibSVM-like valued bags (mean,
+ * sqrtn). */
+static void test_ctr_steps(void **state)
+{
+    (void)state;
+    ctr_fix_t *f = fix_dlrm(61);
+    const int rows1[] = {40, 12, 60}, rows2[] = {300, 50, 80};
+    fix_batch_t *B1 = fix_batch_new(f, 37, rows1, 0, 3, 0, 201), *B2 = fix_batch_new(f, 600, rows2, 0, 4, 1, 202);
+    int other = cuda->device_count() > 1 ? 1 : 0;
+    tower_ctr_t *c = fix_tower(f, "cpu", B2, 600);
+    tower_ctr_t *g1 = fix_tower_on(f, "cuda", other, B2, 600), *g0 = fix_tower_on(f, "cuda", 0, B2, 600);
+    ctr_compare(f, c, g1, B2, "dlrm + wide, batch 600");
+    ctr_compare(f, c, g0, B1, "dlrm + wide, batch 37");
+    ctr_compare(f, c, g1, B1, "dlrm + wide, batch 37, device other");
+    tower_ctr_destroy(c);
+    tower_ctr_destroy(g0);
+    tower_ctr_destroy(g1);
+    fix_batch_free(B1);
+    fix_batch_free(B2);
+    fix_free(f);
+
+    f = fix_concat(62);
+    const int rows3[] = {90, 70};
+    fix_batch_t *B3 = fix_batch_new(f, 50, rows3, 0, 5, 1, 203);
+    c = fix_tower(f, "cpu", B3, 64);
+    g0 = fix_tower(f, "cuda", B3, 64);
+    ctr_compare(f, c, g0, B3, "concat, mean/sqrtn, no dense");
+    tower_ctr_destroy(c);
+    tower_ctr_destroy(g0);
+    fix_batch_free(B3);
+    fix_free(f);
+}
+
 int main(void)
 {
     cuda = tower_backend_find("cuda");
@@ -757,6 +841,7 @@ int main(void)
         cmocka_unit_test(test_before_first_step),
         cmocka_unit_test(test_towers),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_ctr_steps),
         cmocka_unit_test(test_emu_no_mistakes), /* a real GPU: nothing emulated, nothing to see */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

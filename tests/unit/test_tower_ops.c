@@ -8,7 +8,11 @@
  *     rel(a, b) = max_i |a_i - b_i| / max(max_i |b_i|, 1e-6)
  * with a tolerance per op: GEMMs and sums 1e-5 (summation order), elementwise
  * ops 1e-6 (a few ulps of tanhf / expf), the loss in double 1e-9; the discrete
- * outputs (max-pool argmax, dropout masks, the loss's hits) must be equal.
+ * outputs (max-pool argmax, dropout masks, the loss's hits) must be equal. The
+ * CTR ops: embedding bags forward 1e-6 (both sum a bag in order), backward 1e-5
+ * (CUDA's atomics add in any order), the interaction and its adjoint 1e-5, the
+ * sigmoid cross-entropy 1e-6 / 1e-9 (double), the strided copy exact; the CPU's
+ * bags, dots and loss are also checked against sums here in double.
  * Shapes are odd sizes that are not multiples of a warp or a block.
  *
  * Built twice: against the real CUDA backend (label cuda, needs a GPU), and as
@@ -338,28 +342,156 @@ static void test_accumulate(void **state)
         }
 }
 
-/* Embedding rows: tested once both backends have them (NULL until then). */
-static void test_rows(void **state)
+/* ---- recommendation (CTR) ops ---- */
+
+/* Random bags: n examples x nslots slots of 0..max_bag pairs into nrows rows. */
+static int32_t *random_bags(int n, int nslots, int max_bag, int nrows, int32_t **idx_out, float **w_out)
+{
+    int64_t bags = (int64_t)n * nslots;
+    int32_t *off = psc_xcalloc((size_t)bags + 1, sizeof *off);
+    int32_t *idx = psc_xcalloc((size_t)(bags * max_bag + 1), sizeof *idx);
+    float *w = psc_xcalloc((size_t)(bags * max_bag + 1), sizeof *w);
+    for (int64_t b = 0; b < bags; b++) {
+        int m = (int)psc_rng_below(&rng, (uint64_t)max_bag + 1);
+        off[b + 1] = off[b] + m;
+        for (int k = off[b]; k < off[b + 1]; k++) {
+            idx[k] = (int32_t)psc_rng_below(&rng, (uint64_t)nrows); /* ids repeat across bags */
+            w[k] = (float)(0.25 + psc_rng_uniform(&rng));
+        }
+    }
+    *idx_out = idx;
+    *w_out = w;
+    return off;
+}
+
+/* bag_fwd into a strided output (slots 2..4 of 6, at a column offset, other
+ * columns untouched), then bag_bwd accumulating onto random row gradients. */
+static void test_bags(void **state)
 {
     (void)state;
-    if (!be[0]->gather_rows || !be[1]->gather_rows || !be[0]->scatter_add_rows || !be[1]->scatter_add_rows) {
-        fprintf(stderr, "  gather_rows / scatter_add_rows: not in both tables yet\n");
-        return;
+    const int shapes[][4] = {{5, 6, 3, 4}, {67, 6, 16, 37}, {600, 6, 1, 13}}; /* n, nslots, dim, nrows */
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int n = shapes[s][0], nslots = shapes[s][1], dim = shapes[s][2], nrows = shapes[s][3];
+        int slot0 = 2, nbags = 3, col = 5, ldo = col + nbags * dim + 7;
+        int32_t *hidx;
+        float *hw;
+        int32_t *hoff = random_bags(n, nslots, 4, nrows, &hidx, &hw);
+        int64_t nnz = hoff[(int64_t)n * nslots];
+        twin_t off = twin_new(((size_t)n * nslots + 1) * sizeof(int32_t)), idx = twin_new((size_t)(nnz + 1) * sizeof(int32_t));
+        twin_t w = twin_new((size_t)(nnz + 1) * sizeof(float));
+        twin_put(&off, hoff);
+        twin_put(&idx, hidx);
+        twin_put(&w, hw);
+        twin_t rows = twin_rand((int64_t)nrows * dim, -1, 1), out = twin_rand((int64_t)n * ldo, 5, 6);
+        twin_t dout = twin_rand((int64_t)n * ldo, -1, 1), drows = twin_rand((int64_t)nrows * dim, -1, 1);
+        ON_BOTH(be[k]->bag_fwd(dev[k], P(rows), dim, (const int32_t *)off.p[k], (const int32_t *)idx.p[k], P(w), n,
+                               nslots, slot0, nbags, P(out) + col, ldo));
+        ON_BOTH(be[k]->bag_bwd(dev[k], P(drows), dim, (const int32_t *)off.p[k], (const int32_t *)idx.p[k], P(w), n,
+                               nslots, slot0, nbags, P(dout) + col, ldo));
+        char what[64];
+        snprintf(what, sizeof what, "bag_fwd (%d, %d of %d, dim %d)", n, nbags, nslots, dim);
+        expect_floats(what, &out, 1e-6);
+        snprintf(what, sizeof what, "bag_bwd (%d rows, dim %d)", nrows, dim);
+        expect_floats(what, &drows, 1e-5); /* CUDA: atomics in any order */
+        /* the CPU's own result, against a sum here in double */
+        void *h[2];
+        twin_get(&out, h);
+        const float *o = h[0], *rw;
+        void *hr[2];
+        twin_get(&rows, hr);
+        rw = hr[0];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < nbags; j++)
+                for (int c = 0; c < dim; c++) {
+                    double want = 0;
+                    int64_t b = (int64_t)i * nslots + slot0 + j;
+                    for (int q = hoff[b]; q < hoff[b + 1]; q++) want += (double)hw[q] * rw[hidx[q] * dim + c];
+                    assert_float_equal(o[(int64_t)i * ldo + col + j * dim + c], want, 1e-5);
+                }
+        for (int i = 0; i < n; i++) assert_true(o[(int64_t)i * ldo] >= 5.0f); /* columns before col: untouched */
+        free(h[0]), free(h[1]), free(hr[0]), free(hr[1]);
+        twin_free(&off), twin_free(&idx), twin_free(&w), twin_free(&rows), twin_free(&out), twin_free(&dout);
+        twin_free(&drows);
+        free(hoff), free(hidx), free(hw);
     }
-    const int rows = 50, cols = 17, n = 23;
-    int32_t idx[23];
-    for (int i = 0; i < n; i++) idx[i] = (int32_t)psc_rng_below(&rng, rows);
-    twin_t table = twin_rand((int64_t)rows * cols, -1, 1), ix = twin_new(sizeof idx);
-    twin_put(&ix, idx);
-    twin_t out = twin_new((size_t)n * cols * sizeof(float)), src = twin_rand((int64_t)n * cols, -1, 1);
-    ON_BOTH(be[k]->gather_rows(dev[k], P(table), cols, (const int32_t *)ix.p[k], n, P(out)));
-    ON_BOTH(be[k]->scatter_add_rows(dev[k], P(table), cols, (const int32_t *)ix.p[k], n, P(src)));
-    expect_floats("gather_rows", &out, 0.0);
-    expect_floats("scatter_add_rows", &table, 1e-6);
-    twin_free(&table);
-    twin_free(&ix);
-    twin_free(&out);
-    twin_free(&src);
+}
+
+/* The interaction and its adjoint, with and without a column offset, P from 2
+ * to 27 (DLRM's Criteo model: 26 tables + the bottom output). */
+static void test_interaction(void **state)
+{
+    (void)state;
+    const int shapes[][3] = {{7, 2, 3}, {33, 5, 4}, {9, 27, 16}, {515, 4, 2}}; /* n, P, D */
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int n = shapes[s][0], P = shapes[s][1], D = shapes[s][2], npairs = P * (P - 1) / 2;
+        int col = (int)(s % 2) * D, ldo = col + npairs + 3;
+        twin_t v = twin_rand((int64_t)n * P * D, -1, 1), out = twin_rand((int64_t)n * ldo, 5, 6);
+        twin_t dout = twin_rand((int64_t)n * ldo, -1, 1), dv = twin_rand((int64_t)n * P * D, 5, 6); /* overwritten */
+        ON_BOTH(be[k]->interact_fwd(dev[k], P(v), n, P, D, P(out) + col, ldo));
+        ON_BOTH(be[k]->interact_bwd(dev[k], P(v), P(dout) + col, ldo, n, P, D, P(dv)));
+        char what[64];
+        snprintf(what, sizeof what, "interact_fwd (%d, P %d, D %d)", n, P, D);
+        expect_floats(what, &out, 1e-5);
+        snprintf(what, sizeof what, "interact_bwd (%d, P %d, D %d)", n, P, D);
+        expect_floats(what, &dv, 1e-5);
+        /* the pair order, on the CPU's result: pair q = (a, b) row by row */
+        void *h[2], *hv[2];
+        twin_get(&out, h);
+        twin_get(&v, hv);
+        const float *o = h[0], *x = hv[0];
+        for (int i = 0; i < n; i += 5) {
+            int q = 0;
+            for (int a = 0; a < P; a++)
+                for (int b = a + 1; b < P; b++, q++) {
+                    double dot = 0;
+                    for (int c = 0; c < D; c++) dot += (double)x[((int64_t)i * P + a) * D + c] * x[((int64_t)i * P + b) * D + c];
+                    assert_float_equal(o[(int64_t)i * ldo + col + q], dot, 1e-5);
+                }
+        }
+        free(h[0]), free(h[1]), free(hv[0]), free(hv[1]);
+        twin_free(&v), twin_free(&out), twin_free(&dout), twin_free(&dv);
+    }
+}
+
+static void test_sigmoid_xent(void **state)
+{
+    (void)state;
+    const int n = 301;
+    float *z = psc_xcalloc(n, sizeof *z), *y = psc_xcalloc(n, sizeof *y);
+    for (int i = 0; i < n; i++) {
+        z[i] = (float)(i < 10 ? (i - 5) * 12.0 : 8 * psc_rng_uniform(&rng) - 4); /* -60 .. 48 too */
+        y[i] = i % 3 == 2 ? (float)psc_rng_uniform(&rng) : (float)(i % 3); /* 0, 1 and soft labels */
+    }
+    twin_t logits = twin_new(n * sizeof(float)), labels = twin_new(n * sizeof(float));
+    twin_put(&logits, z);
+    twin_put(&labels, y);
+    twin_t dz = twin_new(n * sizeof(float)), loss = twin_new(n * sizeof(double));
+    ON_BOTH(be[k]->sigmoid_xent(dev[k], P(logits), P(labels), n, P(dz), (double *)loss.p[k]));
+    expect_floats("sigmoid_xent dlogits", &dz, 1e-6);
+    expect_doubles("sigmoid_xent row_loss", &loss, 1e-9);
+    void *h[2];
+    twin_get(&loss, h);
+    for (int i = 0; i < n; i++) { /* the CPU's against log(1 + e^z) - z y, written another way */
+        double zi = z[i], want = zi > 0 ? zi + log1p(exp(-zi)) - zi * y[i] : log1p(exp(zi)) - zi * y[i];
+        assert_float_equal(((double *)h[0])[i], want, 1e-12 * fmax(1, fabs(want)));
+    }
+    free(h[0]), free(h[1]);
+    ON_BOTH(be[k]->sigmoid_xent(dev[k], P(logits), P(labels), n, NULL, (double *)loss.p[k])); /* no dlogits */
+    expect_doubles("sigmoid_xent row_loss, no dlogits", &loss, 1e-9);
+    twin_free(&logits), twin_free(&labels), twin_free(&dz), twin_free(&loss);
+    free(z), free(y);
+}
+
+static void test_copy2d(void **state)
+{
+    (void)state;
+    const int rows = 67, cols = 13, lds = 20, ldd = 31;
+    for (int add = 0; add < 2; add++) {
+        twin_t src = twin_rand((int64_t)rows * lds, -1, 1), dst = twin_rand((int64_t)rows * ldd, -1, 1);
+        ON_BOTH(be[k]->copy2d(dev[k], P(dst) + 3, ldd, P(src) + 2, lds, rows, cols, add));
+        expect_floats(add ? "copy2d add" : "copy2d", &dst, 0.0);
+        twin_free(&src), twin_free(&dst);
+    }
 }
 
 int main(void)
@@ -381,7 +513,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm),        cmocka_unit_test(test_im2col_col2im), cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_activations), cmocka_unit_test(test_bias_grad),     cmocka_unit_test(test_dropout_mul),
-        cmocka_unit_test(test_softmax_xent), cmocka_unit_test(test_accumulate),   cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_softmax_xent), cmocka_unit_test(test_accumulate),   cmocka_unit_test(test_bags),
+        cmocka_unit_test(test_interaction), cmocka_unit_test(test_sigmoid_xent),  cmocka_unit_test(test_copy2d),
         cmocka_unit_test(test_emu_no_mistakes), /* a real GPU: nothing emulated, nothing to see */
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

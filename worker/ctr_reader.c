@@ -1,0 +1,340 @@
+/* ctr_reader.c — the CTR data sets' reader (ctr_data.h): file lists, shards,
+ * epochs, example caps and bad-record counting over the formats' record
+ * parsers (ctr_reader_internal.h).
+ *
+ * Files: each pattern of data.train / data.test is expanded by glob(3); the
+ * union is sorted (strcmp) and de-duplicated, so every replica sees the same
+ * list. Sharding (W replicas, this one r): by file, the files r, r+W, ...; by
+ * record, every file, and the records r, r+W, ... of the files' concatenated
+ * stream (the others skipped by the format's skip, unparsed). With shuffle,
+ * the shard's files are reordered at each epoch by a psc_rng seeded with
+ * psc_seed_mix(seed, epoch): record sharding needs the same seed on every
+ * replica, which the job's seed gives.
+ *
+ * Per epoch: at most `cap` examples (ceil(data.train_examples / W), or
+ * data.test_examples for a test set), then the epoch ends. Bad records:
+ * bad_record_limit per epoch (each pass meets the same bad lines again), the
+ * total in ctr_reader_skipped; the first few are logged.
+ *
+ * State machine: `cur` is the open file at order[fi] of epoch `epoch`; a batch
+ * ends at the end of an epoch; after a hard error every call returns it again.
+ */
+#include "ctr_reader_internal.h"
+
+#include "log.h"
+#include "psc.h"
+#include "rng.h"
+
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CTR_BAD_LOGGED 10 /* bad records logged as WARN, then only counted */
+
+struct ctr_reader {
+    const psc_job_spec_t *spec;
+    const ctr_format_t *fmt;
+    char **files; /* this shard's files (record sharding: all), sorted */
+    int nfiles;
+    int *order;   /* this epoch's order of files[] */
+    int shard, num_shards, by_record;
+    int epochs, epoch;
+    uint64_t seed;
+    int shuffle;
+    int64_t cap;      /* examples per epoch, 0 = all */
+    int64_t yielded;  /* examples this epoch */
+    int64_t stream;   /* record sharding: records of this epoch's stream passed */
+    int fi;           /* next file (when cur is NULL) or the current one, in order[] */
+    ctr_file_t *cur;
+    int64_t bad_limit, bad_epoch, bad_total;
+    int failed;       /* a hard error's code, returned again */
+    char fail_msg[1024];
+    char msg[1024];   /* a format's message before the reader prefixes it */
+};
+
+static const struct {
+    enum psc_data_format format;
+    const ctr_format_t *fmt;
+    int (*check)(const psc_job_spec_t *spec, char *err, size_t errlen);
+} formats[] = {
+    {PSC_DATA_CRITEO, &ctr_format_criteo, ctr_criteo_check},
+    {PSC_DATA_LIBSVM, &ctr_format_libsvm, ctr_libsvm_check},
+    {PSC_DATA_TFRECORD, &ctr_format_tfrecord, NULL},
+};
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void free_list(char **v, int n)
+{
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* The sorted, de-duplicated union of the patterns' matches into *out. */
+static int expand(char *const *patterns, int npat, const char *key, char ***out, int *nout, char *err,
+                  size_t errlen)
+{
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    for (int i = 0; i < npat; i++) {
+        glob_t g;
+        int rc = glob(patterns[i], 0, NULL, &g);
+        if (rc != 0) {
+            if (rc != GLOB_NOMATCH) globfree(&g);
+            free_list(v, (int)n);
+            if (rc == GLOB_NOMATCH)
+                return psc_seterr(err, errlen, PSC_ECONFIG, "%s: no file matches \"%s\"", key, patterns[i]);
+            return psc_seterr(err, errlen, PSC_EIO, "%s: cannot expand \"%s\" (glob error %d)", key, patterns[i], rc);
+        }
+        for (size_t k = 0; k < g.gl_pathc; k++) {
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                v = psc_xrealloc(v, cap * sizeof *v);
+            }
+            v[n++] = psc_xstrdup(g.gl_pathv[k]);
+        }
+        globfree(&g);
+    }
+    if (n > INT32_MAX / 2) {
+        free_list(v, (int)n);
+        return psc_seterr(err, errlen, PSC_ECONFIG, "%s: too many files", key);
+    }
+    qsort(v, n, sizeof *v, cmp_str);
+    size_t u = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (u > 0 && strcmp(v[u - 1], v[k]) == 0)
+            free(v[k]);
+        else
+            v[u++] = v[k];
+    }
+    *out = v;
+    *nout = (int)u;
+    return 0;
+}
+
+/* Keeps files shard, shard + W, ... of the list (file sharding). */
+static void keep_shard(ctr_reader_t *r)
+{
+    int k = 0;
+    for (int i = 0; i < r->nfiles; i++) {
+        if (i % r->num_shards == r->shard)
+            r->files[k++] = r->files[i];
+        else
+            free(r->files[i]);
+    }
+    r->nfiles = k;
+}
+
+static void start_epoch(ctr_reader_t *r, int epoch)
+{
+    ctr_file_close(r->cur);
+    r->cur = NULL;
+    r->epoch = epoch;
+    r->fi = 0;
+    r->yielded = 0;
+    r->stream = 0;
+    r->bad_epoch = 0;
+    for (int i = 0; i < r->nfiles; i++) r->order[i] = i;
+    if (!r->shuffle) return;
+    psc_rng_t g;
+    psc_rng_seed(&g, psc_seed_mix(r->seed, (uint64_t)epoch));
+    for (int i = r->nfiles - 1; i > 0; i--) {
+        int j = (int)psc_rng_below(&g, (uint64_t)i + 1);
+        int t = r->order[i];
+        r->order[i] = r->order[j];
+        r->order[j] = t;
+    }
+}
+
+/* The format and the spec's data keys for reading. */
+static int check_spec(const psc_job_spec_t *spec, int test, const ctr_format_t **fmt, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        if (formats[i].format != spec->data_format) continue;
+        *fmt = formats[i].fmt;
+        if (spec->num_dense < 0 || spec->num_cat < 0)
+            return psc_seterr(err, errlen, PSC_ECONFIG, "data.features: %d dense and %d categorical", spec->num_dense,
+                              spec->num_cat);
+        if ((test ? spec->num_test_files : spec->num_train_files) <= 0)
+            return psc_seterr(err, errlen, PSC_ECONFIG, "%s: no file given", test ? "data.test" : "data.train");
+        return formats[i].check ? formats[i].check(spec, err, errlen) : 0;
+    }
+    return psc_seterr(err, errlen, PSC_ECONFIG, "data.format: the CTR reader reads criteo, libsvm and tfrecord files");
+}
+
+int ctr_reader_open(const psc_job_spec_t *spec, int test, int shard, int num_shards, uint64_t seed, int shuffle,
+                    ctr_reader_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    PSC_ASSERT(num_shards >= 1 && shard >= 0 && shard < num_shards);
+    const ctr_format_t *fmt = NULL;
+    int rc = check_spec(spec, test, &fmt, err, errlen);
+    if (rc < 0) return rc;
+    ctr_reader_t *r = psc_xcalloc(1, sizeof *r);
+    const char *key = test ? "data.test" : "data.train";
+    rc = expand(test ? spec->test_files : spec->train_files, test ? spec->num_test_files : spec->num_train_files, key,
+                &r->files, &r->nfiles, err, errlen);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    r->spec = spec;
+    r->fmt = fmt;
+    r->shard = shard;
+    r->num_shards = num_shards;
+    r->by_record = spec->shard == PSC_SHARD_RECORD || (spec->shard == PSC_SHARD_AUTO && r->nfiles < num_shards);
+    int total = r->nfiles;
+    if (!r->by_record) keep_shard(r);
+    if (r->nfiles == 0) {
+        rc = psc_seterr(err, errlen, PSC_ECONFIG,
+                        "%s: %d file(s) for %d replicas: replica %d has none under data.shard \"file\" "
+                        "(give at least one file per replica, or use \"record\" or \"auto\")",
+                        key, total, num_shards, shard);
+        ctr_reader_close(r);
+        return rc;
+    }
+    r->order = psc_xmalloc((size_t)r->nfiles * sizeof *r->order);
+    r->epochs = test ? 1 : spec->epochs > 0 ? spec->epochs : 1;
+    r->seed = seed;
+    r->shuffle = shuffle;
+    int64_t limit = test ? spec->test_examples : spec->train_examples;
+    r->cap = limit > 0 ? (limit + num_shards - 1) / num_shards : 0;
+    r->bad_limit = spec->bad_record_limit > 0 ? spec->bad_record_limit : 0;
+    start_epoch(r, 0);
+    *out = r;
+    return 0;
+}
+
+/* "FILE:LINE: " or "FILE: record K at byte B: " for the current record. */
+static void where(const ctr_reader_t *r, char *dst, size_t n)
+{
+    const ctr_file_t *f = r->cur;
+    if (r->fmt->text)
+        snprintf(dst, n, "%s:%lld: ", ctr_file_path(f), (long long)ctr_file_record(f));
+    else
+        snprintf(dst, n, "%s: record %lld at byte %lld: ", ctr_file_path(f), (long long)ctr_file_record(f),
+                 (long long)ctr_file_record_offset(f));
+}
+
+/* A bad record (r->msg): counted and skipped (0) or the error. */
+static int bad_record(ctr_reader_t *r, char *err, size_t errlen)
+{
+    char at[640];
+    where(r, at, sizeof at);
+    if (r->bad_epoch >= r->bad_limit) {
+        if (r->bad_limit == 0) return psc_seterr(err, errlen, PSC_ECORRUPT, "%s%s", at, r->msg);
+        return psc_seterr(err, errlen, PSC_ECORRUPT, "%s%s (more than data.bad_record_limit = %lld bad records)", at,
+                          r->msg, (long long)r->bad_limit);
+    }
+    r->bad_epoch++;
+    r->bad_total++;
+    if (r->bad_total <= CTR_BAD_LOGGED)
+        PSC_WARN("%s%s (bad record skipped, %lld of at most %lld this epoch)%s", at, r->msg, (long long)r->bad_epoch,
+                 (long long)r->bad_limit, r->bad_total == CTR_BAD_LOGGED ? "; further ones are counted, not logged" : "");
+    return 0;
+}
+
+/* A format's error that stops the read (r->msg): named by file and record
+ * unless it names the file already (ctr_file's I/O errors do). */
+static int hard_error(ctr_reader_t *r, int rc, char *err, size_t errlen)
+{
+    const char *path = ctr_file_path(r->cur);
+    if (strncmp(r->msg, path, strlen(path)) == 0) return psc_seterr(err, errlen, rc, "%s", r->msg);
+    char at[640];
+    where(r, at, sizeof at);
+    return psc_seterr(err, errlen, rc, "%s%s", at, r->msg);
+}
+
+/* Record sharding: skips the other replicas' records before the next one of
+ * ours. 1 positioned, 0 the file ended, or an error. */
+static int skip_others(ctr_reader_t *r, char *err, size_t errlen)
+{
+    while (r->stream % r->num_shards != r->shard) {
+        int rc = r->fmt->skip(r->cur, r->msg, sizeof r->msg);
+        if (rc == 0) return 0;
+        r->stream++;
+        if (rc == PSC_ECORRUPT) { /* a framing the format cannot pass: ours to report */
+            rc = bad_record(r, err, errlen);
+            if (rc < 0) return rc;
+        } else if (rc < 0) {
+            return hard_error(r, rc, err, errlen);
+        }
+    }
+    return 1;
+}
+
+/* One example into b: 1, 0 at the end of the epoch, or an error. */
+static int read_one(ctr_reader_t *r, ctr_batch_t *b, char *err, size_t errlen)
+{
+    for (;;) {
+        if (r->cap > 0 && r->yielded >= r->cap) return 0;
+        if (!r->cur) {
+            if (r->fi >= r->nfiles) return 0;
+            int rc = ctr_file_open(r->files[r->order[r->fi]], &r->cur, err, errlen);
+            if (rc < 0) return rc;
+        }
+        int rc = r->by_record ? skip_others(r, err, errlen) : 1;
+        if (rc == 1) rc = r->fmt->next(r->cur, r->spec, b, r->msg, sizeof r->msg);
+        if (rc == 1) {
+            r->stream++;
+            r->yielded++;
+            return 1;
+        }
+        if (rc == 0) {
+            ctr_file_close(r->cur);
+            r->cur = NULL;
+            r->fi++;
+            continue;
+        }
+        if (rc != PSC_ECORRUPT) return hard_error(r, rc, err, errlen);
+        ctr_batch_rollback(b);
+        r->stream++;
+        rc = bad_record(r, err, errlen);
+        if (rc < 0) return rc;
+    }
+}
+
+int ctr_reader_next(ctr_reader_t *r, ctr_batch_t *b, int max_n, int *epoch, char *err, size_t errlen)
+{
+    PSC_ASSERT(max_n > 0);
+    if (r->failed) return psc_seterr(err, errlen, r->failed, "%s", r->fail_msg);
+    ctr_batch_reset(b, r->spec->num_dense, r->spec->num_cat);
+    while (r->epoch < r->epochs) {
+        int e = r->epoch;
+        while (b->n < max_n) {
+            int rc = read_one(r, b, err, errlen);
+            if (rc < 0) {
+                ctr_batch_reset(b, r->spec->num_dense, r->spec->num_cat);
+                r->failed = rc;
+                snprintf(r->fail_msg, sizeof r->fail_msg, "%s", err ? err : psc_strerror(rc));
+                return rc;
+            }
+            if (rc == 0) break;
+        }
+        if (b->n == max_n) {
+            if (epoch) *epoch = e;
+            return b->n;
+        }
+        start_epoch(r, e + 1); /* this epoch is over */
+        if (b->n > 0) {
+            if (epoch) *epoch = e;
+            return b->n;
+        }
+    }
+    ctr_file_close(r->cur);
+    r->cur = NULL;
+    return 0;
+}
+
+int64_t ctr_reader_skipped(const ctr_reader_t *r) { return r->bad_total; }
+int ctr_reader_num_files(const ctr_reader_t *r) { return r->nfiles; }
+
+void ctr_reader_close(ctr_reader_t *r)
+{
+    if (!r) return;
+    ctr_file_close(r->cur);
+    free_list(r->files, r->nfiles);
+    free(r->order);
+    free(r);
+}
