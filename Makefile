@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build demo demo-cnn demo-sync test sanitize tsan fuzz bench clean
+.PHONY: all setup build demo demo-cnn demo-sync demo-ctr test sanitize tsan fuzz bench clean
 all: build
 
 setup:
@@ -26,6 +26,11 @@ demo-cnn: build
 # The demo MLP in sync-replica mode (deploy/jobs/mlp_sync.json: R = N = 2).
 demo-sync: build
 	./deploy/local_cluster.sh --build $(BUILD) --job_spec deploy/jobs/mlp_sync.json
+
+# A click-through model (deploy/jobs/ctr.json: DLRM-style with a wide part, a 10^8-row table) on
+# 2 million rows of SYNTHETIC Criteo-format data from a planted model (deploy/demo_ctr.sh).
+demo-ctr: build
+	./deploy/demo_ctr.sh --build $(BUILD)
 
 test: setup
 	cmake -S . -B $(BUILD) -DPSC_WERROR=ON $(CMAKE_FLAGS)

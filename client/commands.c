@@ -99,13 +99,25 @@ static void fmt_secs(char *buf, size_t len, double s)
         snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
 }
 
-/* "loss L accuracy A", or "loss - accuracy -" before the first progress period. */
+/* "loss L accuracy A" ("auc A" for a recommendation model), or "loss -
+ * accuracy -" before the first progress period. */
 static void fmt_loss(char *buf, size_t len, const Psc__JobStatusReply *s)
 {
+    const char *metric = s->has_auc ? "auc" : "accuracy";
     if (s->has_loss)
-        snprintf(buf, len, "loss %.4f accuracy %.4f", s->loss, s->accuracy);
+        snprintf(buf, len, "loss %.4f %s %.4f", s->loss, metric, s->has_auc ? s->auc : s->accuracy);
     else
-        snprintf(buf, len, "loss - accuracy -");
+        snprintf(buf, len, "loss - %s -", metric);
+}
+
+/* The evaluation's lines on stdout: "test accuracy: A" and "test loss: L",
+ * or for a recommendation model "test AUC: A" and "test log loss: L". */
+static void print_test(int has_auc, double auc, double accuracy, double loss)
+{
+    if (has_auc)
+        printf("test AUC: %.4f\ntest log loss: %.4f\n", auc, loss);
+    else
+        printf("test accuracy: %.4f\ntest loss: %.4f\n", accuracy, loss);
 }
 
 /* The job's checkpoint failures, when there were any (stderr). */
@@ -177,7 +189,7 @@ static int follow(const psctl_cli_t *c)
             if (!strcmp(s->state, "succeeded")) {
                 fprintf(stderr, "psctl: job %s succeeded: %lld steps, global_step %lld, %.1f s\n", s->job_id,
                         (long long)s->step, (long long)s->global_step, s->elapsed_secs);
-                if (s->evaluated) printf("test accuracy: %.4f\ntest loss: %.4f\n", s->test_accuracy, s->test_loss);
+                if (s->evaluated) print_test(s->has_auc, s->test_auc, s->test_accuracy, s->test_loss);
             } else if (!strcmp(s->state, "cancelled")) {
                 fprintf(stderr, "psctl: job %s cancelled at step %lld\n", s->job_id, (long long)s->step);
                 code = psctl_interrupted ? 130 : 1;
@@ -186,7 +198,7 @@ static int follow(const psctl_cli_t *c)
                 code = 1;
             } else {
                 fprintf(stderr, "psctl: job %s failed: %s\n", s->job_id, s->error);
-                if (s->evaluated) printf("test accuracy: %.4f\ntest loss: %.4f\n", s->test_accuracy, s->test_loss);
+                if (s->evaluated) print_test(s->has_auc, s->test_auc, s->test_accuracy, s->test_loss);
                 code = 1;
             }
             psc__job_status_reply__free_unpacked(s, NULL);
@@ -280,7 +292,7 @@ static int cmd_eval(const psctl_cli_t *c, const char *arg)
     if (!r) return 1;
     fprintf(stderr, "psctl: evaluated the current weights on %lld test examples at global_step %lld\n",
             (long long)r->examples, (long long)r->global_step);
-    printf("test accuracy: %.4f\ntest loss: %.4f\n", r->test_accuracy, r->test_loss);
+    print_test(r->has_auc, r->test_auc, r->test_accuracy, r->test_loss);
     psc__eval_reply__free_unpacked(r, NULL);
     return 0;
 }
@@ -326,7 +338,8 @@ static int cmd_status(const psctl_cli_t *c, const char *arg)
             printf(" (epoch %d/%d, step %lld/%lld, global_step %lld, %s)", s->epoch, s->epochs, (long long)s->step,
                    (long long)s->max_steps, (long long)s->global_step, la);
         }
-        if (s->evaluated) printf(" test accuracy %.4f", s->test_accuracy);
+        if (s->evaluated && s->has_auc) printf(" test AUC %.4f", s->test_auc);
+        if (s->evaluated && !s->has_auc) printf(" test accuracy %.4f", s->test_accuracy);
         if (s->error[0]) printf(": %s", s->error);
         printf("\n");
         if (s->checkpoints || s->checkpoint_failures) {

@@ -465,21 +465,19 @@ int sparse_table_push(sparse_table_t *t, const void *ids, size_t n, const void *
 static int check_id(const sparse_table_t *t, int64_t id, size_t at, char *err, size_t errlen)
 {
     const sparse_table_cfg_t *c = &t->cfg;
-    char where[48] = "";
+    int part = c->part;
+    int64_t row;
+    int outside = id < 0 || id >= c->rows;
+    if (!outside && c->nparts > 1) psc_part_of(c->partition, c->rows, c->nparts, id, &part, &row);
+    if (!outside && part == c->part) return 0;
+    char where[48] = ""; /* formatted only for the message: this runs for every id of every request */
     if (at != SIZE_MAX) snprintf(where, sizeof where, " (ids[%zu])", at);
-    if (id < 0 || id >= c->rows)
+    if (outside)
         return psc_seterr(err, errlen, PSC_EINVAL, "id %" PRId64 "%s is outside the table's rows [0, %" PRId64 ")", id,
                           where, c->rows);
-    if (c->nparts > 1) {
-        int part;
-        int64_t row;
-        psc_part_of(c->partition, c->rows, c->nparts, id, &part, &row);
-        if (part != c->part)
-            return psc_seterr(err, errlen, PSC_EINVAL,
-                              "id %" PRId64 "%s belongs to part %d of %d (partition %s), this PS holds part %d", id,
-                              where, part, c->nparts, psc_partition_name(c->partition), c->part);
-    }
-    return 0;
+    return psc_seterr(err, errlen, PSC_EINVAL,
+                      "id %" PRId64 "%s belongs to part %d of %d (partition %s), this PS holds part %d", id, where,
+                      part, c->nparts, psc_partition_name(c->partition), c->part);
 }
 
 /* PSC_EINVAL naming the first id that appears a second time. */

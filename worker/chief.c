@@ -319,8 +319,8 @@ static int final_checkpoint(chief_t *c, int64_t global_step, char *err, size_t e
                       (long long)global_step, why);
 }
 
-int chief_finish(chief_t *c, int64_t global_step, towers_t *towers, const dataset_t *test, int eval_batch,
-                 float *params, trainer_result_t *res, char *err, size_t errlen)
+int chief_finish(chief_t *c, int64_t global_step, chief_eval_fn eval, void *eval_ctx, float *params,
+                 trainer_result_t *res, char *err, size_t errlen)
 {
     int rc = final_checkpoint(c, global_step, err, errlen);
     if (ckpt_requests_pending(c->o.requests)) { /* requests that came after the last step: the final checkpoint */
@@ -330,10 +330,16 @@ int chief_finish(chief_t *c, int64_t global_step, towers_t *towers, const datase
         ckpt_requests_answer(c->o.requests, arc, c->last_id, c->last_step, arc == rc ? err : why);
     }
     ckpt_requests_close(c->o.requests, "training finished");
-    int erc = towers_set_params(towers, params);
-    if (erc == 0) erc = evaluator_eval_dataset(towers, test, eval_batch, res);
-    if (erc) {
-        if (!rc) rc = psc_seterr(err, errlen, erc, "evaluation failed (%s)", psc_strerror(erc));
+    char eerr[512] = "";
+    int erc = eval(eval_ctx, params, res, eerr, sizeof eerr);
+    if (erc == PSC_ENOTFOUND) {
+        PSC_INFO("no evaluation: %s", eerr);
+    } else if (erc) {
+        if (!rc) rc = psc_seterr(err, errlen, erc, "evaluation failed: %s", eerr);
+    } else if (res->has_auc) {
+        PSC_INFO("evaluation on %lld test examples at global_step %lld: AUC %.4f log loss %.4f accuracy %.4f",
+                 (long long)res->test_examples, (long long)global_step, res->test_auc, res->test_loss,
+                 res->test_accuracy);
     } else {
         PSC_INFO("evaluation on %lld test examples at global_step %lld: loss %.4f accuracy %.4f",
                  (long long)res->test_examples, (long long)global_step, res->test_loss, res->test_accuracy);

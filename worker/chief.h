@@ -18,10 +18,8 @@
 #define PSC_CHIEF_H
 
 #include "ckpt_requests.h"
-#include "dataset.h"
 #include "model_spec.h"
 #include "ps_client.h"
-#include "towers.h"
 #include "trainer.h"
 
 #include <stdatomic.h>
@@ -74,12 +72,14 @@ int chief_restore_lost_model(chief_t *c, float *params);
  * service stays unreachable is given up on), restoring a lost shard meanwhile. */
 void chief_wait_workers(chief_t *c, float *params, int self_rank);
 /* Then, with the final weights in params at global_step: takes the final
- * checkpoint, closes the requests, evaluates on test (res), logs every PS's
+ * checkpoint, closes the requests, evaluates (eval(eval_ctx, params, res):
+ * the test set; PSC_ENOTFOUND from it: nothing to evaluate), logs every PS's
  * counters and, with shutdown_ps, stops the PS (not when the final checkpoint
  * failed: the PS then keep the only copy of the trained model). Returns 0, or
  * the failure (err) of the final checkpoint or the evaluation; res holds the
  * evaluation whenever it ran. */
-int chief_finish(chief_t *c, int64_t global_step, towers_t *towers, const dataset_t *test, int eval_batch,
-                 float *params, trainer_result_t *res, char *err, size_t errlen);
+typedef int (*chief_eval_fn)(void *ctx, float *params, trainer_result_t *res, char *err, size_t errlen);
+int chief_finish(chief_t *c, int64_t global_step, chief_eval_fn eval, void *eval_ctx, float *params,
+                 trainer_result_t *res, char *err, size_t errlen);
 
 #endif

@@ -272,6 +272,9 @@ static void h_job_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
     rep.checkpoint_failures = (uint32_t)st.progress.checkpoint_failures;
     rep.checkpoint_error = st.progress.checkpoint_error;
     rep.accuracy = st.progress.accuracy;
+    rep.has_auc = st.progress.has_auc || st.result.has_auc;
+    rep.auc = st.progress.auc;
+    rep.test_auc = st.result.test_auc;
     rep.examples_per_sec = st.progress.examples_per_sec;
     rep.elapsed_secs = st.elapsed_secs;
     rep.evaluated = st.result.evaluated;
@@ -312,7 +315,9 @@ static void h_eval(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     rep.test_loss = res.test_loss;
     rep.examples = res.test_examples;
     rep.global_step = step;
-    uint8_t buf[64];
+    rep.has_auc = res.has_auc;
+    rep.test_auc = res.test_auc;
+    uint8_t buf[96];
     psc_rpc_reply(call, buf, psc__eval_reply__pack(&rep, buf));
 }
 

@@ -1,6 +1,7 @@
 /* evaluator.c — see evaluator.h. */
 #include "evaluator.h"
 
+#include "ctr_job.h"
 #include "dataset.h"
 #include "log.h"
 #include "model_spec.h"
@@ -26,6 +27,7 @@ struct evaluator_ctx {
     towers_t *towers;
     ps_client_t *pc;
     int batch;
+    ctr_job_t *ctr; /* a recommendation model: its test files, tower and rows */
 };
 
 int evaluator_eval_dataset(towers_t *towers, const dataset_t *set, int batch, trainer_result_t *res)
@@ -49,6 +51,7 @@ int evaluator_eval_dataset(towers_t *towers, const dataset_t *set, int batch, tr
 void evaluator_ctx_destroy(evaluator_ctx_t *e)
 {
     if (!e) return;
+    ctr_job_destroy(e->ctr);
     ps_client_destroy(e->pc);
     towers_destroy(e->towers);
     dataset_deinit(&e->test);
@@ -72,11 +75,20 @@ int evaluator_ctx_create(const trainer_opts_t *o, evaluator_ctx_t **out, char *e
     int64_t nparams = tower_layout(e->vars, e->nvars, offsets);
     free(offsets);
     e->params = psc_xaligned((size_t)nparams * sizeof(float));
-    if ((rc = dataset_load(spec->test_path, spec->test_examples, &e->test, err, errlen))) goto fail;
     e->batch = PSC_MAX(spec->batch_size, 256);
+    e->pc = ps_client_create(o->cluster, e->vars, e->nvars, e->placed, e->nplaced, 0, o->rpc_timeout_ms);
+    if (spec->loss_kind == PSC_LOSS_SIGMOID_XENT) {
+        ctr_job_opts_t co = {.spec = spec, .vars = e->vars, .nvars = e->nvars, .pc = e->pc, .devices = o->devices,
+                             .blas_threads = o->blas_threads, .replicas = 1, .eval_batch = e->batch};
+        if ((rc = ps_client_set_job_tables(e->pc, spec, e->nplaced, err, errlen)) ||
+            (rc = ctr_job_create(&co, &e->ctr, err, errlen)))
+            goto fail;
+        *out = e;
+        return 0;
+    }
+    if ((rc = dataset_load(spec->test_path, spec->test_examples, &e->test, err, errlen))) goto fail;
     if ((rc = towers_create(o->devices, spec, e->vars, e->nvars, e->batch, &e->towers, err, errlen))) goto fail;
     if (o->blas_threads > 0) tower_cpu_set_threads(o->blas_threads);
-    e->pc = ps_client_create(o->cluster, e->vars, e->nvars, e->placed, e->nplaced, 0, o->rpc_timeout_ms);
     *out = e;
     return 0;
 fail:
@@ -86,6 +98,11 @@ fail:
 
 int evaluator_ctx_run(evaluator_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err, size_t errlen)
 {
+    int64_t live_step = 0;
+    if (e->ctr) { /* the tables' rows are read live: so are the dense weights, to match them */
+        int rc = ps_client_pull(e->pc, e->params, step ? step : &live_step, err, errlen);
+        return rc ? rc : ctr_job_evaluate(e->ctr, e->params, res, err, errlen);
+    }
     int rc = ckpt ? ps_client_pull_checkpoint(e->pc, ckpt, e->params, err, errlen)
                   : ps_client_pull(e->pc, e->params, step, err, errlen);
     if (rc) return rc;
@@ -112,8 +129,13 @@ int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, siz
         PSC_INFO("TensorBoard events: %s", psc_tfevents_path(tb));
     }
     if ((rc = ps_client_wait_ready(e->pc, o->spec->job_id, o->wait_model_secs, o->stop, err, errlen))) goto out;
-    PSC_INFO("evaluator: evaluating each new checkpoint of job %s on %lld test examples", o->spec->job_id,
-             (long long)e->test.n);
+    if (e->ctr)
+        PSC_INFO("evaluator: evaluating job %s's live model on its test files at each new checkpoint (a "
+                 "recommendation model's tables are read live, not from the checkpoint)",
+                 o->spec->job_id);
+    else
+        PSC_INFO("evaluator: evaluating each new checkpoint of job %s on %lld test examples", o->spec->job_id,
+                 (long long)e->test.n);
     uint64_t last = 0;
     int replicas = psc_cluster_num_replicas(o->cluster);
     int step_ps = ps_client_step_ps(e->pc) >= 0 ? ps_client_step_ps(e->pc) : 0;
@@ -152,9 +174,15 @@ int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, siz
                 evaluated++;
                 *res = r;
                 res->global_step = list.steps[k];
-                PSC_INFO("evaluator: checkpoint %llu (step %lld): test accuracy %.4f loss %.4f",
-                         (unsigned long long)list.ids[k], (long long)list.steps[k], r.test_accuracy, r.test_loss);
+                if (r.has_auc)
+                    PSC_INFO("evaluator: checkpoint %llu (step %lld) committed: the live model's test AUC %.4f log "
+                             "loss %.4f",
+                             (unsigned long long)list.ids[k], (long long)list.steps[k], r.test_auc, r.test_loss);
+                else
+                    PSC_INFO("evaluator: checkpoint %llu (step %lld): test accuracy %.4f loss %.4f",
+                             (unsigned long long)list.ids[k], (long long)list.steps[k], r.test_accuracy, r.test_loss);
                 if (tb) {
+                    if (r.has_auc) psc_tfevents_scalar(tb, list.steps[k], "eval/auc", r.test_auc);
                     psc_tfevents_scalar(tb, list.steps[k], "eval/accuracy", r.test_accuracy);
                     psc_tfevents_scalar(tb, list.steps[k], "eval/loss", r.test_loss);
                     psc_tfevents_flush(tb);

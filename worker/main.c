@@ -66,7 +66,8 @@ static void usage(FILE *f)
             "                           whole at start (model, cluster, data files): a bad one exits 78\n"
             "  --wait_model_secs S      non-chief: how long to wait for the chief's model (default 120)\n"
             "  --wait_workers_secs S    chief: how long to wait for the other replicas at the end (default 600)\n"
-            "  --rpc_timeout_ms MS      deadline of each RPC (default 30000)\n"
+            "  --rpc_timeout_ms MS      deadline of each RPC (default 30000; checkpoint saves, commits and\n"
+            "                           restores wait at least 30 minutes)\n"
             "  --retry_secs S           how long to retry unavailable parameter servers (a PS restarting)\n"
             "                           before failing (default 300)\n"
             "  --log_every_secs S       progress line period (default 5)\n"
@@ -76,7 +77,8 @@ static void usage(FILE *f)
             "                           else one CPU tower); the batch is split across them. GPUs named but not\n"
             "                           usable (none visible, CUDA driver too old) exit 78\n"
             "  --blas_threads N         threads of a CPU tower's matrix products, 0..1024 (default 0:\n"
-            "                           OpenBLAS's own choice, one per core; 1 is faster where a PS shares the cores)\n"
+            "                           OpenBLAS's own choice, one per core; a recommendation model's tower: 1;\n"
+            "                           1 is faster where a PS shares the cores)\n"
             "  --batch_tensor_bytes N   asynchronous rounds and pulls: tensors of at most N bytes on one PS travel\n"
             "                           together in one Batch call (default 262144, at most 2097152; 0: a call per\n"
             "                           tensor)\n"
@@ -346,8 +348,13 @@ static int run_in_cluster(worker_t *w)
     pthread_join(th, NULL);
     if (w->run.rc == 0) {
         if (w->run.res.evaluated && w->cfg.task.type != PSC_JOB_EVALUATOR) {
-            printf("test accuracy: %.4f\n", w->run.res.test_accuracy);
-            printf("test loss: %.4f\n", w->run.res.test_loss);
+            if (w->run.res.has_auc) {
+                printf("test AUC: %.4f\n", w->run.res.test_auc);
+                printf("test log loss: %.4f\n", w->run.res.test_loss);
+            } else {
+                printf("test accuracy: %.4f\n", w->run.res.test_accuracy);
+                printf("test loss: %.4f\n", w->run.res.test_loss);
+            }
             fflush(stdout);
         }
     } else if (w->run.rc == PSC_ECANCELLED) {

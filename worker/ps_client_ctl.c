@@ -230,9 +230,15 @@ out:
 
 /* ---- checkpoints ---- */
 
+/* The deadline of the calls that write or read a whole shard (Save, Commit,
+ * Restore): a shard of sparse tables with millions of rows takes tens of
+ * seconds to write, far more than a data-path call. */
+#define CKPT_TIMEOUT_MS (30 * 60 * 1000)
+static int ckpt_timeout(const ps_client_t *pc) { return PSC_MAX(pc->timeout_ms, CKPT_TIMEOUT_MS); }
+
 /* Sends the same request to every PS (ops: P entries, cleared by the caller). */
-static int run_on_all(ps_client_t *pc, const char *method, const uint8_t *req, size_t len, psc_rpc_op_t *ops,
-                      const char *what, char *err, size_t errlen)
+static int run_on_all_within(ps_client_t *pc, const char *method, const uint8_t *req, size_t len, psc_rpc_op_t *ops,
+                             const char *what, int timeout_ms, char *err, size_t errlen)
 {
     for (int i = 0; i < pc->num_ps; i++) {
         memset(&ops[i], 0, sizeof ops[i]);
@@ -241,8 +247,14 @@ static int run_on_all(ps_client_t *pc, const char *method, const uint8_t *req, s
         ops[i].hdr = req;
         ops[i].hdr_len = len;
     }
-    int rc = psc_rpc_run(ops, (size_t)pc->num_ps, (size_t)pc->num_ps, pc->timeout_ms);
+    int rc = psc_rpc_run(ops, (size_t)pc->num_ps, (size_t)pc->num_ps, timeout_ms);
     return rc ? pcl_op_error(ops, (size_t)pc->num_ps, what, err, errlen) : 0;
+}
+
+static int run_on_all(ps_client_t *pc, const char *method, const uint8_t *req, size_t len, psc_rpc_op_t *ops,
+                      const char *what, char *err, size_t errlen)
+{
+    return run_on_all_within(pc, method, req, len, ops, what, pc->timeout_ms, err, errlen);
 }
 
 int ps_client_ckpt_list(ps_client_t *pc, const char *job_id, int verify, ps_ckpt_list_t *out, char *err, size_t errlen)
@@ -256,7 +268,8 @@ int ps_client_ckpt_list(ps_client_t *pc, const char *job_id, int verify, ps_ckpt
     size_t len = psc__list_checkpoints_request__pack(&req, buf);
     psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
     Psc__ListCheckpointsReply **reps = psc_xcalloc((size_t)P, sizeof *reps);
-    int rc = run_on_all(pc, PSC_M_LIST_CKPT, buf, len, ops, "list checkpoints", err, errlen);
+    int rc = run_on_all_within(pc, PSC_M_LIST_CKPT, buf, len, ops, "list checkpoints",
+                               verify ? ckpt_timeout(pc) : pc->timeout_ms, err, errlen); /* verify reads every byte */
     for (int i = 0; rc == 0 && i < P; i++)
         if (!(reps[i] = psc__list_checkpoints_reply__unpack(NULL, ops[i].reply_len, ops[i].reply)))
             rc = psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint list from ps %d does not parse", i);
@@ -309,8 +322,8 @@ int ps_client_ckpt_commit(ps_client_t *pc, uint64_t id, int keep, int discard, c
     uint8_t buf[32];
     size_t len = psc__commit_request__pack(&req, buf);
     psc_rpc_op_t *ops = psc_xcalloc((size_t)pc->num_ps, sizeof *ops);
-    int rc = run_on_all(pc, PSC_M_COMMIT, buf, len, ops, discard ? "discard checkpoint" : "commit checkpoint", err,
-                        errlen);
+    int rc = run_on_all_within(pc, PSC_M_COMMIT, buf, len, ops, discard ? "discard checkpoint" : "commit checkpoint",
+                               ckpt_timeout(pc), err, errlen);
     pcl_clear_ops(ops, (size_t)pc->num_ps);
     free(ops);
     return rc;
@@ -379,7 +392,7 @@ int ps_client_ckpt_save(ps_client_t *pc, const char *job_id, uint64_t id, int64_
     uint8_t buf[64];
     size_t len = psc__save_request__pack(&req, buf);
     psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
-    if (rc == 0) rc = run_on_all(pc, PSC_M_SAVE, buf, len, ops, "save checkpoint", err, errlen);
+    if (rc == 0) rc = run_on_all_within(pc, PSC_M_SAVE, buf, len, ops, "save checkpoint", ckpt_timeout(pc), err, errlen);
     if (fenced) ckpt_unfence(pc, id);
     int sp = pc->step_ps >= 0 ? pc->step_ps : 0;
     double fence_ms = 0;
@@ -416,7 +429,7 @@ int ps_client_ckpt_restore(ps_client_t *pc, const char *job_id, uint64_t id, int
     uint8_t buf[64];
     size_t len = psc__restore_request__pack(&req, buf);
     psc_rpc_op_t *ops = psc_xcalloc((size_t)pc->num_ps, sizeof *ops);
-    int rc = run_on_all(pc, PSC_M_RESTORE, buf, len, ops, "restore checkpoint", err, errlen);
+    int rc = run_on_all_within(pc, PSC_M_RESTORE, buf, len, ops, "restore checkpoint", ckpt_timeout(pc), err, errlen);
     pcl_clear_ops(ops, (size_t)pc->num_ps);
     free(ops);
     return rc;

@@ -126,7 +126,8 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
     r->progress.epochs = spec.epochs;
     r->progress.step = r->progress.max_steps = r->progress.global_step = 0;
     r->progress.loss = r->progress.accuracy = r->progress.examples_per_sec = 0;
-    r->progress.has_loss = 0;
+    r->progress.has_loss = r->progress.has_auc = 0;
+    r->progress.auc = 0;
     r->progress.checkpoints = r->progress.checkpoint_failures = 0;
     r->progress.checkpoint_error[0] = '\0';
     pthread_mutex_unlock(&r->progress.lock);
@@ -170,6 +171,8 @@ void runner_status(runner_t *r, runner_status_t *out)
     out->progress.global_step = r->progress.global_step;
     out->progress.loss = r->progress.loss;
     out->progress.accuracy = r->progress.accuracy;
+    out->progress.auc = r->progress.auc;
+    out->progress.has_auc = r->progress.has_auc;
     out->progress.examples_per_sec = r->progress.examples_per_sec;
     out->progress.has_loss = r->progress.has_loss;
     out->progress.checkpoints = r->progress.checkpoints;

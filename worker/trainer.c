@@ -10,7 +10,9 @@
 #include "trainer.h"
 
 #include "chief.h"
+#include "ctr_job.h"
 #include "dataset.h"
+#include "evaluator.h"
 #include "log.h"
 #include "model_spec.h"
 #include "placement.h"
@@ -55,7 +57,11 @@ static void report(const trainer_opts_t *o, int phase, int epoch, int64_t step, 
     p->global_step = global_step;
     if (loss >= 0) {
         p->loss = loss;
-        p->accuracy = accuracy;
+        p->has_auc = o->spec->loss_kind == PSC_LOSS_SIGMOID_XENT;
+        if (p->has_auc)
+            p->auc = accuracy;
+        else
+            p->accuracy = accuracy;
         p->examples_per_sec = examples_per_sec;
         p->has_loss = 1;
     }
@@ -80,6 +86,7 @@ typedef struct run {
     dataset_t train, test;
     dataset_loader_t *loader;
     towers_t *towers;
+    ctr_job_t *ctr;            /* a recommendation model (loss sigmoid_cross_entropy): its data, tower and rows */
     int eval_batch;
     ps_client_t *pc;
     chief_t *chief;            /* the chief's duties; NULL on the other replicas */
@@ -91,6 +98,7 @@ typedef struct run {
     int pp_examples;                 /* its step's examples and start time (for the metrics) */
     double pp_t_step;
     int64_t global_step, max_steps;
+    int64_t recoveries;        /* recover() calls that succeeded (a round's pulls were lost) */
     int more, epoch;           /* the loader has batches; the epoch of the last one (1-based) */
     /* the progress period */
     double t0, t_log;
@@ -121,6 +129,7 @@ static int recover(run_t *r, float *params, char *err, size_t errlen)
         int rc = r->chief ? chief_redeclare_model(r->chief, -1, params, why, sizeof why) : 0;
         if (rc == 0) rc = ps_client_pull(r->pc, params, &r->global_step, why, sizeof why);
         if (rc == 0) {
+            r->recoveries++;
             PSC_INFO("parameter servers answer again after %.1f s (%d attempt%s): continuing at global_step %lld",
                      psc_now() - start, attempt, attempt == 1 ? "" : "s", (long long)r->global_step);
             return 0;
@@ -134,6 +143,52 @@ static int recover(run_t *r, float *params, char *err, size_t errlen)
 }
 
 /* ---- set-up ---- */
+
+/* A dense model's data (IDX) and towers. */
+static int setup_dense(run_t *r, char *err, size_t errlen)
+{
+    const trainer_opts_t *o = r->o;
+    const psc_job_spec_t *spec = r->spec;
+    int rc;
+    if ((rc = dataset_load(spec->train_path, spec->train_examples, &r->train, err, errlen))) return rc;
+    int features = spec->input_shape[0] * (spec->input_rank == 3 ? spec->input_shape[1] * spec->input_shape[2] : 1);
+    if (r->train.features != features)
+        return psc_seterr(err, errlen, PSC_ECONFIG, "data %s has %d features per example; model.input_shape wants %d",
+                          spec->train_path, r->train.features, features);
+    if (r->is_chief && (rc = dataset_load(spec->test_path, spec->test_examples, &r->test, err, errlen))) return rc;
+    if ((rc = towers_create(o->devices, spec, r->vars, r->nvars, r->eval_batch, &r->towers, err, errlen))) return rc;
+    if (o->blas_threads > 0) tower_cpu_set_threads(o->blas_threads);
+    PSC_INFO("towers: %s (%d), batch %d split across them", towers_describe(r->towers), towers_count(r->towers),
+             spec->batch_size);
+    return 0;
+}
+
+/* A recommendation model's streamed data, its tower and its tables' rows. */
+static int setup_ctr(run_t *r, char *err, size_t errlen)
+{
+    const psc_job_spec_t *spec = r->spec;
+    if (r->per_step > 1)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "job spec: sync.replicas_to_aggregate: a recommendation model takes one batch per replica "
+                          "and step (R <= N); R = %d, N = %d",
+                          spec->replicas_to_aggregate, r->replicas);
+    if (spec->overlap_push_pull)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "job spec: overlap_push_pull: not available for recommendation models (their rows are "
+                          "pulled per batch)");
+    ctr_job_opts_t co = {.spec = spec,
+                         .vars = r->vars,
+                         .nvars = r->nvars,
+                         .pc = r->pc,
+                         .devices = r->o->devices,
+                         .blas_threads = r->o->blas_threads,
+                         .rank = r->rank,
+                         .replicas = r->replicas,
+                         .prefetch = r->o->prefetch,
+                         .train = 1,
+                         .eval_batch = r->eval_batch};
+    return ctr_job_create(&co, &r->ctr, err, errlen);
+}
 
 /* The model, its placement, the data, the towers and the PS client. */
 static int setup(run_t *r, char *err, size_t errlen)
@@ -163,21 +218,12 @@ static int setup(run_t *r, char *err, size_t errlen)
              r->nvars - 1, (long long)r->nparams, (double)r->nparams * 4 / 1048576.0, r->nplaced, num_ps, r->rank,
              r->replicas, r->is_chief ? " (chief)" : "");
 
-    if ((rc = dataset_load(spec->train_path, spec->train_examples, &r->train, err, errlen))) return rc;
-    int features = spec->input_shape[0] * (spec->input_rank == 3 ? spec->input_shape[1] * spec->input_shape[2] : 1);
-    if (r->train.features != features)
-        return psc_seterr(err, errlen, PSC_ECONFIG, "data %s has %d features per example; model.input_shape wants %d",
-                          spec->train_path, r->train.features, features);
-    if (r->is_chief && (rc = dataset_load(spec->test_path, spec->test_examples, &r->test, err, errlen))) return rc;
-
     r->eval_batch = PSC_MAX(spec->batch_size, 256);
-    if ((rc = towers_create(o->devices, spec, r->vars, r->nvars, r->eval_batch, &r->towers, err, errlen))) return rc;
-    if (o->blas_threads > 0) tower_cpu_set_threads(o->blas_threads);
-    PSC_INFO("towers: %s (%d), batch %d split across them", towers_describe(r->towers), towers_count(r->towers),
-             spec->batch_size);
+    if (spec->loss_kind != PSC_LOSS_SIGMOID_XENT && (rc = setup_dense(r, err, errlen))) return rc;
     r->pc = ps_client_create(o->cluster, r->vars, r->nvars, r->placed, r->nplaced, r->rank, o->rpc_timeout_ms);
     if (o->batch_bytes >= 0) ps_client_set_batch_bytes(r->pc, (size_t)o->batch_bytes);
     if ((rc = ps_client_set_job_tables(r->pc, spec, r->nplaced, err, errlen))) return rc;
+    if (spec->loss_kind == PSC_LOSS_SIGMOID_XENT && (rc = setup_ctr(r, err, errlen))) return rc;
     if (spec->gradient_dtype == PSC_ENC_BFLOAT16) {
         ps_client_set_gradient_dtype(r->pc, PSC_ENC_BFLOAT16, spec->error_feedback);
         const char *ef = spec->error_feedback ? "each rounding error carried into the next step" : "no error feedback";
@@ -225,6 +271,9 @@ static int join_model(run_t *r, char *err, size_t errlen)
  * StopAtStepHook does (async: one global step per replica step; sync: one per
  * step of every replica). A replica joining a job that trains from initial
  * values starts at 0, whatever global_step the others reached. */
+/* The steps this replica runs at most: streamed data without "steps" runs until it ends (max_steps 0). */
+static int64_t step_cap(const run_t *r) { return r->max_steps > 0 ? r->max_steps : INT64_MAX; }
+
 static void resume(run_t *r)
 {
     int64_t done = 0;
@@ -233,20 +282,25 @@ static void resume(run_t *r)
     int sp = ps_client_step_ps(r->pc);
     if (sp < 0 || ps_client_status(r->pc, sp, &st, err, sizeof err) != 0 || r->rank >= 256) return;
     if (st.replica_steps[r->rank] > 0) {
-        done = PSC_MIN(st.replica_steps[r->rank], r->max_steps);
+        done = PSC_MIN(st.replica_steps[r->rank], step_cap(r));
         PSC_INFO("this replica ran %lld steps before it restarted: resuming at step %lld of %lld (global_step %lld)",
                  (long long)st.replica_steps[r->rank], (long long)done, (long long)r->max_steps,
                  (long long)r->global_step);
     } else if (st.restored_step > 0) {
         int64_t share = r->spec->sync ? st.restored_step : st.restored_step / r->replicas;
-        done = PSC_MIN(share, r->max_steps);
+        done = PSC_MIN(share, step_cap(r));
         PSC_INFO("the model was restored at global_step %lld (%lld step%s of this replica's share): resuming at step "
                  "%lld of %lld",
                  (long long)st.restored_step, (long long)share, share == 1 ? "" : "s", (long long)done,
                  (long long)r->max_steps);
     }
     if (done == 0) return;
-    for (int64_t k = 0; k < done * r->per_step && dataset_loader_next(r->loader, &(dataset_batch_t){0}) == 0; k++) {}
+    if (r->ctr) {
+        char serr[512];
+        if (ctr_job_skip(r->ctr, done, serr, sizeof serr)) PSC_WARN("skipping the batches run before: %s", serr);
+    } else {
+        for (int64_t k = 0; k < done * r->per_step && dataset_loader_next(r->loader, &(dataset_batch_t){0}) == 0; k++) {}
+    }
     r->res->steps = done;
     ps_client_set_progress(r->pc, done);
 }
@@ -256,6 +310,27 @@ static void resume(run_t *r)
 /* Forward and backward on up to per_step batches: the step's gradient in
  * r->grads (summed over the batches in r->grads_sum when per_step > 1).
  * *batches 0: the data ran out. */
+static int compute_ctr(run_t *r, int *batches, int *examples, char *err, size_t errlen)
+{
+    double loss_sum;
+    int epoch;
+    *batches = *examples = 0;
+    int rc = ctr_job_compute(r->ctr, r->params, r->grads, r->spec->sync ? r->global_step : -1, examples, &loss_sum,
+                             &epoch, err, errlen);
+    if (rc == 1) {
+        r->more = 0;
+        return 0;
+    }
+    if (rc) return rc;
+    *batches = 1;
+    r->epoch = epoch + 1;
+    r->loss_acc += loss_sum;
+    r->loss_n += *examples;
+    r->examples_acc += *examples;
+    r->examples_total += *examples;
+    return 0;
+}
+
 static int compute(run_t *r, int *batches, int *examples)
 {
     dataset_batch_t b;
@@ -339,12 +414,15 @@ static int exchange(run_t *r, int batches, int examples, double t_step, char *er
         ps_client_set_progress(r->pc, r->res->steps + 1);
         double t_pp = psc_now();
         int stale = 0;
+        if (r->ctr && (rc = ctr_job_push_sync(r->ctr, r->global_step, &stale, err, errlen)))
+            return after_exchange(r, rc, examples, t_step, psc_now() - t_pp, 0, err, errlen);
         rc = ps_client_push_pull_sync(r->pc, r->per_step > 1 ? r->grads_sum : r->grads, r->params, r->global_step,
                                       (uint32_t)batches, &r->global_step, &stale, err, errlen);
         return after_exchange(r, rc, examples, t_step, psc_now() - t_pp, stale, err, errlen);
     }
     if ((rc = push_pull_collect(r, err, errlen))) return rc; /* overlap: the previous step's */
     ps_client_set_progress(r->pc, r->res->steps + 1);
+    if (r->ctr) ctr_job_push_async(r->ctr);
     ps_client_push_pull_start(r->pc, r->grads, spec->overlap_push_pull ? r->params_next : r->params,
                               spec->overlap_push_pull);
     r->pp_pending = 1;
@@ -362,15 +440,21 @@ static int train_step(run_t *r, char *err, size_t errlen)
 {
     double t_step = psc_now();
     int batches, examples, rc;
-    if ((rc = towers_set_params(r->towers, r->params)) || (rc = compute(r, &batches, &examples)))
+    if (r->ctr) {
+        if ((rc = compute_ctr(r, &batches, &examples, err, errlen))) return rc;
+    } else if ((rc = towers_set_params(r->towers, r->params)) || (rc = compute(r, &batches, &examples))) {
         return psc_seterr(err, errlen, rc, "tower step %lld failed (%s)", (long long)r->res->steps, psc_strerror(rc));
+    }
     if (batches == 0) return 1;
     if (r->o->debug_step_delay_ms > 0) {
         int ms = r->o->debug_step_delay_ms;
         struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
-    if ((rc = exchange(r, batches, examples, t_step, err, errlen))) return rc;
+    int64_t recoveries = r->recoveries;
+    rc = exchange(r, batches, examples, t_step, err, errlen);
+    if (r->ctr) ctr_job_step_done(r->ctr, rc == 0 && r->recoveries == recoveries);
+    if (rc) return rc;
     r->res->steps++;
     report(r->o, -1, r->epoch, r->res->steps, r->max_steps, r->global_step, -1, 0, 0);
     return 0;
@@ -384,17 +468,22 @@ static void log_progress(run_t *r, int last)
     const psc_job_spec_t *spec = r->spec;
     trainer_result_t *res = r->res;
     res->last_loss = (float)(r->loss_acc / (double)r->loss_n);
-    double accuracy = (double)r->correct_acc / (double)r->examples_acc;
+    /* a dense model's accuracy; a recommendation model's AUC over the period's training examples */
+    double metric = r->ctr ? ctr_job_period_auc(r->ctr) : (double)r->correct_acc / (double)r->examples_acc;
+    const char *metric_name = r->ctr ? "auc" : "accuracy";
     double rate = (double)r->examples_acc / (now - r->t_log);
-    char stale_note[48] = "";
-    if (spec->sync) snprintf(stale_note, sizeof stale_note, " stale %lld", (long long)r->stale_acc);
-    PSC_INFO("epoch %d/%d step %lld/%lld global_step %lld loss %.4f accuracy %.4f examples/s %.0f%s", r->epoch,
-             spec->epochs, (long long)res->steps, (long long)r->max_steps, (long long)r->global_step, res->last_loss,
-             accuracy, rate, stale_note);
-    report(r->o, -1, r->epoch, res->steps, r->max_steps, r->global_step, res->last_loss, accuracy, rate);
+    char note[96] = "", of[32] = "";
+    if (spec->sync) snprintf(note, sizeof note, " stale %lld", (long long)r->stale_acc);
+    if (r->ctr && ctr_job_skipped(r->ctr))
+        snprintf(note + strlen(note), sizeof note - strlen(note), " bad_records_skipped %lld",
+                 (long long)ctr_job_skipped(r->ctr));
+    if (r->max_steps > 0) snprintf(of, sizeof of, "/%lld", (long long)r->max_steps);
+    PSC_INFO("epoch %d/%d step %lld%s global_step %lld loss %.4f %s %.4f examples/s %.0f%s", r->epoch, spec->epochs,
+             (long long)res->steps, of, (long long)r->global_step, res->last_loss, metric_name, metric, rate, note);
+    report(r->o, -1, r->epoch, res->steps, r->max_steps, r->global_step, res->last_loss, metric, rate);
     if (r->tb) {
         psc_tfevents_scalar(r->tb, r->global_step, "loss", res->last_loss);
-        psc_tfevents_scalar(r->tb, r->global_step, "accuracy", accuracy);
+        psc_tfevents_scalar(r->tb, r->global_step, metric_name, metric);
         psc_tfevents_scalar(r->tb, r->global_step, "steps_per_sec", (double)(r->global_step - r->gs_log) / (now - r->t_log));
         psc_tfevents_flush(r->tb);
     }
@@ -405,6 +494,17 @@ static void log_progress(run_t *r, int last)
 }
 
 /* ---- the end ---- */
+
+/* chief_finish's evaluation: the towers on the IDX test set, or the
+ * recommendation model's pull-and-forward over its test files. */
+static int eval_model(void *ctx, float *params, trainer_result_t *res, char *err, size_t errlen)
+{
+    run_t *r = ctx;
+    if (r->ctr) return ctr_job_evaluate(r->ctr, params, res, err, errlen);
+    int rc = towers_set_params(r->towers, params);
+    if (rc == 0) rc = evaluator_eval_dataset(r->towers, &r->test, r->eval_batch, res);
+    return rc ? psc_seterr(err, errlen, rc, "%s", psc_strerror(rc)) : 0;
+}
 
 /* This replica is done: report it; the chief then waits for the others,
  * takes the final checkpoint and evaluates. */
@@ -427,7 +527,8 @@ static int finish(run_t *r, char *err, size_t errlen)
     if (rc && retryable(rc)) rc = recover(r, r->params, err, errlen);
     if (rc) return rc;
     res->global_step = r->global_step;
-    rc = chief_finish(r->chief, r->global_step, r->towers, &r->test, r->eval_batch, r->params, res, err, errlen);
+    rc = chief_finish(r->chief, r->global_step, eval_model, r, r->params, res, err, errlen);
+    if (r->tb && res->evaluated && res->has_auc) psc_tfevents_scalar(r->tb, r->global_step, "test/auc", res->test_auc);
     if (r->tb && res->evaluated) {
         psc_tfevents_scalar(r->tb, r->global_step, "test/accuracy", res->test_accuracy);
         psc_tfevents_scalar(r->tb, r->global_step, "test/loss", res->test_loss);
@@ -441,6 +542,7 @@ static void teardown(run_t *r, int rc)
     snprintf(why, sizeof why, "job %s %s", r->spec->job_id,
              rc == 0 ? "finished" : rc == PSC_ECANCELLED ? "was cancelled" : "failed");
     chief_destroy(r->chief, why);
+    ctr_job_destroy(r->ctr);
     psc_tfevents_close(r->tb);
     ps_client_destroy(r->pc); /* after a push-pull in flight ends, before its buffers are freed */
     dataset_loader_destroy(r->loader);
@@ -455,6 +557,30 @@ static void teardown(run_t *r, int rc)
     free(r->offsets);
     free(r->vars);
     free(r->placed);
+}
+
+/* This replica's shard of the training data and its step count: a dense
+ * model's epochs of its loader; streamed files (recommendation models) run
+ * "steps" steps or until their epochs end (max_steps 0: not known ahead). */
+static int start_data(run_t *r, char *err, size_t errlen)
+{
+    const psc_job_spec_t *spec = r->spec;
+    if (r->ctr) {
+        r->max_steps = spec->steps > 0 ? spec->steps : 0;
+        PSC_INFO("training on %d data file pattern%s (replica %d of %d), %d epoch%s, batch %d, %s", spec->num_train_files,
+                 spec->num_train_files == 1 ? "" : "s", r->rank, r->replicas, spec->epochs,
+                 spec->epochs == 1 ? "" : "s", spec->batch_size, psc_optim_name(spec->optimizer.kind));
+        return 0;
+    }
+    r->loader = dataset_loader_create(&r->train, r->rank, r->replicas, spec->batch_size, spec->seed, spec->shuffle,
+                                      spec->epochs, r->o->prefetch, err, errlen);
+    if (!r->loader) return PSC_EINVAL;
+    int64_t per_epoch = dataset_loader_steps_per_epoch(r->loader);
+    r->max_steps = spec->steps > 0 ? spec->steps : (per_epoch * spec->epochs + r->per_step - 1) / r->per_step;
+    PSC_INFO("training on %lld examples (shard %d of %d), %lld steps per epoch, %d epochs, batch %d, %s",
+             (long long)dataset_loader_shard_size(r->loader), r->rank, r->replicas, (long long)per_epoch, spec->epochs,
+             spec->batch_size, psc_optim_name(spec->optimizer.kind));
+    return 0;
 }
 
 int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
@@ -475,17 +601,8 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
 
     int rc = setup(&r, err, errlen);
     if (rc == 0) rc = join_model(&r, err, errlen);
-    if (rc == 0) {
-        r.loader = dataset_loader_create(&r.train, r.rank, r.replicas, r.spec->batch_size, r.spec->seed,
-                                         r.spec->shuffle, r.spec->epochs, o->prefetch, err, errlen);
-        if (!r.loader) rc = PSC_EINVAL;
-    }
+    if (rc == 0) rc = start_data(&r, err, errlen);
     if (rc) goto out;
-    int64_t per_epoch = dataset_loader_steps_per_epoch(r.loader);
-    r.max_steps = r.spec->steps > 0 ? r.spec->steps : (per_epoch * r.spec->epochs + r.per_step - 1) / r.per_step;
-    PSC_INFO("training on %lld examples (shard %d of %d), %lld steps per epoch, %d epochs, batch %d, %s",
-             (long long)dataset_loader_shard_size(r.loader), r.rank, r.replicas, (long long)per_epoch, r.spec->epochs,
-             r.spec->batch_size, psc_optim_name(r.spec->optimizer.kind));
     rc = ps_client_pull(r.pc, r.params, &r.global_step, err, errlen);
     if (rc && retryable(rc)) rc = recover(&r, r.params, err, errlen);
     if (rc) goto out;
@@ -501,7 +618,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
 
     r.t0 = r.t_log = psc_now();
     r.gs_log = r.global_step;
-    while (r.more && res->steps < r.max_steps) {
+    while (r.more && res->steps < step_cap(&r)) {
         if (stopped(o)) {
             rc = psc_seterr(err, errlen, PSC_ECANCELLED, "stopped at step %lld", (long long)res->steps);
             goto out;
@@ -510,6 +627,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         if (rc) goto out;
         log_progress(&r, res->steps == r.max_steps || !r.more);
     }
+    log_progress(&r, 1); /* streamed data: the period the data's end cut short */
     rc = push_pull_collect(&r, err, errlen); /* overlap: the last step's push-pull */
     if (rc == 0) rc = finish(&r, err, errlen);
 out:

@@ -25,6 +25,8 @@ typedef struct trainer_progress {
     int64_t step, max_steps, global_step;
     double loss, accuracy, examples_per_sec;
     int has_loss;            /* loss and accuracy are measured (a progress period ended) */
+    int has_auc;             /* a recommendation model: auc (the period's training AUC) instead of accuracy */
+    double auc;
     int checkpoints;         /* chief: checkpoints committed on every PS */
     int checkpoint_failures; /* chief: checkpoints tried and not taken */
     char checkpoint_error[640]; /* the last such failure */
@@ -59,8 +61,10 @@ typedef struct trainer_result {
     float last_loss;          /* mean loss of the last progress period */
     int64_t stale_steps;      /* sync: steps whose contribution the PS dropped as stale */
     int evaluated;            /* chief: the test set was evaluated */
-    double test_accuracy;
-    double test_loss;
+    double test_accuracy;     /* recommendation models: at the 0.5 threshold */
+    double test_loss;         /* recommendation models: log loss */
+    int has_auc;              /* a recommendation model: test_auc holds its exact ROC AUC */
+    double test_auc;
     int64_t test_examples;
 } trainer_result_t;
 

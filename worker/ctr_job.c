@@ -1,0 +1,258 @@
+/* ctr_job.c — see ctr_job.h. */
+#include "ctr_job.h"
+
+#include "ctr_loader.h"
+#include "ctr_metrics.h"
+#include "log.h"
+#include "psc.h"
+#include "tower.h"
+#include "tower_ctr.h"
+#include "towers.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ctr_job {
+    ctr_job_opts_t o;
+    const psc_job_spec_t *spec;
+    ctr_loader_t *loader;     /* training data (NULL when evaluating only) */
+    tower_ctr_t *tower;
+    char backend[16];
+    int device;
+    int max_batch;
+    int64_t cap_nnz;          /* the tower's capacities; a bigger batch rebuilds it */
+    int64_t *cap_rows;        /* per table */
+    ctr_slot_batch_t *cur;    /* the step's batch, until ctr_job_step_done */
+    ctr_slot_batch_t *next;   /* async: the next step's batch, its rows pulled in the step's round */
+    int next_pulled;          /* that round succeeded: next's rows are there */
+    ps_sparse_op_t *ops;      /* per table */
+    float *logits;            /* (max_batch) */
+    ctr_eval_t period;        /* the training examples since the last period_auc */
+};
+
+/* The tower, (re)built when b needs more than it holds. */
+static int ensure_tower(ctr_job_t *j, const ctr_slot_batch_t *b, char *err, size_t errlen)
+{
+    int grow = j->tower == NULL || b->nnz > j->cap_nnz;
+    for (int t = 0; t < j->spec->num_tables; t++) grow |= b->nuids[t] > j->cap_rows[t];
+    if (!grow) return 0;
+    j->cap_nnz = PSC_MAX(j->cap_nnz, b->nnz + b->nnz / 2 + 64);
+    for (int t = 0; t < j->spec->num_tables; t++)
+        j->cap_rows[t] = PSC_MAX(j->cap_rows[t], b->nuids[t] + b->nuids[t] / 2 + 64);
+    tower_ctr_destroy(j->tower);
+    j->tower = NULL;
+    return tower_ctr_create(j->backend, j->spec, j->o.vars, j->o.nvars, j->max_batch, j->cap_nnz, j->cap_rows,
+                            j->device, &j->tower, err, errlen);
+}
+
+int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    const psc_job_spec_t *spec = o->spec;
+    ctr_job_t *j = psc_xcalloc(1, sizeof *j);
+    j->o = *o;
+    j->spec = spec;
+    j->max_batch = PSC_MAX(spec->batch_size, o->eval_batch);
+    const tower_ops_t *be;
+    int devs[64], ndev, rc;
+    if ((rc = towers_parse_devices(o->devices, &be, devs, &ndev, err, errlen))) goto fail;
+    snprintf(j->backend, sizeof j->backend, "%s", be->name);
+    j->device = devs[0];
+    if (ndev > 1) PSC_INFO("a recommendation model runs one tower: %s %d", be->name, j->device);
+    /* the CTR tower's GEMMs are small (batch x a few hundred x tens): OpenBLAS's
+     * threads only spin on the cores the PS and the loader need, and one
+     * thread is faster alone too (README, Performance) */
+    tower_cpu_set_threads(o->blas_threads > 0 ? o->blas_threads : 1);
+    int T = spec->num_tables;
+    j->cap_rows = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *j->cap_rows);
+    j->ops = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *j->ops);
+    j->logits = psc_xmalloc((size_t)j->max_batch * sizeof *j->logits);
+    ctr_eval_init(&j->period);
+    if (o->train && (rc = ctr_loader_create(spec, 0, o->rank, o->replicas, spec->batch_size, spec->seed,
+                                            spec->shuffle, o->prefetch, &j->loader, err, errlen)))
+        goto fail;
+    *out = j;
+    return 0;
+fail:
+    ctr_job_destroy(j);
+    return rc;
+}
+
+void ctr_job_destroy(ctr_job_t *j)
+{
+    if (!j) return;
+    if (j->cur) ctr_loader_release(j->loader, j->cur);
+    if (j->next) ctr_loader_release(j->loader, j->next);
+    ctr_loader_destroy(j->loader);
+    tower_ctr_destroy(j->tower);
+    ctr_eval_free(&j->period);
+    free(j->cap_rows);
+    free(j->ops);
+    free(j->logits);
+    free(j);
+}
+
+/* Pulls the rows of b's unique ids of every table into b->rows. */
+static int pull_rows(ctr_job_t *j, ctr_slot_batch_t *b, int64_t sync_step, char *err, size_t errlen)
+{
+    int nops = 0;
+    for (int t = 0; t < j->spec->num_tables; t++) {
+        ctr_slot_batch_reserve_rows(b, t, j->spec->tables[t].dim);
+        if (b->nuids[t] == 0) continue;
+        j->ops[nops++] = (ps_sparse_op_t){
+            .table = t, .pull_ids = b->uids[t], .pull_rows = b->rows[t], .npull = (size_t)b->nuids[t]};
+    }
+    if (nops == 0) return 0;
+    if (sync_step >= 0)
+        return ps_client_sparse_sync(j->o.pc, j->ops, nops, sync_step, 1, sync_step, err, errlen);
+    return ps_client_sparse(j->o.pc, j->ops, nops, err, errlen);
+}
+
+/* The tower's view of b. */
+static tower_ctr_batch_t tower_batch(const ctr_slot_batch_t *b)
+{
+    return (tower_ctr_batch_t){.n = b->raw.n,
+                               .dense = b->raw.dense,
+                               .label = b->raw.label,
+                               .nslots = b->nslots,
+                               .off = b->off,
+                               .idx = b->idx,
+                               .w = b->w,
+                               .rows = (const float *const *)b->rows,
+                               .nrows = b->nuids};
+}
+
+int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t sync_step, int *examples,
+                    double *loss_sum, int *epoch, char *err, size_t errlen)
+{
+    ctr_slot_batch_t *b = j->next;
+    int rc, pulled = b && j->next_pulled;
+    j->next = NULL;
+    if (!b && (rc = ctr_loader_next(j->loader, &b, err, errlen))) return rc;
+    j->cur = b;
+    if (!pulled && (rc = pull_rows(j, b, sync_step, err, errlen))) return rc;
+    if ((rc = ensure_tower(j, b, err, errlen))) return rc;
+    tower_ctr_batch_t tb = tower_batch(b);
+    float loss;
+    if ((rc = tower_ctr_set_params(j->tower, params)) || (rc = tower_ctr_train_step(j->tower, &tb, &loss, j->logits)) ||
+        (rc = tower_ctr_get_grads(j->tower, grads, b->row_grads)))
+        return psc_seterr(err, errlen, rc, "the tower's step failed (%s)", psc_strerror(rc));
+    ctr_eval_add(&j->period, j->logits, b->raw.label, b->raw.n);
+    *examples = b->raw.n;
+    *loss_sum = (double)loss * b->raw.n;
+    *epoch = b->epoch;
+    return 0;
+}
+
+/* One push op per table: the step's row gradients (every table, an empty
+ * contribution included, as a sync round needs). */
+static int push_ops(ctr_job_t *j)
+{
+    ctr_slot_batch_t *b = j->cur;
+    static const float none[1] = {0};
+    for (int t = 0; t < j->spec->num_tables; t++)
+        j->ops[t] = (ps_sparse_op_t){.table = t,
+                                     .push_ids = b->uids[t],
+                                     .push_grads = b->nuids[t] ? b->row_grads[t] : none,
+                                     .npush = (size_t)b->nuids[t]};
+    return j->spec->num_tables;
+}
+
+void ctr_job_push_async(ctr_job_t *j)
+{
+    int n = push_ops(j);
+    /* the next batch's rows travel back in the same round, pulled after this
+     * step's push on each PS: one round trip a step instead of two */
+    char err[16];
+    ctr_slot_batch_t *b;
+    j->next_pulled = 0;
+    if (ctr_loader_next(j->loader, &b, err, sizeof err) == 0) {
+        j->next = b;
+        for (int t = 0; t < n; t++) {
+            ctr_slot_batch_reserve_rows(b, t, j->spec->tables[t].dim);
+            j->ops[t].pull_ids = b->uids[t];
+            j->ops[t].pull_rows = b->rows[t];
+            j->ops[t].npull = (size_t)b->nuids[t];
+        }
+    } /* else the data ended (or failed: the next ctr_job_compute reports it) */
+    ps_client_round_sparse(j->o.pc, j->ops, n);
+}
+
+int ctr_job_push_sync(ctr_job_t *j, int64_t local_step, int *stale, char *err, size_t errlen)
+{
+    ps_sparse_stats_t st = {0};
+    int n = push_ops(j);
+    for (int t = 0; t < n; t++) j->ops[t].stats = &st;
+    int rc = ps_client_sparse_sync(j->o.pc, j->ops, n, local_step, 1, 0, err, errlen);
+    for (int t = 0; t < n; t++) j->ops[t].stats = NULL;
+    *stale = st.stale > 0;
+    return rc;
+}
+
+void ctr_job_step_done(ctr_job_t *j, int ok)
+{
+    if (j->next) j->next_pulled = ok;
+    ctr_loader_release(j->loader, j->cur);
+    j->cur = NULL;
+}
+
+int ctr_job_skip(ctr_job_t *j, int64_t batches, char *err, size_t errlen)
+{
+    for (int64_t k = 0; k < batches; k++) {
+        ctr_slot_batch_t *b;
+        int rc = ctr_loader_next(j->loader, &b, err, errlen);
+        if (rc) return rc == 1 ? 0 : rc;
+        ctr_loader_release(j->loader, b);
+    }
+    return 0;
+}
+
+double ctr_job_period_auc(ctr_job_t *j)
+{
+    double auc = ctr_eval_auc(&j->period);
+    ctr_eval_reset(&j->period);
+    return auc;
+}
+
+int64_t ctr_job_skipped(ctr_job_t *j) { return j->loader ? ctr_loader_skipped(j->loader) : 0; }
+
+int ctr_job_evaluate(ctr_job_t *j, const float *params, trainer_result_t *res, char *err, size_t errlen)
+{
+    const psc_job_spec_t *spec = j->spec;
+    if (spec->num_test_files == 0)
+        return psc_seterr(err, errlen, PSC_ENOTFOUND, "the job spec has no data.test: nothing to evaluate");
+    ctr_loader_t *l;
+    int rc = ctr_loader_create(spec, 1, 0, 1, j->o.eval_batch, spec->seed, 0, 2, &l, err, errlen);
+    if (rc) return rc;
+    ctr_eval_t ev;
+    ctr_eval_init(&ev);
+    int64_t correct = 0;
+    for (;;) {
+        ctr_slot_batch_t *b;
+        if ((rc = ctr_loader_next(l, &b, err, errlen))) break;
+        if ((rc = pull_rows(j, b, -1, err, errlen)) == 0 && (rc = ensure_tower(j, b, err, errlen)) == 0) {
+            tower_ctr_batch_t tb = tower_batch(b);
+            if ((rc = tower_ctr_set_params(j->tower, params)) || (rc = tower_ctr_predict(j->tower, &tb, j->logits)))
+                rc = psc_seterr(err, errlen, rc, "the tower's forward pass failed (%s)", psc_strerror(rc));
+            else
+                ctr_eval_add(&ev, j->logits, b->raw.label, b->raw.n);
+            for (int i = 0; i < b->raw.n; i++) correct += (j->logits[i] > 0) == (b->raw.label[i] > 0.5f);
+        }
+        ctr_loader_release(l, b);
+        if (rc) break;
+    }
+    if (rc == 1) {
+        rc = 0;
+        res->evaluated = 1;
+        res->test_examples = ev.n;
+        res->test_auc = ctr_eval_auc(&ev);
+        res->test_loss = ctr_eval_log_loss(&ev);
+        res->test_accuracy = ev.n ? (double)correct / (double)ev.n : 0;
+        res->has_auc = 1;
+    }
+    ctr_eval_free(&ev);
+    ctr_loader_destroy(l);
+    return rc;
+}
