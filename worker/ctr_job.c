@@ -110,20 +110,6 @@ static int pull_rows(ctr_job_t *j, ctr_slot_batch_t *b, int64_t sync_step, char 
     return ps_client_sparse(j->o.pc, j->ops, nops, err, errlen);
 }
 
-/* The tower's view of b. */
-static tower_ctr_batch_t tower_batch(const ctr_slot_batch_t *b)
-{
-    return (tower_ctr_batch_t){.n = b->raw.n,
-                               .dense = b->raw.dense,
-                               .label = b->raw.label,
-                               .nslots = b->nslots,
-                               .off = b->off,
-                               .idx = b->idx,
-                               .w = b->w,
-                               .rows = (const float *const *)b->rows,
-                               .nrows = b->nuids};
-}
-
 int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t sync_step, int *examples,
                     double *loss_sum, int *epoch, char *err, size_t errlen)
 {
@@ -134,7 +120,7 @@ int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t syn
     j->cur = b;
     if (!pulled && (rc = pull_rows(j, b, sync_step, err, errlen))) return rc;
     if ((rc = ensure_tower(j, b, err, errlen))) return rc;
-    tower_ctr_batch_t tb = tower_batch(b);
+    tower_ctr_batch_t tb = ctr_slot_batch_view(b);
     float loss;
     if ((rc = tower_ctr_set_params(j->tower, params)) || (rc = tower_ctr_train_step(j->tower, &tb, &loss, j->logits)) ||
         (rc = tower_ctr_get_grads(j->tower, grads, b->row_grads)))
@@ -233,7 +219,7 @@ int ctr_job_evaluate(ctr_job_t *j, const float *params, trainer_result_t *res, c
         ctr_slot_batch_t *b;
         if ((rc = ctr_loader_next(l, &b, err, errlen))) break;
         if ((rc = pull_rows(j, b, -1, err, errlen)) == 0 && (rc = ensure_tower(j, b, err, errlen)) == 0) {
-            tower_ctr_batch_t tb = tower_batch(b);
+            tower_ctr_batch_t tb = ctr_slot_batch_view(b);
             if ((rc = tower_ctr_set_params(j->tower, params)) || (rc = tower_ctr_predict(j->tower, &tb, j->logits)))
                 rc = psc_seterr(err, errlen, rc, "the tower's forward pass failed (%s)", psc_strerror(rc));
             else

@@ -17,6 +17,7 @@
 
 #include "ctr_data.h"
 #include "job_spec.h"
+#include "tower_ctr.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -56,5 +57,19 @@ void ctr_loader_destroy(ctr_loader_t *l); /* NULL ok; stops the thread */
 
 /* Makes sure b->rows[t] and b->row_grads[t] hold nuids[t] rows of dim floats. */
 void ctr_slot_batch_reserve_rows(ctr_slot_batch_t *b, int t, int dim);
+
+/* The tower's view of a mapped batch (its rows as filled by the caller). */
+static inline tower_ctr_batch_t ctr_slot_batch_view(const ctr_slot_batch_t *b)
+{
+    return (tower_ctr_batch_t){.n = b->raw.n,
+                               .dense = b->raw.dense,
+                               .label = b->raw.label,
+                               .nslots = b->nslots,
+                               .off = b->off,
+                               .idx = b->idx,
+                               .w = b->w,
+                               .rows = (const float *const *)b->rows,
+                               .nrows = b->nuids};
+}
 
 #endif

@@ -27,16 +27,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:-${PSC_BIN:-$here/build}}" && pwd)
 secs=${BENCH_STEP_SECS:-10}
-work=$(mktemp -d /tmp/psc-bench-step.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-# vmhwm_kb PID: the process's peak resident set (kB), or 0 once it has exited.
-vmhwm_kb() { awk '/^VmHWM:/ {print $2; f=1} END {if (!f) print 0}' "/proc/$1/status" 2>/dev/null || echo 0; }
+NAME=step
+source "$here/tests/bench/bench_lib.sh"
 
 # spec_for SRC DST STEPS: SRC with "steps", enough epochs and a small test set
 # (the chief evaluates it after training; that is not part of the timing).

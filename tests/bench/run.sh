@@ -2,8 +2,8 @@
 # run.sh BUILD_DIR — runs every benchmark and prints its table (see README "Performance"
 # and tests/bench/NOTES.md). BENCH_SECS=S: seconds per point (bench_wire 1, bench_tower 2,
 # bench_apply 1, bench_scaling 1); BENCH_STEP_SECS: seconds per training run of
-# bench_step.sh (10); bench_link.sh's BENCH_LINK_MBIT, BENCH_LINK_STEPS. About 5 minutes on
-# the 2-core development VM.
+# bench_step.sh (10); BENCH_CTR_SECS: the same for bench_ctr.sh (10); bench_link.sh's
+# BENCH_LINK_MBIT, BENCH_LINK_STEPS. About 8 minutes on the 2-core development VM.
 set -eu
 build=${1:-build}
 export PSC_BIN=$(cd "$build" && pwd)
@@ -16,5 +16,6 @@ echo "run.sh: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at st
 "$PSC_BIN/bench_scaling" "${BENCH_SECS:-1}"
 "$PSC_BIN/bench_sparse" "${BENCH_SECS:-1}"
 "$here/bench_step.sh" "$PSC_BIN"
+"$here/bench_ctr.sh" "$PSC_BIN"
 "$here/bench_link.sh" "$PSC_BIN" || [ $? = 77 ] # needs root (network namespaces)
 echo "run.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
