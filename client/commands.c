@@ -133,14 +133,16 @@ static void show_progress(const Psc__JobStatusReply *s, int tty)
 {
     double frac = s->max_steps > 0 ? (double)s->step / (double)s->max_steps : 0;
     double rate = s->elapsed_secs > 0 ? (double)s->step / s->elapsed_secs : 0;
-    char eta[32], el[32];
-    fmt_secs(eta, sizeof eta, rate > 0 ? (double)(s->max_steps - s->step) / rate : -1);
+    char eta[32], el[32], of[32] = "";
+    /* streamed data (recommendation models) have no known length: no total, no ETA */
+    fmt_secs(eta, sizeof eta, rate > 0 && s->max_steps > 0 ? (double)(s->max_steps - s->step) / rate : -1);
     fmt_secs(el, sizeof el, s->elapsed_secs);
+    if (s->max_steps > 0) snprintf(of, sizeof of, "/%lld", (long long)s->max_steps);
     char line[256], la[64];
     fmt_loss(la, sizeof la, s);
-    snprintf(line, sizeof line, "epoch %d/%d step %lld/%lld global_step %lld %s examples/s %.0f elapsed %s ETA %s",
-             s->epoch, s->epochs, (long long)s->step, (long long)s->max_steps, (long long)s->global_step, la,
-             s->examples_per_sec, el, eta);
+    snprintf(line, sizeof line, "epoch %d/%d step %lld%s global_step %lld %s examples/s %.0f elapsed %s ETA %s",
+             s->epoch, s->epochs, (long long)s->step, of, (long long)s->global_step, la, s->examples_per_sec, el,
+             eta);
     if (tty) {
         char bar[21];
         int fill = (int)(frac * 20 + 0.5);
@@ -335,8 +337,10 @@ static int cmd_status(const psctl_cli_t *c, const char *arg)
         if (strcmp(s->state, "idle") != 0) {
             char la[64];
             fmt_loss(la, sizeof la, s);
-            printf(" (epoch %d/%d, step %lld/%lld, global_step %lld, %s)", s->epoch, s->epochs, (long long)s->step,
-                   (long long)s->max_steps, (long long)s->global_step, la);
+            char of[32] = "";
+            if (s->max_steps > 0) snprintf(of, sizeof of, "/%lld", (long long)s->max_steps);
+            printf(" (epoch %d/%d, step %lld%s, global_step %lld, %s)", s->epoch, s->epochs, (long long)s->step, of,
+                   (long long)s->global_step, la);
         }
         if (s->evaluated && s->has_auc) printf(" test AUC %.4f", s->test_auc);
         if (s->evaluated && !s->has_auc) printf(" test accuracy %.4f", s->test_accuracy);

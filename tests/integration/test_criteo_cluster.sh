@@ -9,7 +9,8 @@
 # MLP, a dim-1 FTRL table summed into the logit; Adam elsewhere) for one epoch, each worker on
 # its own file, and the chief prints "test AUC: A" over the test file. Run
 # asynchronously, then with sync replicas (R = N = 2); both must reach the
-# planted AUC minus 0.03.
+# planted AUC minus 0.03. Then the same job through psctl in standalone-client
+# mode: train, status and eval print the AUC, the evaluator evaluates it.
 source "$(dirname "$0")/lib.sh"
 
 data=$TMP/data
@@ -68,4 +69,35 @@ spec "$TMP/async.json" ""
 run async "$TMP/async.json"
 spec "$TMP/sync.json" ', "sync": {"replicas_to_aggregate": 2, "total_num_replicas": 2}'
 run sync "$TMP/sync.json"
-pass "a DLRM-style model on synthetic Criteo data reaches the planted AUC - 0.03, async and sync"
+# standalone-client mode: daemons without a job (2 ps with checkpoints, 2 workers, an
+# evaluator); psctl trains the async spec with a checkpoint every 100 steps and prints the
+# chief's test AUC; status and eval report AUC; the evaluator evaluates the live model at
+# each committed checkpoint
+sed 's/"seed": 5/"seed": 5, "checkpoint": {"every_steps": 100}/' "$TMP/async.json" >"$TMP/standalone.json"
+cluster 2 2
+EVAL_ADDR="127.0.0.1:$("$BIN/psc_free_port" 1)"
+CLUSTER="${CLUSTER%\}}, \"evaluator\": [\"$EVAL_ADDR\"]}"
+for i in 0 1; do start_ps "$i" --checkpoint_dir "$TMP/ckpt$i"; done
+for i in 0 1; do wait_healthy "${PS_ADDR[i]}"; done
+for i in 0 1; do
+    TF_CONFIG=$(tf_config worker "$i") "$BIN/worker" --log_every_secs 0.5 >"$TMP/sa-worker$i.out" 2>"$TMP/sa-worker$i.log" &
+    PIDS+=($!)
+done
+TF_CONFIG=$(tf_config evaluator 0) "$BIN/worker" >"$TMP/evaluator.out" 2>"$TMP/evaluator.log" &
+PIDS+=($!)
+for i in 0 1; do wait_healthy "${WORKER_ADDR[i]}"; done
+wait_healthy "$EVAL_ADDR"
+PSCTL=("$BIN/psctl" --cluster "$CLUSTER")
+"${PSCTL[@]}" train "$TMP/standalone.json" >"$TMP/train.out" 2>"$TMP/train.err" ||
+    fail "psctl train exited $?: $(tail -3 "$TMP/train.err")"
+auc=$(sed -n 's/^test AUC: \([0-9.]*\)$/\1/p' "$TMP/train.out")
+[ -n "$auc" ] || fail "psctl train printed no test AUC: $(cat "$TMP/train.out")"
+grep -q "^test log loss: 0\.[0-9]" "$TMP/train.out" || fail "psctl train printed no test log loss"
+"${PSCTL[@]}" status >"$TMP/status.out" 2>&1 || fail "psctl status exited $?"
+grep -q "succeeded.*auc 0\.[0-9]*).* test AUC $auc" "$TMP/status.out" || fail "status: $(cat "$TMP/status.out")"
+"${PSCTL[@]}" eval >"$TMP/eval.out" 2>"$TMP/eval.err" || fail "psctl eval exited $?: $(cat "$TMP/eval.err")"
+grep -q "^test AUC: $auc$" "$TMP/eval.out" || fail "eval of the final weights: $(cat "$TMP/eval.out"), the job's $auc"
+for _ in $(seq 100); do grep -q "the live model's test AUC 0\." "$TMP/evaluator.log" && break; sleep 0.2; done
+grep -q "the live model's test AUC 0\." "$TMP/evaluator.log" || fail "the evaluator evaluated no checkpoint"
+echo "standalone: test AUC $auc"
+pass "a DLRM-style model on synthetic Criteo data reaches the planted AUC - 0.03, async and sync; psctl and the evaluator report AUC"
