@@ -88,7 +88,7 @@ int evaluator_ctx_create(const trainer_opts_t *o, evaluator_ctx_t **out, char *e
     }
     if ((rc = dataset_load(spec->test_path, spec->test_examples, &e->test, err, errlen))) goto fail;
     if ((rc = towers_create(o->devices, spec, e->vars, e->nvars, e->batch, &e->towers, err, errlen))) goto fail;
-    if (o->blas_threads > 0) tower_cpu_set_threads(o->blas_threads);
+    towers_set_cpu_threads(e->towers, o->blas_threads, o->cluster, o->task);
     *out = e;
     return 0;
 fail:

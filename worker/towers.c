@@ -8,6 +8,8 @@
  */
 #include "towers.h"
 
+#include "cpu_share.h"
+
 #include "log.h"
 #include "psc.h"
 
@@ -267,6 +269,22 @@ void towers_destroy(towers_t *ts)
 
 int towers_count(const towers_t *ts) { return ts->count; }
 const char *towers_describe(const towers_t *ts) { return ts->describe; }
+
+void towers_set_cpu_threads(towers_t *ts, int blas_threads, const psc_cluster_t *cluster, psc_task_t self)
+{
+    if (ts->backend != &tower_cpu_ops) return;
+    char why[224];
+    int n = blas_threads;
+    if (n > 0) {
+        snprintf(why, sizeof why, "%d (--blas_threads)", n);
+    } else if (ts->count > 1) {
+        return; /* towers_create gave each of them 1 */
+    } else {
+        n = cpu_share_default_threads(cluster, self, why, sizeof why);
+    }
+    tower_cpu_set_threads(n);
+    PSC_INFO("CPU tower threads: %s", why);
+}
 
 int towers_set_params(towers_t *ts, const float *params)
 {

@@ -20,6 +20,7 @@
 #define PSC_TOWERS_H
 
 #include "job_spec.h"
+#include "tf_config.h"
 #include "model_spec.h"
 #include "tower.h"
 
@@ -47,6 +48,11 @@ void towers_destroy(towers_t *ts); /* NULL ok */
 int towers_count(const towers_t *ts);
 /* "cpu", "cpu,cpu", "gpu:0,gpu:1" — what was built. */
 const char *towers_describe(const towers_t *ts);
+/* The threads of a CPU tower's matrix products (tower_cpu_set_threads):
+ * blas_threads when > 0 (--blas_threads), else, for one CPU tower, this task's
+ * share of the host's CPUs (cpu_share.h; several CPU towers keep 1 each), and
+ * logs the choice. GPU towers: nothing. Process-wide (OpenBLAS's setting). */
+void towers_set_cpu_threads(towers_t *ts, int blas_threads, const psc_cluster_t *cluster, psc_task_t self);
 
 int towers_set_params(towers_t *ts, const float *params);
 /* One step on n examples: loss is the mean over all n, correct the hits.

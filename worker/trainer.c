@@ -157,7 +157,7 @@ static int setup_dense(run_t *r, char *err, size_t errlen)
                           spec->train_path, r->train.features, features);
     if (r->is_chief && (rc = dataset_load(spec->test_path, spec->test_examples, &r->test, err, errlen))) return rc;
     if ((rc = towers_create(o->devices, spec, r->vars, r->nvars, r->eval_batch, &r->towers, err, errlen))) return rc;
-    if (o->blas_threads > 0) tower_cpu_set_threads(o->blas_threads);
+    towers_set_cpu_threads(r->towers, o->blas_threads, o->cluster, o->task);
     PSC_INFO("towers: %s (%d), batch %d split across them", towers_describe(r->towers), towers_count(r->towers),
              spec->batch_size);
     return 0;

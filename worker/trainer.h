@@ -44,7 +44,7 @@ typedef struct trainer_opts {
     int prefetch;             /* batches prepared ahead (default 2) */
     int debug_step_delay_ms;  /* testing: sleep this long in every step (a slow replica) */
     const char *devices;      /* towers: "cpu", "cpu,cpu", "gpu:0,gpu:1", "gpu"; NULL = every GPU, else CPU */
-    int blas_threads;         /* CPU towers: OpenBLAS threads (0: its default; several CPU towers use 1 each) */
+    int blas_threads;         /* CPU towers: threads (0: the host share, cpu_share.h; several CPU towers use 1 each) */
     int batch_bytes;          /* ps_client_set_batch_bytes (-1: the default, PSC_BATCH_TENSOR_BYTES) */
     int shutdown_ps;          /* chief: tell every PS to exit at the end (in-cluster mode) */
     atomic_int *stop;         /* set to non-zero (any thread) to stop early (SIGTERM, a cancel); may be NULL */

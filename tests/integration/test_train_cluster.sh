@@ -65,6 +65,23 @@ run_case() {
             grep -q 'overlap_push_pull: each step' "$TMP/worker$i.log" || fail "worker $i did not overlap"
         done
     fi
+    # the tower's threads: --blas_threads when given, else the host's CPUs shared by every
+    # task of this cluster (all on 127.0.0.1): floor(cpus / (nps + nw)), at least 1
+    local line want n cpus
+    for ((i = 0; i < nw; i++)); do
+        line=$(sed -n 's/.*CPU tower threads: //p' "$TMP/worker$i.log")
+        if [ -n "${W_FLAGS:-}" ]; then
+            want="${W_FLAGS##* } (--blas_threads)"
+            [ "$line" = "$want" ] || fail "worker $i: threads \"$line\", expected \"$want\""
+        else
+            [[ $line =~ ^([0-9]+)\ \(default:\ ([0-9]+)\ CPUs?\ \((affinity|cgroup\ quota\ [0-9.]+)\)\ shared\ by\ $((nps + nw))\ psc\ tasks\ on\ this\ host\)$ ]] ||
+                fail "worker $i: threads \"$line\", expected the default over $((nps + nw)) tasks"
+            n=${BASH_REMATCH[1]} cpus=${BASH_REMATCH[2]}
+            [ "$cpus" -le "$(nproc --all)" ] || fail "worker $i: $cpus CPUs > the machine's $(nproc --all)"
+            want=$((cpus / (nps + nw))); [ "$want" -ge 1 ] || want=1
+            [ "$n" = "$want" ] || fail "worker $i: $n threads for $cpus CPUs over $((nps + nw)) tasks, expected $want"
+        fi
+    done
     echo "$nps ps + $nw workers${tag:+ ($tag)}: test accuracy $acc, loss $first -> $last, global_step $gs"
     for f in "$TMP"/*.log "$TMP"/*.out; do mv "$f" "$f.$nps$nw$tag"; done
 }
