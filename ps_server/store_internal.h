@@ -101,6 +101,15 @@ struct store {
     int started;                   /* a contribution arrived; last_seen is meaningful */
     double *last_seen;             /* (N) latest contribution time per replica; allocated with sync mode */
     unsigned char *left;           /* (N) 1 when the replica reported WorkerDone */
+    /* The present count, cached (store_sync.c: presence): while the clock runs,
+     * a replica not left is present iff its last_seen >= pres_oldest, absent
+     * iff <= pres_newest_gone (pres_newest_gone < pres_oldest), and pres_count
+     * counts the present ones; valid at `now` while now - pres_oldest <
+     * timeout and now - pres_newest_gone >= timeout. pres_scans counts the
+     * full passes over the replicas. */
+    int pres_valid, pres_count;
+    double pres_oldest, pres_newest_gone;
+    uint64_t pres_scans;
 
     atomic_uint_fast64_t applied, rejected, pulls, bytes_pushed, bytes_pulled;
     atomic_uint_fast64_t stale, timeout_applies, sync_steps;

@@ -149,14 +149,71 @@ int store_get_sync(store_t *s, store_sync_cfg_t *cfg)
     return on;
 }
 
+/* ---- presence ----
+ * A replica is present at `now` when it has not left and now - last_seen <
+ * timeout (before the clock starts: when it has not left). Counting that is a
+ * pass over the N replicas; a sync push needs the count, and each of the N
+ * replicas pushes every chunk every step, so a pass per push made a step cost
+ * O(N^2) on every PS. The count is cached instead (store_internal.h: pres_*)
+ * with two bounds that make the cache exact: the oldest last_seen of a
+ * present replica and the newest of an absent one. A later `now` keeps it
+ * valid while the oldest present one is still present and the newest absent
+ * one still absent (the predicate is monotone in now and last_seen); a
+ * contribution moves its replica to present in O(1); anything else (WorkerDone,
+ * the clock starting, a bound crossed) makes the next count a full pass. With
+ * every replica pushing each step, a pass happens about once per timeout. */
+
+/* A full pass at now: the count and the bounds. Caller holds presence_lock; the clock runs. */
+static int presence_scan_locked(store_t *s, const store_sync_cfg_t *c, double now)
+{
+    int p = 0;
+    double oldest = INFINITY, newest_gone = -INFINITY;
+    for (int r = 0; r < c->total_num_replicas; r++) {
+        if (s->left[r]) continue;
+        double seen = s->last_seen[r];
+        if (now - seen < c->timeout_secs) {
+            p++;
+            oldest = PSC_MIN(oldest, seen);
+        } else {
+            newest_gone = PSC_MAX(newest_gone, seen);
+        }
+    }
+    s->pres_count = p;
+    s->pres_oldest = oldest;
+    s->pres_newest_gone = newest_gone;
+    s->pres_valid = 1;
+    s->pres_scans++;
+    return p;
+}
+
 /* Replicas present at now; caller holds presence_lock. Before the first
  * contribution (the clock has not started) everyone who has not left is present. */
 static int presence_count_locked(store_t *s, const store_sync_cfg_t *c, double now)
 {
-    int p = 0;
-    for (int r = 0; r < c->total_num_replicas; r++)
-        if (!s->left[r] && (!s->started || now - s->last_seen[r] < c->timeout_secs)) p++;
-    return p;
+    if (!s->started) {
+        int p = 0;
+        for (int r = 0; r < c->total_num_replicas; r++) p += !s->left[r];
+        return p;
+    }
+    if (s->pres_valid && !(now - s->pres_oldest >= c->timeout_secs) && now - s->pres_newest_gone >= c->timeout_secs)
+        return s->pres_count;
+    return presence_scan_locked(s, c, now);
+}
+
+/* Replica `worker` (< N, not checked) was seen at now, the clock running:
+ * last_seen = max(last_seen, now), and the cache follows. Caller holds presence_lock. */
+static void presence_seen_locked(store_t *s, uint32_t worker, double now)
+{
+    double old = s->last_seen[worker];
+    if (!(now > old)) return; /* max: calls race to this lock with `now`s read before it */
+    s->last_seen[worker] = now;
+    if (!s->pres_valid || s->left[worker]) return;
+    if (!(now > s->pres_newest_gone)) { /* cannot be classed by the bounds: count afresh */
+        s->pres_valid = 0;
+        return;
+    }
+    if (!(old >= s->pres_oldest)) s->pres_count++; /* it was absent (old <= pres_newest_gone) */
+    s->pres_oldest = PSC_MIN(s->pres_oldest, now);
 }
 
 /* A sync call at `now`: marks `worker` seen (worker >= N: nobody, a tick),
@@ -164,16 +221,17 @@ static int presence_count_locked(store_t *s, const store_sync_cfg_t *c, double n
  * Ticks do not start the clock: the service ticks from the moment sync mode is
  * on, long before slow replicas send their first gradient, and before the first
  * contribution there is nothing a tick could apply anyway. Takes only
- * presence_lock (sync mode is on: the table is published). */
+ * presence_lock (sync mode is on: the table is published). O(1) but for the
+ * presence cache's occasional pass. */
 uint32_t store_presence_touch(store_t *s, const store_sync_cfg_t *c, uint32_t worker, double now)
 {
     pthread_mutex_lock(&s->presence_lock);
     if (!s->started && worker < (uint32_t)c->total_num_replicas) {
         s->started = 1;
+        s->pres_valid = 0;
         for (int r = 0; r < c->total_num_replicas; r++) s->last_seen[r] = now;
     }
-    /* max: calls race to this lock with `now`s read before it */
-    if (worker < (uint32_t)c->total_num_replicas && now > s->last_seen[worker]) s->last_seen[worker] = now;
+    if (worker < (uint32_t)c->total_num_replicas) presence_seen_locked(s, worker, now);
     int present = presence_count_locked(s, c, now);
     pthread_mutex_unlock(&s->presence_lock);
     return sync_needed(c->replicas_to_aggregate, c->total_num_replicas, present);
@@ -475,6 +533,7 @@ void store_sync_worker_left(store_t *s, uint32_t worker)
     if (on && worker < (uint32_t)N) {
         pthread_mutex_lock(&s->presence_lock);
         s->left[worker] = 1;
+        s->pres_valid = 0;
         pthread_mutex_unlock(&s->presence_lock);
     }
     fence_leave(s);
@@ -489,7 +548,7 @@ void store_sync_seen(store_t *s, uint32_t worker, double now)
     pthread_rwlock_unlock(&s->lock);
     if (on && worker < (uint32_t)N) {
         pthread_mutex_lock(&s->presence_lock);
-        if (s->started && now > s->last_seen[worker]) s->last_seen[worker] = now;
+        if (s->started) presence_seen_locked(s, worker, now);
         pthread_mutex_unlock(&s->presence_lock);
     }
     fence_leave(s);

@@ -3,10 +3,12 @@
 
 #include "ckpt_requests.h"
 #include "evaluator.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
 #include "psc.h"
 #include "rpc.h"
 #include "tower.h"
+#include "wire.h"
 #include "worker_metrics.h"
 
 #include <stdio.h>
@@ -88,16 +90,16 @@ int chief_redeclare_model(chief_t *c, int lost_ps, float *params, char *err, siz
 
 int chief_restore_lost_model(chief_t *c, float *params)
 {
-    int lost = -1;
-    for (int i = 0; i < ps_client_num_ps(c->pc) && lost < 0; i++) {
-        ps_status_t st;
-        char err[512];
-        if (ps_client_status(c->pc, i, &st, err, sizeof err) == 0 &&
-            (!st.ready || strcmp(st.job_id, c->o.spec->job_id) != 0))
-            lost = i;
-    }
-    if (lost < 0) return 0;
+    int lost = -1, P = ps_client_num_ps(c->pc);
+    ps_status_t *st = psc_xcalloc((size_t)P, sizeof *st);
+    int *ok = psc_xcalloc((size_t)P, sizeof *ok);
     char err[512];
+    ps_client_status_all(c->pc, st, ok, err, sizeof err); /* one that does not answer is not known to have lost it */
+    for (int i = 0; i < P && lost < 0; i++)
+        if (ok[i] && (!st[i].ready || strcmp(st[i].job_id, c->o.spec->job_id) != 0)) lost = i;
+    free(st);
+    free(ok);
+    if (lost < 0) return 0;
     if (chief_redeclare_model(c, lost, params, err, sizeof err)) {
         PSC_WARN("ps %d lost the model; restoring it failed (will retry): %s", lost, err);
         return 0;
@@ -228,10 +230,58 @@ void chief_after_step(chief_t *c, int64_t global_step)
 
 static int stopped(const chief_t *c) { return c->o.stop && atomic_load(c->o.stop); }
 
+/* Health probes of the replicas still waited for go out at once, at most
+ * CHIEF_PROBES at a time, each on a channel of its own for that round: one
+ * round costs about one round trip (or one probe timeout) per CHIEF_PROBES
+ * replicas, not one per replica, and holds at most CHIEF_PROBES connections. */
+#define CHIEF_PROBES 256
+#define CHIEF_PROBE_MS 1000
+
+/* One round: misses[r] = 0 for each replica r with want[r] that answers
+ * SERVING within CHIEF_PROBE_MS, else misses[r] + 1. */
+static void probe_replicas(const chief_t *c, const unsigned char *want, int *misses, int replicas)
+{
+    Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    uint8_t buf[64];
+    size_t len = grpc__health__v1__health_check_request__pack(&req, buf);
+    psc_rpc_op_t *ops = psc_xcalloc(CHIEF_PROBES, sizeof *ops);
+    int *who = psc_xcalloc(CHIEF_PROBES, sizeof *who);
+    for (int from = 0; from < replicas;) {
+        size_t k = 0;
+        for (; from < replicas && k < CHIEF_PROBES; from++) {
+            const char *addr = want[from] ? psc_cluster_replica_addr(c->o.cluster, from) : NULL;
+            if (!addr) continue;
+            memset(&ops[k], 0, sizeof ops[k]);
+            ops[k].ch = psc_rpc_channel_create(addr);
+            ops[k].method = PSC_M_HEALTH;
+            ops[k].hdr = buf;
+            ops[k].hdr_len = len;
+            who[k++] = from;
+        }
+        psc_rpc_run(ops, k, k, CHIEF_PROBE_MS);
+        for (size_t j = 0; j < k; j++) {
+            int serving = 0;
+            if (ops[j].code == PSC_RPC_OK) {
+                Grpc__Health__V1__HealthCheckResponse *r =
+                    grpc__health__v1__health_check_response__unpack(NULL, ops[j].reply_len, ops[j].reply);
+                serving = r && r->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+                if (r) grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+            }
+            misses[who[j]] = serving ? 0 : misses[who[j]] + 1;
+            psc_rpc_op_clear(&ops[j]);
+            psc_rpc_channel_destroy(ops[j].ch);
+        }
+    }
+    free(ops);
+    free(who);
+}
+
 /* The chief still looks after the PS while it waits: once a second it asks
  * every PS, and one that answers without the model (restarted after a crash)
  * gets the latest checkpoint restored on every PS, as during training, so the
- * replicas still training ride the crash out. */
+ * replicas still training ride the crash out. In the same round it probes the
+ * replicas not done yet (probe_replicas); it stops waiting when every one is
+ * done, or when all it still waits for missed three probes in a row. */
 void chief_wait_workers(chief_t *c, float *params, int self)
 {
     int replicas = psc_cluster_num_replicas(c->o.cluster);
@@ -240,7 +290,7 @@ void chief_wait_workers(chief_t *c, float *params, int self)
     int ps = ps_client_step_ps(c->pc) >= 0 ? ps_client_step_ps(c->pc) : 0;
     int *misses = psc_xcalloc((size_t)replicas, sizeof *misses);
     unsigned char *seen_done = psc_xcalloc((size_t)replicas, 1);
-    psc_rpc_channel_t **ch = psc_xcalloc((size_t)replicas, sizeof *ch);
+    unsigned char *want = psc_xcalloc((size_t)replicas, 1);
     for (;;) {
         ps_status_t st;
         char err[512];
@@ -257,18 +307,17 @@ void chief_wait_workers(chief_t *c, float *params, int self)
                 if (r == self || (r < (int)sizeof st.done && st.done[r])) seen_done[r] = 1;
                 ndone += seen_done[r];
             }
-            if ((int)st.workers_done >= replicas || ndone >= replicas) break;
+            if ((int)st.workers_done >= replicas || ndone >= replicas) {
+                PSC_INFO("every other replica finished: waited %.1f s", psc_now() - start);
+                break;
+            }
             int waiting = 0, gone = 0;
             for (int r = 0; r < replicas; r++) {
-                if (seen_done[r]) continue;
-                waiting++;
-                const char *addr = psc_cluster_replica_addr(c->o.cluster, r);
-                if (probe && addr) {
-                    if (!ch[r]) ch[r] = psc_rpc_channel_create(addr);
-                    misses[r] = psc_rpc_health_check(ch[r], 1000) ? 0 : misses[r] + 1;
-                }
-                gone += misses[r] >= 3;
+                want[r] = probe && !seen_done[r];
+                waiting += !seen_done[r];
             }
+            if (probe) probe_replicas(c, want, misses, replicas);
+            for (int r = 0; r < replicas; r++) gone += !seen_done[r] && misses[r] >= 3;
             if (waiting > 0 && gone == waiting) {
                 PSC_WARN("%d replica%s did not finish and %s unreachable: evaluating without waiting", gone,
                          gone == 1 ? "" : "s", gone == 1 ? "is" : "are");
@@ -287,8 +336,7 @@ void chief_wait_workers(chief_t *c, float *params, int self)
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    for (int r = 0; r < replicas; r++) psc_rpc_channel_destroy(ch[r]);
-    free(ch);
+    free(want);
     free(misses);
     free(seen_done);
 }

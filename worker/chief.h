@@ -69,7 +69,9 @@ int chief_redeclare_model(chief_t *c, int lost_ps, float *params, char *err, siz
 int chief_restore_lost_model(chief_t *c, float *params);
 /* The end of training, before the final pull: waits until every other
  * replica reported done (bounded by wait_workers_secs; a replica whose health
- * service stays unreachable is given up on), restoring a lost shard meanwhile. */
+ * service stays unreachable for three probe rounds is given up on; each round
+ * probes every replica still waited for at once), restoring a lost shard
+ * meanwhile. */
 void chief_wait_workers(chief_t *c, float *params, int self_rank);
 /* Then, with the final weights in params at global_step: takes the final
  * checkpoint, closes the requests, evaluates (eval(eval_ctx, params, res):

@@ -62,22 +62,52 @@ static void h_checkpoint(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
 
 /* ---- standalone mode ---- */
 
-/* One unary call to addr; 0 or the failure in err (naming addr). *reply may be NULL. */
-static int call_addr(const char *addr, const char *method, const void *req, size_t len, int timeout_ms,
-                     psc_rpc_op_t *reply, char *err, size_t errlen)
+/* Fan-outs to every PS or every other replica send their calls at once, at
+ * most CONTROL_FANOUT at a time (each on a channel of its own: a connection,
+ * a file descriptor), so that the chief's wait is one round trip per
+ * CONTROL_FANOUT targets, not one per target. */
+#define CONTROL_FANOUT 256
+
+/* Sends the same request to addrs[0..n) (NULL entries are skipped: their op
+ * stays code OK with no reply) and waits for every call. ops: n entries, out;
+ * the caller clears them (psc_rpc_op_clear). 0 when every call ended OK, else
+ * the first failure (psc_rpc_first_failure's choice) in err, naming its
+ * address. */
+static int call_all(const char *const *addrs, size_t n, const char *method, const void *req, size_t len,
+                    int timeout_ms, psc_rpc_op_t *ops, char *err, size_t errlen)
 {
-    psc_rpc_channel_t *ch = psc_rpc_channel_create(addr);
-    psc_rpc_op_t op;
-    int rc = psc_rpc_call(ch, method, req, len, timeout_ms, 0, &op);
-    if (rc)
-        rc = psc_seterr(err, errlen, psc_rpc_code_errno(op.code), "%s on %s: %s: %s",
-                        method, addr, psc_rpc_code_name(op.code), op.msg);
-    if (rc == 0 && reply)
-        *reply = op;
-    else
-        psc_rpc_op_clear(&op);
-    psc_rpc_channel_destroy(ch);
-    return rc;
+    memset(ops, 0, n * sizeof *ops);
+    psc_rpc_op_t *batch = psc_xcalloc(PSC_MIN(n, (size_t)CONTROL_FANOUT) + 1, sizeof *batch);
+    size_t *at = psc_xcalloc(PSC_MIN(n, (size_t)CONTROL_FANOUT) + 1, sizeof *at);
+    for (size_t from = 0; from < n; from += CONTROL_FANOUT) {
+        size_t k = 0;
+        for (size_t i = from; i < n && i < from + CONTROL_FANOUT; i++) {
+            if (!addrs[i]) continue;
+            memset(&batch[k], 0, sizeof batch[k]);
+            batch[k].ch = psc_rpc_channel_create(addrs[i]);
+            batch[k].method = method;
+            batch[k].hdr = req;
+            batch[k].hdr_len = len;
+            at[k++] = i;
+        }
+        psc_rpc_run(batch, k, k, timeout_ms);
+        for (size_t j = 0; j < k; j++) {
+            psc_rpc_channel_destroy(batch[j].ch);
+            batch[j].ch = NULL;
+            ops[at[j]] = batch[j];
+        }
+    }
+    free(batch);
+    free(at);
+    size_t bad = psc_rpc_first_failure(ops, n);
+    if (bad == n) return 0;
+    return psc_seterr(err, errlen, psc_rpc_code_errno(ops[bad].code), "%s on %s: %s: %s", method, addrs[bad],
+                      psc_rpc_code_name(ops[bad].code), ops[bad].msg);
+}
+
+static void clear_all(psc_rpc_op_t *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++) psc_rpc_op_clear(&ops[i]);
 }
 
 /* Address of fan-out target k (0 <= k < targets): the training replicas, then
@@ -90,37 +120,56 @@ static const char *target_addr(const control_t *c, int k)
     return c->cluster->addr[PSC_JOB_EVALUATOR][k - R];
 }
 
+/* Sends the same request to every other replica and the evaluator at once
+ * (call_all); ops: targets(c) entries, cleared by the caller. */
+static int call_others(control_t *c, const char *method, const void *req, size_t len, psc_rpc_op_t *ops, char *err,
+                       size_t errlen)
+{
+    int n = targets(c);
+    const char **addrs = psc_xcalloc((size_t)n + 1, sizeof *addrs);
+    for (int k = 0; k < n; k++) addrs[k] = target_addr(c, k);
+    int rc = call_all(addrs, (size_t)n, method, req, len, c->timeout_ms, ops, err, errlen);
+    free(addrs);
+    return rc;
+}
+
 /* Drops whatever job the PS hold (the chief runs none now), so the next Create succeeds. */
 static int release_ps(control_t *c, char *err, size_t errlen)
 {
     Psc__ReleaseRequest req = PSC__RELEASE_REQUEST__INIT;
     uint8_t buf[8];
     size_t len = psc__release_request__pack(&req, buf);
-    for (int i = 0; i < c->cluster->n[PSC_JOB_PS]; i++) {
-        psc_rpc_op_t op;
-        int rc = call_addr(c->cluster->addr[PSC_JOB_PS][i], PSC_M_RELEASE, buf, len, c->timeout_ms, &op, err, errlen);
-        if (rc) return rc;
-        Psc__ReleaseReply *r = psc__release_reply__unpack(NULL, op.reply_len, op.reply);
-        if (r && r->released[0]) PSC_INFO("ps %d released job %s", i, r->released);
+    size_t P = (size_t)c->cluster->n[PSC_JOB_PS];
+    psc_rpc_op_t *ops = psc_xcalloc(P + 1, sizeof *ops);
+    int rc = call_all((const char *const *)c->cluster->addr[PSC_JOB_PS], P, PSC_M_RELEASE, buf, len, c->timeout_ms,
+                      ops, err, errlen);
+    for (size_t i = 0; rc == 0 && i < P; i++) {
+        Psc__ReleaseReply *r = psc__release_reply__unpack(NULL, ops[i].reply_len, ops[i].reply);
+        if (r && r->released[0]) PSC_INFO("ps %zu released job %s", i, r->released);
         if (r) psc__release_reply__free_unpacked(r, NULL);
-        psc_rpc_op_clear(&op);
     }
-    return 0;
+    clear_all(ops, P);
+    free(ops);
+    return rc;
 }
 
-/* The chief tells every other training replica to cancel (best effort). */
+/* The chief tells every other training replica to cancel (best effort: each
+ * failure is logged). */
 static void cancel_others(control_t *c)
 {
     Psc__CancelRequest req = PSC__CANCEL_REQUEST__INIT;
     uint8_t buf[8];
     size_t len = psc__cancel_request__pack(&req, buf);
-    for (int k = 0; k < targets(c); k++) {
-        const char *addr = target_addr(c, k);
-        char err[512];
-        if (!addr) continue;
-        if (call_addr(addr, PSC_M_WORKER_CANCEL, buf, len, c->timeout_ms, NULL, err, sizeof err))
-            PSC_WARN("cancel: %s", err);
-    }
+    int n = targets(c);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)n + 1, sizeof *ops);
+    char err[512];
+    call_others(c, PSC_M_WORKER_CANCEL, buf, len, ops, err, sizeof err);
+    for (int k = 0; k < n; k++)
+        if (ops[k].code != PSC_RPC_OK)
+            PSC_WARN("cancel: %s on %s: %s: %s", PSC_M_WORKER_CANCEL, target_addr(c, k),
+                     psc_rpc_code_name(ops[k].code), ops[k].msg);
+    clear_all(ops, (size_t)n);
+    free(ops);
 }
 
 static int no_standalone(control_t *c, psc_rpc_call_t *call)
@@ -167,6 +216,7 @@ static void h_submit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     snprintf(job_id, sizeof job_id, "%s", spec.job_id);
     psc_job_spec_deinit(&spec);
     PSC_INFO("job %s submitted by %s", job_id, psc_rpc_call_peer(call));
+    double t0 = psc_now();
     int rc = release_ps(c, err, sizeof err);
     if (rc) {
         psc_rpc_fail(call, psc_rpc_status_of(rc), "cannot prepare the parameter servers: %s", err);
@@ -181,12 +231,18 @@ static void h_submit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     size_t slen = psc__start_request__get_packed_size(&sr);
     uint8_t *sbuf = psc_xmalloc(slen + 1);
     psc__start_request__pack(&sr, sbuf);
-    for (int k = 0; rc == 0 && k < targets(c); k++) {
-        const char *addr = target_addr(c, k);
-        if (!addr) continue;
-        rc = call_addr(addr, PSC_M_WORKER_START, sbuf, slen, c->timeout_ms, NULL, err, sizeof err);
-    }
+    int n = targets(c);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)n + 1, sizeof *ops);
+    rc = call_others(c, PSC_M_WORKER_START, sbuf, slen, ops, err, sizeof err);
+    clear_all(ops, (size_t)n);
+    free(ops);
     free(sbuf);
+    if (rc == 0) {
+        int others = 0;
+        for (int k = 0; k < n; k++) others += target_addr(c, k) != NULL;
+        PSC_INFO("job %s: %d ps released, %d other tasks cancelled and started in %.0f ms", job_id,
+                 c->cluster->n[PSC_JOB_PS], others, (psc_now() - t0) * 1000);
+    }
     if (rc == 0) rc = runner_start(c->runner, r->spec_json, NULL, err, sizeof err);
     if (rc) {
         cancel_others(c);

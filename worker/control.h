@@ -2,9 +2,10 @@
  * training loop from outside (psctl): Checkpoint, which asks the chief for a
  * checkpoint now, and in standalone-client mode (control_set_standalone)
  * Submit (chief: release the PS of the previous job, Start the job on every
- * other training replica, then start it here), Start, Cancel (the chief
- * cancels everywhere), JobStatus and Eval (the chief evaluates the current
- * weights).
+ * other training replica, then start it here; each fan-out sends its calls
+ * at once, so it costs a round trip, not one per target), Start, Cancel (the
+ * chief cancels everywhere), JobStatus and Eval (the chief evaluates the
+ * current weights).
  *
  * A Checkpoint request is parked in the mailbox given to control_create
  * (ckpt_requests.h), which the chief's training loop drains between two

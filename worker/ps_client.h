@@ -193,6 +193,10 @@ int ps_client_worker_done(ps_client_t *pc, uint32_t *workers_done, char *err, si
 
 /* Status of ps i. */
 int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t errlen);
+/* Status of every PS at once (one round trip): st and ok have num_ps entries;
+ * ok[i] = 1 when st[i] holds ps i's answer. 0 when every PS answered, else
+ * the first failure in err. */
+int ps_client_status_all(ps_client_t *pc, ps_status_t *st, int *ok, char *err, size_t errlen);
 
 /* Asks every PS to exit (in-cluster mode end). Errors are logged, not returned. */
 void ps_client_shutdown_all(ps_client_t *pc, const char *reason);

@@ -4,7 +4,8 @@
  * checkpoints (list, the two-phase save with the async fence, commit,
  * restore), Status and the wait for a ready model, WorkerDone and Shutdown.
  * Each operation sends its calls to every PS at once and waits for all of
- * them; none runs while a push-pull is in flight (ps_client.h).
+ * them (the wait for a ready model and the chief's look for a PS that lost
+ * the model included: one round trip a round, not one per PS); none runs while a push-pull is in flight (ps_client.h).
  */
 #include "ps_client.h"
 
@@ -460,20 +461,10 @@ static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t
     return 0;
 }
 
-int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t errlen)
+/* Parses ps's Status reply into st; 0 or PSC_ECORRUPT. */
+static int status_parse(const psc_rpc_op_t *op, int ps, ps_status_t *st, char *err, size_t errlen)
 {
-    Psc__StatusRequest req = PSC__STATUS_REQUEST__INIT;
-    uint8_t buf[8];
-    size_t len = psc__status_request__pack(&req, buf);
-    psc_rpc_op_t op;
-    int rc = psc_rpc_call(pc->ch[ps], PSC_M_STATUS, buf, len, pc->timeout_ms, 0, &op);
-    if (rc) {
-        rc = pcl_op_error(&op, 1, "status", err, errlen);
-        psc_rpc_op_clear(&op);
-        return rc;
-    }
-    Psc__StatusReply *r = psc__status_reply__unpack(NULL, op.reply_len, op.reply);
-    psc_rpc_op_clear(&op);
+    Psc__StatusReply *r = psc__status_reply__unpack(NULL, op->reply_len, op->reply);
     if (!r) return psc_seterr(err, errlen, PSC_ECORRUPT, "status reply from ps %d does not parse", ps);
     memset(st, 0, sizeof *st);
     st->ready = r->ready;
@@ -514,31 +505,68 @@ int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t
     return 0;
 }
 
+int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t errlen)
+{
+    Psc__StatusRequest req = PSC__STATUS_REQUEST__INIT;
+    uint8_t buf[8];
+    size_t len = psc__status_request__pack(&req, buf);
+    psc_rpc_op_t op;
+    int rc = psc_rpc_call(pc->ch[ps], PSC_M_STATUS, buf, len, pc->timeout_ms, 0, &op);
+    if (rc)
+        rc = pcl_op_error(&op, 1, "status", err, errlen);
+    else
+        rc = status_parse(&op, ps, st, err, errlen);
+    psc_rpc_op_clear(&op);
+    return rc;
+}
+
+int ps_client_status_all(ps_client_t *pc, ps_status_t *st, int *ok, char *err, size_t errlen)
+{
+    int P = pc->num_ps;
+    Psc__StatusRequest req = PSC__STATUS_REQUEST__INIT;
+    uint8_t buf[8];
+    size_t len = psc__status_request__pack(&req, buf);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
+    int rc = run_on_all(pc, PSC_M_STATUS, buf, len, ops, "status", err, errlen);
+    for (int i = 0; i < P; i++) {
+        char e[256] = "";
+        ok[i] = ops[i].code == PSC_RPC_OK && status_parse(&ops[i], i, &st[i], e, sizeof e) == 0;
+        if (!ok[i] && rc == 0) rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s", e);
+    }
+    pcl_clear_ops(ops, (size_t)P);
+    free(ops);
+    return rc;
+}
+
 int ps_client_wait_ready(ps_client_t *pc, const char *job_id, double wait_secs, atomic_int *stop, char *err,
                          size_t errlen)
 {
     double start = psc_now();
     int logged = 0;
     char last[512] = "no answer yet";
+    ps_status_t *st = psc_xcalloc((size_t)pc->num_ps, sizeof *st);
+    int *ok = psc_xcalloc((size_t)pc->num_ps, sizeof *ok);
+    int rc = 0;
     for (;;) {
-        int all = 1;
+        int all = ps_client_status_all(pc, st, ok, last, sizeof last) == 0;
         for (int i = 0; i < pc->num_ps && all; i++) {
-            ps_status_t st;
-            if (ps_client_status(pc, i, &st, last, sizeof last) != 0) {
-                all = 0;
-            } else if (!st.ready || strcmp(st.job_id, job_id) != 0) {
+            if (!st[i].ready || strcmp(st[i].job_id, job_id) != 0) {
                 snprintf(last, sizeof last, "ps %d: %s", i,
-                         st.ready ? "holds another job" : "model not initialized yet");
+                         st[i].ready ? "holds another job" : "model not initialized yet");
                 all = 0;
             }
         }
-        if (all) return 0;
-        if (stop && atomic_load(stop))
-            return psc_seterr(err, errlen, PSC_ECANCELLED, "cancelled while waiting for the model");
-        if (psc_now() - start > wait_secs)
-            return psc_seterr(err, errlen, PSC_ETIMEOUT,
-                              "the model of job %s was not ready within %.0f s (last: %s); is the chief running?",
-                              job_id, wait_secs, last);
+        if (all) break;
+        if (stop && atomic_load(stop)) {
+            rc = psc_seterr(err, errlen, PSC_ECANCELLED, "cancelled while waiting for the model");
+            break;
+        }
+        if (psc_now() - start > wait_secs) {
+            rc = psc_seterr(err, errlen, PSC_ETIMEOUT,
+                            "the model of job %s was not ready within %.0f s (last: %s); is the chief running?",
+                            job_id, wait_secs, last);
+            break;
+        }
         if (!logged) {
             PSC_INFO("waiting up to %.0f s for the chief to initialize the model (%s)", wait_secs, last);
             logged = 1;
@@ -546,6 +574,9 @@ int ps_client_wait_ready(ps_client_t *pc, const char *job_id, double wait_secs, 
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    free(st);
+    free(ok);
+    return rc;
 }
 
 int ps_client_worker_done(ps_client_t *pc, uint32_t *workers_done, char *err, size_t errlen)

@@ -7,9 +7,11 @@
  * a lagging chunk applies its pending step and skips ahead; bad sync requests
  * change nothing (accumulators and presence included); Adam's t counts steps,
  * not contributions (bit-identical to an async store pushed the same means);
- * replica threads in lock step lose no step.
+ * replica threads in lock step lose no step; the cached present count equals
+ * one counted afresh and costs a few passes over the replicas, not one a push.
  */
 #include "store_fixture.h"
+#include "store_internal.h" /* the presence cache's pass counter */
 
 static void test_sync_sgd_mean_and_stale(void **state)
 {
@@ -697,6 +699,101 @@ static void test_sync_concurrent(void **state)
     store_destroy(s);
 }
 
+/* ---- the cached present count (store_sync.c: presence) ---- */
+
+typedef struct pres_ref {
+    int n, started;
+    double timeout, last[64];
+    unsigned char left[64];
+} pres_ref_t;
+
+static int pres_ref_count(const pres_ref_t *r, double now)
+{
+    int p = 0;
+    for (int i = 0; i < r->n; i++) p += !r->left[i] && (!r->started || now - r->last[i] < r->timeout);
+    return p;
+}
+
+static uint32_t pres_rand(uint32_t *x)
+{
+    *x = *x * 1664525u + 1013904223u;
+    return *x >> 8;
+}
+
+/* Against a reference that counts afresh every time: random contributions
+ * (store_presence_touch), parked replies seen (store_sync_seen), ticks,
+ * WorkerDone, replicas that go silent past the timeout and come back, and
+ * times that step back a little (calls race to the lock with `now`s read
+ * before it). */
+static void test_sync_presence_cache(void **state)
+{
+    (void)state;
+    psc_optim_config_t opt = sgd(0.5f);
+    fixture_t f;
+    fixture_setup(&f, &opt, 1);
+    store_t *s = f.s;
+    const int N = 40, R = 30;
+    sync_on(s, R, N, 2.0);
+    store_sync_cfg_t cfg = {.replicas_to_aggregate = R, .total_num_replicas = N, .timeout_secs = 2.0};
+    pres_ref_t ref = {.n = N, .timeout = 2.0};
+    uint32_t x = 7;
+    double now = 50.0;
+    for (int i = 0; i < 40000; i++) {
+        uint32_t op = pres_rand(&x) % 1000;
+        now += (double)(pres_rand(&x) % 1000) * 2e-5 - 4e-3; /* mostly forward, sometimes back */
+        if (op == 0) now += 1.0 + (double)(pres_rand(&x) % 3000) * 1e-3; /* a lull: many expire */
+        uint32_t w = pres_rand(&x) % (uint32_t)N;
+        if (w >= 30 && pres_rand(&x) % 20) w = (uint32_t)N; /* replicas 30.. are slow: mostly a tick instead */
+        if (op < 700) {
+            if (!ref.started && w < (uint32_t)N) {
+                ref.started = 1;
+                for (int r = 0; r < N; r++) ref.last[r] = now;
+            }
+            if (w < (uint32_t)N && now > ref.last[w]) ref.last[w] = now;
+            uint32_t needed = store_presence_touch(s, &cfg, w, now);
+            assert_int_equal(needed, sync_needed(R, N, pres_ref_count(&ref, now)));
+        } else if (op < 900) {
+            if (ref.started && w < (uint32_t)N && now > ref.last[w]) ref.last[w] = now;
+            store_sync_seen(s, w, now);
+        } else if (op == 900 && w < 10) { /* replicas 0..9 finish, one by one */
+            ref.left[w] = 1;
+            store_sync_worker_left(s, w);
+        }
+        uint32_t needed = 0;
+        assert_int_equal(store_sync_present(s, now, &needed), pres_ref_count(&ref, now));
+    }
+    fixture_teardown(&f);
+}
+
+/* N replicas contributing in lock step for many timeouts: the count is right
+ * at every push and costs a handful of full passes over the replicas, not one
+ * a push (which made a sync step O(N^2) on every PS). */
+static void test_sync_presence_passes(void **state)
+{
+    (void)state;
+    psc_optim_config_t opt = sgd(0.5f);
+    fixture_t f;
+    fixture_setup(&f, &opt, 1);
+    store_t *s = f.s;
+    const int N = 1000;
+    sync_on(s, N, N, 30.0);
+    store_sync_cfg_t cfg = {.replicas_to_aggregate = N, .total_num_replicas = N, .timeout_secs = 30.0};
+    double now = 10.0, t0 = psc_now();
+    int pushes = 0;
+    for (int step = 0; step < 200; step++)
+        for (uint32_t w = 0; w < (uint32_t)N; w++, pushes++) {
+            now += 1e-3; /* a step lasts 1 s: 200 s are more than 6 timeouts */
+            assert_int_equal(store_presence_touch(s, &cfg, w, now), (uint32_t)N);
+        }
+    pthread_mutex_lock(&s->presence_lock);
+    uint64_t scans = s->pres_scans;
+    pthread_mutex_unlock(&s->presence_lock);
+    print_message("presence: %d pushes of %d replicas, %llu full passes, %.0f ns a push\n", pushes, N,
+                  (unsigned long long)scans, (psc_now() - t0) * 1e9 / pushes); /* printed, never checked */
+    assert_true(scans <= 20);
+    fixture_teardown(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -710,6 +807,8 @@ int main(void)
         cmocka_unit_test(test_sync_invalid),
         cmocka_unit_test(test_sync_adam_t),
         cmocka_unit_test(test_sync_concurrent),
+        cmocka_unit_test(test_sync_presence_cache),
+        cmocka_unit_test(test_sync_presence_passes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
