@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static void fill(sigset_t *set)
@@ -31,6 +32,18 @@ void psc_signals_block(void)
     fill(&set);
     PSC_ASSERT(pthread_sigmask(SIG_BLOCK, &set, NULL) == 0);
     signal(SIGPIPE, SIG_IGN);
+}
+
+unsigned long psc_daemon_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? (unsigned long)-1 : (unsigned long)rl.rlim_cur;
 }
 
 int psc_signals_wait(void)

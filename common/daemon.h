@@ -41,6 +41,10 @@
 
 void psc_signals_block(void);
 /* Waits for SIGINT, SIGTERM or SIGUSR1; returns the signal number. */
+/* Raises the soft limit of open files to the hard limit (a PS holds a
+ * connection per worker: 1,000 workers pass the usual soft limit of 1,024).
+ * Returns the soft limit now in force (0 when it cannot be read). */
+unsigned long psc_daemon_raise_nofile(void);
 int psc_signals_wait(void);
 /* Wakes the waiting main thread (SIGUSR1). Async-signal-safe; any thread. */
 void psc_signals_wake(void);

@@ -213,6 +213,7 @@ int main(int argc, char **argv)
     memset(&d, 0, sizeof d);
     if ((rc = ps_configure(&o, &d))) goto out;
     psc_signals_block(); /* before gRPC starts its threads */
+    psc_daemon_raise_nofile(); /* a connection per worker */
     psc_rpc_hold_for_process(); /* exit without gRPC's full shutdown (rpc.h) */
     if ((rc = ps_start(&o, &d))) goto out;
 

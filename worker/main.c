@@ -391,6 +391,7 @@ int main(int argc, char **argv)
      * SIGTERM would take it with the default action (exit, no clean stop).
      * OpenBLAS's pool started before main(): restart it under this mask. */
     psc_signals_block();
+    psc_daemon_raise_nofile(); /* the chief's fan-outs: a connection per task */
     tower_cpu_threads_restart();
     int code = parse_args(argc, argv, &w.args);
     if (code != PSC_FLAG_NEXT) return code;

@@ -30,6 +30,11 @@ CLUSTER="${CLUSTER%\}}, \"evaluator\": [\"$EVAL_ADDR\"]}"
 PSP=()
 for i in 0 1; do start_ps "$i" --checkpoint_dir "$TMP/ckpt$i"; PSP+=("$LAST_PID"); done
 for i in 0 1; do wait_healthy "${PS_ADDR[i]}"; done
+# a PS holds a connection per worker: its open-files limit is raised to the hard limit
+for pid in "${PSP[@]}"; do
+    read -r soft hard < <(awk '/^Max open files/ {print $4, $5}' "/proc/$pid/limits")
+    [ "$soft" = "$hard" ] || fail "ps_server $pid: open files soft limit $soft, hard $hard (not raised)"
+done
 WP=()
 for i in 0 1; do
     TF_CONFIG=$(tf_config worker "$i") "$BIN/worker" --log_every_secs 0.5 --debug_step_delay_ms 5 --logdir "$TMP/tb" \
