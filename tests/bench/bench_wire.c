@@ -9,10 +9,14 @@
  * per-round ratios); small pushes with 16 clients in flight, one 4 KiB tensor
  * a call and 64 of them a call (a Batch, as a worker sends a model's small
  * tensors), in tensors applied per second; and 2 workers <-> 2 ps_servers (a
- * variable partitioned over both) against two raw TCP streams at once. A
- * measurement, not a test: it never fails on speed.
+ * variable partitioned over both) against two raw TCP streams at once, with
+ * the CPU seconds per GB moved of each (every process of the run: there both
+ * are bound by the cores) and, for comparison only, two raw streams over
+ * tensor-sized buffers. A measurement, not a test: it never fails on speed.
  *
- * usage: bench_wire [seconds-per-point]   (PSC_BIN = the build directory)
+ * usage: bench_wire [seconds-per-point] [parts]   (PSC_BIN = the build directory)
+ * parts: a comma list of single (1 <-> 1, every size), small (16 clients of
+ * small tensors), many (2 <-> 2); all three by default.
  */
 #include "../integration/it_util.h"
 #include "placement.h"
@@ -109,6 +113,87 @@ static double raw_tcp_mbps_2(void)
     for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, raw_sender, &r[i]);
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
     return r[0] + r[1];
+}
+
+/* The same two streams, each moving a tensor-sized buffer (not part of any
+ * ratio; printed beside the 2 <-> 2 table): the sender walks its own `bytes`
+ * buffer in 1 MiB writes, the receiver reads into a `bytes` buffer, so the
+ * copies touch as much memory as a worker's tensor does, where the reference's
+ * 1 MiB buffers stay in the cache. */
+typedef struct raw_big {
+    int lfd;
+    size_t bytes;
+    char *rbuf;
+    double mbps;
+} raw_big_t;
+
+static void *sink_big(void *arg)
+{
+    raw_big_t *r = arg;
+    int fd = accept(r->lfd, NULL, NULL);
+    size_t off = 0;
+    ssize_t got;
+    while ((got = read(fd, r->rbuf + off, PSC_MIN((size_t)1 << 20, r->bytes - off))) > 0)
+        off = (off + (size_t)got) % r->bytes;
+    close(fd);
+    return NULL;
+}
+
+static void *raw_big_sender(void *arg)
+{
+    raw_big_t *r = arg;
+    int port;
+    r->lfd = listen_any(&port);
+    r->rbuf = malloc(r->bytes);
+    char *buf = malloc(r->bytes);
+    memset(r->rbuf, 0, r->bytes);
+    memset(buf, 1, r->bytes);
+    pthread_t th;
+    pthread_create(&th, NULL, sink_big, r);
+    int fd = connect_to(port);
+    double t0 = psc_now(), t;
+    size_t total = 0, off = 0;
+    do {
+        for (int i = 0; i < 64; i++) {
+            ssize_t w = write(fd, buf + off, PSC_MIN((size_t)1 << 20, r->bytes - off));
+            PSC_ASSERT(w > 0);
+            off = (off + (size_t)w) % r->bytes;
+            total += (size_t)w;
+        }
+        t = psc_now() - t0;
+    } while (t < secs_per_point);
+    close(fd);
+    pthread_join(th, NULL);
+    close(r->lfd);
+    free(buf);
+    free(r->rbuf);
+    r->mbps = (double)total / t / 1e6;
+    return NULL;
+}
+
+static double raw_tcp_mbps_2_big(size_t bytes)
+{
+    pthread_t th[2];
+    raw_big_t r[2] = {{.bytes = bytes}, {.bytes = bytes}};
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, raw_big_sender, &r[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    return r[0].mbps + r[1].mbps;
+}
+
+/* CPU seconds (user + system) that process pid (0: this one) has used so far. */
+static double cpu_secs(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, pid ? "/proc/%d/stat" : "/proc/self/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *q = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!q || sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static void *echo_thread(void *arg)
@@ -235,7 +320,13 @@ static void model_close(bench_model_t *m)
     free(m->cl.addr[PSC_JOB_PS]);
 }
 
-enum op_kind { OP_PUSH, OP_PULL, OP_PUSH_PULL };
+enum op_kind {
+    OP_PUSH,
+    OP_PULL,
+    OP_PUSH_PULL,
+    OP_RAW_2,        /* (run_many only) the two raw streams of the reference */
+    OP_RAW_2_TENSOR, /* (run_many only) two raw streams over tensor-sized buffers */
+};
 
 static double psc_mbps(bench_model_t *m, enum op_kind k, double *p50_us)
 {
@@ -337,16 +428,19 @@ static void print_row(const char *name, const row_t *r)
     printf("\n");
 }
 
-int main(int argc, char **argv)
-{
-    if (argc > 1) secs_per_point = atof(argv[1]);
-    if (secs_per_point <= 0) secs_per_point = 1.0;
-    secs_per_point /= ROUNDS; /* each round gets its share of the point */
-    static const size_t sizes[] = {4 << 10, 1 << 20, 16 << 20, 64 << 20};
-    static const char *names[] = {"4 KiB", "1 MiB", "16 MiB", "64 MiB"};
+/* ---- the three parts of the run ---- */
+static const size_t sizes[] = {4 << 10, 1 << 20, 16 << 20, 64 << 20};
+static const char *names[] = {"4 KiB", "1 MiB", "16 MiB", "64 MiB"};
+
+typedef struct single_result {
     row_t rows[4];
     double lat_ratio[ROUNDS], lat_us[ROUNDS], rtt_us[ROUNDS];
-    double push16[4][ROUNDS]; /* pushes of bfloat16 gradients: MB/s of the float32 tensor */
+    double push16[4][ROUNDS]; /* pushes of bfloat16 gradients: ratio of float32 tensor bytes to raw TCP */
+} single_result_t;
+
+/* 1 worker <-> 1 ps_server, every size. */
+static void run_single(single_result_t *r)
+{
     for (int i = 0; i < 4; i++) {
         /* a ps_server holds one job's model, so each size gets a fresh one */
         it_proc_t ps;
@@ -354,45 +448,109 @@ int main(int argc, char **argv)
         bench_model_t m;
         model_open(&m, ps.addr, sizes[i], i + 1);
         for (int k = 0; k < ROUNDS; k++) {
-            rows[i].raw[k] = raw_tcp_mbps();
-            if (i == 0) rtt_us[k] = raw_tcp_rtt_p50_us();
-            rows[i].op[0][k] = psc_mbps(&m, OP_PUSH, i == 0 ? &lat_us[k] : NULL);
-            rows[i].op[1][k] = psc_mbps(&m, OP_PULL, NULL);
-            rows[i].op[2][k] = psc_mbps(&m, OP_PUSH_PULL, NULL);
+            r->rows[i].raw[k] = raw_tcp_mbps();
+            if (i == 0) r->rtt_us[k] = raw_tcp_rtt_p50_us();
+            r->rows[i].op[0][k] = psc_mbps(&m, OP_PUSH, i == 0 ? &r->lat_us[k] : NULL);
+            r->rows[i].op[1][k] = psc_mbps(&m, OP_PULL, NULL);
+            r->rows[i].op[2][k] = psc_mbps(&m, OP_PUSH_PULL, NULL);
             ps_client_set_gradient_dtype(m.pc, PSC_ENC_BFLOAT16, 1);
-            push16[i][k] = psc_mbps(&m, OP_PUSH, NULL) / rows[i].raw[k];
+            r->push16[i][k] = psc_mbps(&m, OP_PUSH, NULL) / r->rows[i].raw[k];
             ps_client_set_gradient_dtype(m.pc, PSC_ENC_FLOAT32, 0);
-            if (i == 0) lat_ratio[k] = lat_us[k] / rtt_us[k];
+            if (i == 0) r->lat_ratio[k] = r->lat_us[k] / r->rtt_us[k];
         }
         model_close(&m);
         it_stop(&ps);
     }
-    /* small ops with requests in flight: 16 clients, each one call at a time:
-     * (a) one 4 KiB tensor a call; (b) 64 tensors of 4 KiB a call (one Batch) */
+}
+
+static void print_single(single_result_t *r)
+{
+    double raw_all[ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) raw_all[k] = r->rows[2].raw[k];
+    printf("bench_wire: 1 worker <-> 1 ps_server on 127.0.0.1, %d interleaved rounds of %.2f s per point, chunks "
+           "of %zu bytes\n", ROUNDS, secs_per_point, PSC_CHUNK_BYTES);
+    double rmin = r->rows[0].raw[0], rmax = rmin;
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < ROUNDS; k++) {
+            rmin = PSC_MIN(rmin, r->rows[i].raw[k]);
+            rmax = PSC_MAX(rmax, r->rows[i].raw[k]);
+        }
+    printf("raw TCP (1 MiB writes): median %.0f MB/s in the 16 MiB rounds (every round: %.0f..%.0f)\n",
+           median3(raw_all), rmin, rmax);
+    printf("median MB/s of tensor bytes (median ratio to the raw TCP of the same round); push+pull = a push then\n"
+           "a pull of the tensor, counting the bytes of both; push-pull = one fused round, both directions\n");
+    printf("%-8s %14s %14s %14s %14s\n", "tensor", "push", "pull", "push+pull", "push-pull");
+    for (int i = 0; i < 4; i++) print_row(names[i], &r->rows[i]);
+    printf("push of bfloat16 gradients (gradient_dtype), float32 tensor bytes a second against raw TCP:");
+    for (int i = 0; i < 4; i++) printf(" %s %.2f%s", names[i], median3(r->push16[i]), i < 3 ? "," : "\n");
+    printf("4 KiB push p50 = %.2f x a raw TCP 16-byte round trip (median of rounds: %.0f us against %.0f us)\n",
+           median3(r->lat_ratio), median3(r->lat_us), median3(r->rtt_us));
+}
+
+/* Small ops with requests in flight: 16 clients, each one call at a time:
+ * (a) one 4 KiB tensor a call; (b) 64 tensors of 4 KiB a call (one Batch). */
+static void run_small(void)
+{
     enum { NSMALL = 16, NBATCH = 64 };
     double small_single[ROUNDS], small_batched[ROUNDS];
     int batch_calls = 0;
-    {
-        it_proc_t ps;
-        start_ps_or_die(&ps);
-        static bench_model_t ms[NSMALL];
-        char *a = ps.addr;
-        for (int i = 0; i < NSMALL; i++) model_open_on(&ms[i], &a, 1, 4 << 10, 10, i == 0, i);
-        for (int k = 0; k < ROUNDS; k++) small_single[k] = psc_mbps_n(ms, NSMALL, OP_PUSH) * 1e6 / (4 << 10);
-        for (int i = 0; i < NSMALL; i++) model_close(&ms[i]);
-        it_stop(&ps);
-        start_ps_or_die(&ps);
-        a = ps.addr;
-        for (int i = 0; i < NSMALL; i++) model_open_vars(&ms[i], &a, 1, 4 << 10, NBATCH, 11, i == 0, i);
-        batch_calls = ps_client_batch_calls(ms[0].pc, NULL);
-        for (int k = 0; k < ROUNDS; k++) small_batched[k] = psc_mbps_n(ms, NSMALL, OP_PUSH) * 1e6 / (4 << 10);
-        for (int i = 0; i < NSMALL; i++) model_close(&ms[i]);
-        it_stop(&ps);
-    }
-    /* 2 workers <-> 2 PS: a variable partitioned over both, each worker moving all of it */
+    it_proc_t ps;
+    start_ps_or_die(&ps);
+    static bench_model_t ms[NSMALL];
+    char *a = ps.addr;
+    for (int i = 0; i < NSMALL; i++) model_open_on(&ms[i], &a, 1, 4 << 10, 10, i == 0, i);
+    for (int k = 0; k < ROUNDS; k++) small_single[k] = psc_mbps_n(ms, NSMALL, OP_PUSH) * 1e6 / (4 << 10);
+    for (int i = 0; i < NSMALL; i++) model_close(&ms[i]);
+    it_stop(&ps);
+    start_ps_or_die(&ps);
+    a = ps.addr;
+    for (int i = 0; i < NSMALL; i++) model_open_vars(&ms[i], &a, 1, 4 << 10, NBATCH, 11, i == 0, i);
+    batch_calls = ps_client_batch_calls(ms[0].pc, NULL);
+    for (int k = 0; k < ROUNDS; k++) small_batched[k] = psc_mbps_n(ms, NSMALL, OP_PUSH) * 1e6 / (4 << 10);
+    for (int i = 0; i < NSMALL; i++) model_close(&ms[i]);
+    it_stop(&ps);
+    printf("4 KiB tensors pushed per second, %d clients with a call in flight each: one tensor a call %.0f/s; "
+           "%d tensors a call (%d Batch call a step) %.0f/s\n",
+           NSMALL, median3(small_single), NBATCH, batch_calls, median3(small_batched));
+}
+
+/* What one measurement of the 2 <-> 2 table cost: CPU seconds of every
+ * process taking part (this one and both ps_servers) per GB moved, and the
+ * cores they kept busy. */
+typedef struct cpu_cost {
+    double per_gb[ROUNDS], cores[ROUNDS];
+} cpu_cost_t;
+
+static double cpu_of(const it_proc_t *ps, int nps)
+{
+    double c = cpu_secs(0);
+    for (int i = 0; i < nps; i++) c += cpu_secs(ps[i].pid);
+    return c;
+}
+
+/* Runs op k and notes its cost in round `round`; returns MB/s. */
+static double measured(bench_model_t *mw, enum op_kind k, size_t bytes, const it_proc_t *ps, cpu_cost_t *cost,
+                       int round)
+{
+    double c0 = cpu_of(ps, 2), t0 = psc_now();
+    double mbps = k == OP_RAW_2          ? raw_tcp_mbps_2()
+                  : k == OP_RAW_2_TENSOR ? raw_tcp_mbps_2_big(bytes)
+                                         : psc_mbps_n(mw, 2, k);
+    double cpu = cpu_of(ps, 2) - c0, t = psc_now() - t0;
+    double moved_gb = mbps * (k == OP_PUSH_PULL ? 2 : 1) * t / 1e3; /* a push-pull moves the tensor both ways */
+    cost->per_gb[round] = cpu / moved_gb;
+    cost->cores[round] = cpu / t;
+    return mbps;
+}
+
+/* 2 workers <-> 2 PS: a variable partitioned over both, each worker moving all of it. */
+static void run_many(void)
+{
     static const size_t sizes2[] = {16 << 20, 64 << 20};
     static const char *names2[] = {"16 MiB", "64 MiB"};
     row_t rows2[2];
+    double big[2][ROUNDS];
+    cpu_cost_t cost[2][5]; /* raw, raw over tensor buffers, push, pull, push-pull */
     for (int i = 0; i < 2; i++) {
         it_proc_t ps[2];
         start_ps_or_die(&ps[0]);
@@ -401,43 +559,72 @@ int main(int argc, char **argv)
         bench_model_t mw[2];
         for (int w = 0; w < 2; w++) model_open_on(&mw[w], addrs, 2, sizes2[i], 20 + i, w == 0, w);
         for (int k = 0; k < ROUNDS; k++) {
-            rows2[i].raw[k] = raw_tcp_mbps_2();
-            rows2[i].op[0][k] = psc_mbps_n(mw, 2, OP_PUSH);
-            rows2[i].op[1][k] = psc_mbps_n(mw, 2, OP_PULL);
-            rows2[i].op[2][k] = psc_mbps_n(mw, 2, OP_PUSH_PULL);
+            rows2[i].raw[k] = measured(mw, OP_RAW_2, sizes2[i], ps, &cost[i][0], k);
+            big[i][k] = measured(mw, OP_RAW_2_TENSOR, sizes2[i], ps, &cost[i][1], k);
+            rows2[i].op[0][k] = measured(mw, OP_PUSH, sizes2[i], ps, &cost[i][2], k);
+            rows2[i].op[1][k] = measured(mw, OP_PULL, sizes2[i], ps, &cost[i][3], k);
+            rows2[i].op[2][k] = measured(mw, OP_PUSH_PULL, sizes2[i], ps, &cost[i][4], k);
         }
         for (int w = 0; w < 2; w++) model_close(&mw[w]);
         it_stop(&ps[0]);
         it_stop(&ps[1]);
     }
-
-    double raw_all[ROUNDS];
-    for (int k = 0; k < ROUNDS; k++) raw_all[k] = rows[2].raw[k];
-    printf("bench_wire: 1 worker <-> 1 ps_server on 127.0.0.1, %d interleaved rounds of %.2f s per point, chunks "
-           "of %zu bytes\n", ROUNDS, secs_per_point, PSC_CHUNK_BYTES);
-    double rmin = rows[0].raw[0], rmax = rmin;
-    for (int i = 0; i < 4; i++)
-        for (int k = 0; k < ROUNDS; k++) {
-            rmin = PSC_MIN(rmin, rows[i].raw[k]);
-            rmax = PSC_MAX(rmax, rows[i].raw[k]);
-        }
-    printf("raw TCP (1 MiB writes): median %.0f MB/s in the 16 MiB rounds (every round: %.0f..%.0f)\n",
-           median3(raw_all), rmin, rmax);
-    printf("median MB/s of tensor bytes (median ratio to the raw TCP of the same round); push+pull = a push then\n"
-           "a pull of the tensor, counting the bytes of both; push-pull = one fused round, both directions\n");
-    printf("%-8s %14s %14s %14s %14s\n", "tensor", "push", "pull", "push+pull", "push-pull");
-    for (int i = 0; i < 4; i++) print_row(names[i], &rows[i]);
-    printf("push of bfloat16 gradients (gradient_dtype), float32 tensor bytes a second against raw TCP:");
-    for (int i = 0; i < 4; i++) printf(" %s %.2f%s", names[i], median3(push16[i]), i < 3 ? "," : "\n");
-    printf("4 KiB push p50 = %.2f x a raw TCP 16-byte round trip (median of rounds: %.0f us against %.0f us)\n",
-           median3(lat_ratio), median3(lat_us), median3(rtt_us));
-    printf("4 KiB tensors pushed per second, %d clients with a call in flight each: one tensor a call %.0f/s; "
-           "%d tensors a call (%d Batch call a step) %.0f/s\n",
-           NSMALL, median3(small_single), NBATCH, batch_calls, median3(small_batched));
     printf("2 workers <-> 2 ps_servers (the variable partitioned over both; sum over the workers),\n"
            "against 2 raw TCP streams at once (median %.0f MB/s in the 16 MiB rounds)\n",
            median3((double[]){rows2[0].raw[0], rows2[0].raw[1], rows2[0].raw[2]}));
     printf("%-8s %14s %14s %14s %14s\n", "tensor", "push", "pull", "push+pull", "push-pull");
     for (int i = 0; i < 2; i++) print_row(names2[i], &rows2[i]);
+    printf("CPU seconds per GB moved, all processes (cores busy): the bound where every process shares the cores;\n"
+           "raw/tensor = the 2 raw streams over tensor-sized buffers (MB/s against the reference in brackets)\n");
+    printf("%-8s %12s %18s %12s %12s %12s\n", "tensor", "raw", "raw/tensor", "push", "pull", "push-pull");
+    for (int i = 0; i < 2; i++) {
+        printf("%-8s", names2[i]);
+        for (int j = 0; j < 5; j++) {
+            printf(" %5.3f (%.2f)", median3(cost[i][j].per_gb), median3(cost[i][j].cores));
+            if (j == 1) {
+                double r[ROUNDS];
+                for (int k = 0; k < ROUNDS; k++) r[k] = big[i][k] / rows2[i].raw[k];
+                printf(" [%.2f]", median3(r));
+            }
+        }
+        printf("\n");
+    }
+    printf("the same ops against the 2 raw streams over tensor-sized buffers (median of the per-round ratios):");
+    for (int i = 0; i < 2; i++) {
+        double r[3][ROUNDS];
+        for (int j = 0; j < 3; j++)
+            for (int k = 0; k < ROUNDS; k++) r[j][k] = rows2[i].op[j][k] * (j == 2 ? 2 : 1) / big[i][k];
+        printf("%s %s push %.2f, pull %.2f, push-pull %.2f", i ? ";" : "", names2[i], median3(r[0]), median3(r[1]),
+               median3(r[2]));
+    }
+    printf("\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) secs_per_point = atof(argv[1]);
+    if (secs_per_point <= 0) secs_per_point = 1.0;
+    secs_per_point /= ROUNDS; /* each round gets its share of the point */
+    int want[3] = {argc <= 2, argc <= 2, argc <= 2}; /* single, small, many */
+    static const char *part_names[3] = {"single", "small", "many"};
+    char parts[128];
+    snprintf(parts, sizeof parts, "%s", argc > 2 ? argv[2] : "");
+    for (char *save = NULL, *tok = strtok_r(parts, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int j = 0;
+        while (j < 3 && strcmp(tok, part_names[j]) != 0) j++;
+        if (j == 3) {
+            fprintf(stderr, "bench_wire: unknown part \"%s\"\nusage: bench_wire [seconds-per-point] "
+                            "[single,small,many]\n", tok);
+            return 64;
+        }
+        want[j] = 1;
+    }
+    static single_result_t single;
+    if (want[0]) {
+        run_single(&single);
+        print_single(&single);
+    }
+    if (want[1]) run_small();
+    if (want[2]) run_many();
     return 0;
 }
