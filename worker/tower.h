@@ -1,5 +1,5 @@
 /* tower.h — one replica of the model on one device, behind a table of operations
- * chosen at run time (CPU: OpenBLAS + C loops; CUDA: cuBLAS + kernels).
+ * chosen at run time (CPU: oneDNN + OpenBLAS + C loops; CUDA: cuBLAS + kernels).
  *
  * Parameters and gradients cross this interface as one host "slab": the model's
  * trainable variables (global_step excluded) in model order, each packed
@@ -70,8 +70,9 @@ struct tower {
 
 extern const tower_ops_t tower_cpu_ops;
 extern const tower_ops_t tower_cuda_ops; /* defined only when the build has CUDA */
-/* Threads each CPU-tower GEMM may use (OpenBLAS); towers.c sets 1 when several
- * CPU towers run side by side. */
+/* Threads each CPU-tower op may use (n >= 1): OpenBLAS's and oneDNN's
+ * (OpenMP's, applied on whichever thread runs a tower's op); towers.c sets 1
+ * when several CPU towers run side by side. Any thread, any time. */
 void tower_cpu_set_threads(int n);
 /* Stops OpenBLAS's thread pool (started when the library loaded, before main()
  * could block signals); the next parallel GEMM starts it again with the calling

@@ -1,12 +1,21 @@
-/* tower_cpu.c — the CPU backend: OpenBLAS GEMMs and plain C loops behind the
- * walk's kernel table (tower_walk.h). This is the reference backend the others
- * are tested against (tests/unit/test_tower_ops.c: op by op; test_tower_cuda.c:
- * whole steps), so it favours being obviously right over being clever.
+/* tower_cpu.c — the CPU backend: oneDNN convolutions and large GEMMs
+ * (tower_cpu_dnnl.c), OpenBLAS small GEMMs and plain C loops behind the walk's
+ * kernel table (tower_walk.h). This is the reference backend the others are
+ * tested against (tests/unit/test_tower_ops.c: op by op; test_tower_cuda.c:
+ * whole steps), so its loops favour being obviously right over being clever;
+ * its im2col / col2im are the reference the convolutions are tested against
+ * (tests/unit/test_tower_conv.c).
  *
  * Memory: "device" memory is aligned host memory, upload / download are
  * memcpy, and every kernel runs when called, so sync has nothing to wait for.
  * There is one device: copy_peer is NULL (the walk reads every tower's
- * gradients in place).
+ * gradients in place); each tower's context (open) holds its oneDNN stream and
+ * primitives. The convolutions need no im2col scratch (col_budget 0).
+ *
+ * Threads: tower_cpu_set_threads(n) sets both OpenBLAS's and oneDNN's. GEMMs
+ * up to OpenBLAS's own threading threshold run there, on the calling thread;
+ * larger ones on oneDNN, so that one pool of threads (OpenMP's, which sleeps
+ * when idle) serves a step.
  *
  * Layout (the walk's): activations (n, h, w, c) row-major (NHWC); a conv kernel
  * is a (kh*kw*in_c, filters) matrix whose rows match an im2col row's (ky, kx, c)
@@ -14,6 +23,8 @@
  */
 #include "tower.h"
 #include "tower_walk.h"
+
+#include "tower_cpu_dnnl.h"
 
 #include "psc.h"
 #include "rng.h"
@@ -23,27 +34,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Floats of im2col scratch a conv layer aims for: large enough GEMMs, bounded
- * memory (the whole batch's columns would be ~40 MB per 64 examples for a 5x5x32
- * conv on 14x14). */
-#define COL_BUDGET ((int64_t)1 << 21)
+/* GEMMs of more multiply-adds than this run on oneDNN: OpenBLAS runs up to
+ * 65536 * 4 (its GEMM_MULTITHREAD_THRESHOLD) on the calling thread alone, where
+ * a small GEMM is cheapest, so its own thread pool never wakes. */
+#define GEMM_DNNL_MIN ((int64_t)65536 * 4)
 
-/* The one CPU "device": nothing to hold. */
+/* A tower's context: its oneDNN stream and primitives. */
 struct tower_dev {
-    int unused;
+    tower_cpu_dnnl_t *dnnl;
 };
-static struct tower_dev cpu_dev;
 
 /* ---- context and memory ---- */
 
 static int cpu_open(int device, int max_cols, tower_dev_t **out, char *err, size_t errlen)
 {
-    (void)device, (void)max_cols, (void)err, (void)errlen;
-    *out = &cpu_dev;
+    (void)device, (void)max_cols;
+    tower_dev_t *d = psc_xcalloc(1, sizeof *d);
+    int rc = tower_cpu_dnnl_create(&d->dnnl, err, errlen);
+    if (rc) {
+        free(d);
+        return rc;
+    }
+    *out = d;
     return 0;
 }
 
-static void cpu_close(tower_dev_t *d) { (void)d; }
+static void cpu_close(tower_dev_t *d)
+{
+    if (!d) return;
+    tower_cpu_dnnl_destroy(d->dnnl);
+    free(d);
+}
 static int cpu_select(tower_dev_t *d) { return (void)d, 0; }
 static int cpu_sync(tower_dev_t *d) { return (void)d, 0; }
 
@@ -70,6 +91,8 @@ static int cpu_gemm(tower_dev_t *d, int trans_a, int trans_b, int M, int N, int 
                     int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     (void)d;
+    if ((int64_t)M * N * K > GEMM_DNNL_MIN)
+        return tower_cpu_dnnl_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
                 alpha, A, lda, B, ldb, beta, C, ldc);
     return 0;
@@ -79,7 +102,7 @@ static int cpu_bias_act(tower_dev_t *d, float *y, const float *b, int64_t rows, 
 {
     (void)d;
     for (int64_t r = 0; r < rows; r++) {
-        float *row = y + r * cols;
+        float *restrict row = y + r * cols;
         if (b)
             for (int j = 0; j < cols; j++) row[j] += b[j];
         switch (act) {
@@ -122,8 +145,11 @@ static int cpu_bias_grad(tower_dev_t *d, float *db, const float *dy, int64_t row
 {
     (void)d;
     memset(db, 0, (size_t)cols * sizeof *db);
-    for (int64_t r = 0; r < rows; r++)
-        for (int j = 0; j < cols; j++) db[j] += dy[r * cols + j];
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict row = dy + r * cols;
+        float *restrict sum = db;
+        for (int j = 0; j < cols; j++) sum[j] += row[j];
+    }
     return 0;
 }
 
@@ -184,15 +210,45 @@ static int cpu_col2im(tower_dev_t *d, tower_window_t g, const float *col, int m,
     return 0;
 }
 
+/* One output position's channels at once (tower_window_argmax's result: the
+ * first maximum in (ky, kx) order wins, for every channel c). */
+static void maxpool_position(tower_window_t g, const float *xe, int oy, int ox, float *restrict out,
+                             int32_t *restrict argmax)
+{
+    int C = g.in_c, first = 1;
+    for (int ky = 0; ky < g.kh; ky++) {
+        int iy = oy * g.sh - g.pad_top + ky;
+        if (iy < 0 || iy >= g.in_h) continue;
+        for (int kx = 0; kx < g.kw; kx++) {
+            int ix = ox * g.sw - g.pad_left + kx;
+            if (ix < 0 || ix >= g.in_w) continue;
+            int32_t base = (iy * g.in_w + ix) * C;
+            const float *restrict xi = xe + base;
+            if (first) {
+                for (int c = 0; c < C; c++) out[c] = xi[c], argmax[c] = base + c;
+                first = 0;
+                continue;
+            }
+            for (int c = 0; c < C; c++) { /* branch-free, as a mask, so that it vectorizes */
+                float v = xi[c], o = out[c];
+                int32_t more = -(int32_t)(v > o);
+                out[c] = v > o ? v : o;
+                argmax[c] = (argmax[c] & ~more) | ((base + c) & more);
+            }
+        }
+    }
+    if (first) /* a window without inputs (never: model_spec.c): as tower_window_argmax */
+        for (int c = 0; c < C; c++) out[c] = 0.0f, argmax[c] = -1;
+}
+
 static int cpu_maxpool_fwd(tower_dev_t *d, tower_window_t g, const float *x, int n, float *out, int32_t *argmax)
 {
     (void)d;
-    int64_t o = 0; /* (e, oy, ox, c) */
+    int64_t o = 0; /* (e, oy, ox, 0) */
     for (int e = 0; e < n; e++)
         for (int oy = 0; oy < g.out_h; oy++)
-            for (int ox = 0; ox < g.out_w; ox++)
-                for (int c = 0; c < g.in_c; c++, o++)
-                    argmax[o] = tower_window_argmax(g, x + (int64_t)e * g.in_size, oy, ox, c, &out[o]);
+            for (int ox = 0; ox < g.out_w; ox++, o += g.in_c)
+                maxpool_position(g, x + (int64_t)e * g.in_size, oy, ox, out + o, argmax + o);
     return 0;
 }
 
@@ -208,6 +264,27 @@ static int cpu_maxpool_bwd(tower_dev_t *d, tower_window_t g, const float *dy, co
         for (int64_t j = 0; j < out_size; j++) dxe[arg[j]] += dye[j];
     }
     return 0;
+}
+
+static int cpu_conv_fwd(tower_dev_t *d, tower_window_t g, const float *x, int m, const float *w, const float *b,
+                        enum psc_activation act, float *y, float *col)
+{
+    (void)col;
+    return tower_cpu_dnnl_conv_fwd(d->dnnl, g, x, m, w, b, act, y);
+}
+
+static int cpu_conv_bwd_data(tower_dev_t *d, tower_window_t g, const float *dy, int m, const float *w, float *dx,
+                             float *col)
+{
+    (void)col;
+    return tower_cpu_dnnl_conv_bwd_data(d->dnnl, g, dy, m, w, dx);
+}
+
+static int cpu_conv_bwd_weights(tower_dev_t *d, tower_window_t g, const float *x, const float *dy, int m, float *dw,
+                                int accumulate, float *col)
+{
+    (void)col;
+    return tower_cpu_dnnl_conv_bwd_weights(d->dnnl, g, x, dy, m, dw, accumulate);
 }
 
 static int cpu_dropout_fwd(tower_dev_t *d, const float *x, float *mask, float *out, int64_t count, uint64_t seed,
@@ -365,7 +442,11 @@ static int cpu_copy2d(tower_dev_t *d, float *dst, int ldd, const float *src, int
 
 /* ---- the tables ---- */
 
-void tower_cpu_set_threads(int n) { openblas_set_num_threads(n); }
+void tower_cpu_set_threads(int n)
+{
+    openblas_set_num_threads(n);
+    tower_cpu_dnnl_set_threads(n);
+}
 
 /* OpenBLAS's own (not in cblas.h); its fork handler calls it too. Weak: an
  * OpenBLAS without it (the OpenMP build) leaves the pool as it is. */
@@ -390,7 +471,7 @@ static int cpu_device_error(char *why, size_t whylen)
 
 static const tower_backend_ops_t cpu_backend = {
     .name = "cpu",
-    .col_budget = COL_BUDGET,
+    .col_budget = 0, /* oneDNN's convolutions take the whole batch */
     .open = cpu_open,
     .close = cpu_close,
     .select = cpu_select,
@@ -405,6 +486,9 @@ static const tower_backend_ops_t cpu_backend = {
     .gemm = cpu_gemm,
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
+    .conv_fwd = cpu_conv_fwd,
+    .conv_bwd_data = cpu_conv_bwd_data,
+    .conv_bwd_weights = cpu_conv_bwd_weights,
     .bias_act = cpu_bias_act,
     .act_backward = cpu_act_backward,
     .bias_grad = cpu_bias_grad,

@@ -532,6 +532,36 @@ static int cuda_bias_act(tower_dev_t *d, float *y, const float *b, int64_t rows,
     return 0;
 }
 
+/* The convolutions, composed as the table's reference has them: im2col into
+ * the walk's scratch, one GEMM, then the bias and activation / col2im. */
+static int cuda_conv_fwd(tower_dev_t *d, tower_window_t g, const float *x, int m, const float *w, const float *b,
+                         enum psc_activation act, float *y, float *col)
+{
+    int rows = m * g.out_h * g.out_w, F = g.filters, K = g.col_k, rc;
+    if ((rc = cuda_im2col(d, g, x, m, col))) return rc; /* col (rows, K) */
+    /* y (rows, F) = col (rows, K) @ w (K, F) */
+    if ((rc = cuda_gemm(d, 0, 0, rows, F, K, 1.0f, col, K, w, F, 0.0f, y, F))) return rc;
+    return cuda_bias_act(d, y, b, rows, F, act);
+}
+
+static int cuda_conv_bwd_data(tower_dev_t *d, tower_window_t g, const float *dy, int m, const float *w, float *dx,
+                              float *col)
+{
+    int rows = m * g.out_h * g.out_w, F = g.filters, K = g.col_k, rc;
+    /* dcol (rows, K) = dy (rows, F) @ w^T (F, K) */
+    if ((rc = cuda_gemm(d, 0, 1, rows, K, F, 1.0f, dy, F, w, F, 0.0f, col, K))) return rc;
+    return cuda_col2im(d, g, col, m, dx);
+}
+
+static int cuda_conv_bwd_weights(tower_dev_t *d, tower_window_t g, const float *x, const float *dy, int m, float *dw,
+                                 int accumulate, float *col)
+{
+    int rows = m * g.out_h * g.out_w, F = g.filters, K = g.col_k, rc;
+    if ((rc = cuda_im2col(d, g, x, m, col))) return rc;
+    /* dw (K, F) (+)= col^T (K, rows) @ dy (rows, F) */
+    return cuda_gemm(d, 1, 0, K, F, rows, 1.0f, col, K, dy, F, accumulate ? 1.0f : 0.0f, dw, F);
+}
+
 static int cuda_act_backward(tower_dev_t *d, float *dy, const float *y, int64_t count, enum psc_activation act)
 {
     if (act == PSC_ACT_NONE) return 0;
@@ -891,6 +921,9 @@ static const tower_backend_ops_t cuda_backend = {
     /* .gemm = */ cuda_gemm,
     /* .im2col = */ cuda_im2col,
     /* .col2im = */ cuda_col2im,
+    /* .conv_fwd = */ cuda_conv_fwd,
+    /* .conv_bwd_data = */ cuda_conv_bwd_data,
+    /* .conv_bwd_weights = */ cuda_conv_bwd_weights,
     /* .bias_act = */ cuda_bias_act,
     /* .act_backward = */ cuda_act_backward,
     /* .bias_grad = */ cuda_bias_grad,

@@ -43,7 +43,7 @@ typedef struct walk_layer {
     int out_h, out_w, out_c;   /* output (h, w, c) of one example */
     int64_t in_size, out_size; /* features per example */
     tower_window_t g;          /* conv2d / max_pool2d */
-    int col_batch;             /* conv2d: examples per im2col + GEMM chunk */
+    int col_batch;             /* conv2d: examples per conv op call (the im2col scratch holds their columns) */
     float rate;                /* dropout */
     /* device views into the parameter and gradient slabs (NULL where none) */
     float *w, *dw; /* dense (in, units); conv2d (kh, kw, in_c, filters) = (col_k, filters) */
@@ -75,7 +75,7 @@ typedef struct walk {
     float *x;         /* (B, features) */
     int32_t *labels;  /* (B) */
     float *dbuf[2];   /* 2 x (B, max features of any activation): backward ping-pong */
-    float *col;       /* im2col scratch, NULL without conv layers */
+    float *col;       /* im2col scratch, NULL without conv layers or with col_budget 0 */
     double *row_loss; /* (B) */
     int32_t *row_hit; /* (B) */
     /* the host staging slab and its views */
@@ -118,39 +118,28 @@ static int dense_backward(walk_t *t, walk_layer_t *L, const float *dy, float *dx
 
 static int conv2d_forward(walk_t *t, walk_layer_t *L, int n)
 {
-    const tower_backend_ops_t *be = t->be;
-    int F = L->out_c, K = L->g.col_k;
-    int64_t positions = (int64_t)L->out_h * L->out_w;
+    /* y = act(conv(x, w) + b), a chunk of col_batch examples at a time */
     for (int e0 = 0; e0 < n; e0 += L->col_batch) {
         int m = PSC_MIN(L->col_batch, n - e0);
-        int rows = (int)(m * positions);
-        TRY(be->im2col(t->dev, L->g, L->x + e0 * L->in_size, m, t->col)); /* col (rows, K) */
-        /* y (rows, F) = col (rows, K) @ w (K, F) */
-        TRY(be->gemm(t->dev, 0, 0, rows, F, K, 1.0f, t->col, K, L->w, F, 0.0f, L->out + e0 * L->out_size, F));
+        TRY(t->be->conv_fwd(t->dev, L->g, L->x + e0 * L->in_size, m, L->w, L->b, L->act, L->out + e0 * L->out_size,
+                            t->col));
     }
-    return be->bias_act(t->dev, L->out, L->b, n * positions, F, L->act);
+    return 0;
 }
 
 /* dy (n, out_h, out_w, F): w.r.t. the pre-activation. dx (n, in_size) may be NULL. */
 static int conv2d_backward(walk_t *t, walk_layer_t *L, const float *dy, float *dx, int n)
 {
     const tower_backend_ops_t *be = t->be;
-    int F = L->out_c, K = L->g.col_k;
     int64_t positions = (int64_t)L->out_h * L->out_w;
     /* db (F) = sum over examples and positions of dy */
-    if (L->db) TRY(be->bias_grad(t->dev, L->db, dy, n * positions, F));
+    if (L->db) TRY(be->bias_grad(t->dev, L->db, dy, n * positions, L->out_c));
     for (int e0 = 0; e0 < n; e0 += L->col_batch) {
         int m = PSC_MIN(L->col_batch, n - e0);
-        int rows = (int)(m * positions);
-        const float *dyc = dy + e0 * L->out_size; /* (rows, F) */
-        /* col (rows, K), recomputed rather than kept */
-        TRY(be->im2col(t->dev, L->g, L->x + e0 * L->in_size, m, t->col));
-        /* dw (K, F) (+)= col^T (K, rows) @ dy (rows, F) */
-        TRY(be->gemm(t->dev, 1, 0, K, F, rows, 1.0f, t->col, K, dyc, F, e0 ? 1.0f : 0.0f, L->dw, F));
-        if (!dx) continue;
-        /* dcol (rows, K) = dy (rows, F) @ w^T (F, K), into the same scratch */
-        TRY(be->gemm(t->dev, 0, 1, rows, K, F, 1.0f, dyc, F, L->w, F, 0.0f, t->col, K));
-        TRY(be->col2im(t->dev, L->g, t->col, m, dx + e0 * L->in_size));
+        const float *dyc = dy + e0 * L->out_size; /* (m, out_h, out_w, F) */
+        /* dw (K, F) (+)= im2col(x)^T @ dy: the first chunk overwrites */
+        TRY(be->conv_bwd_weights(t->dev, L->g, L->x + e0 * L->in_size, dyc, m, L->dw, e0 > 0, t->col));
+        if (dx) TRY(be->conv_bwd_data(t->dev, L->g, dyc, m, L->w, dx + e0 * L->in_size, t->col));
     }
     return 0;
 }
@@ -470,9 +459,11 @@ static int layer_geometry(walk_t *t, walk_layer_t *L, const psc_layer_spec_t *S,
             return psc_seterr(err, errlen, PSC_EUNSUPPORTED, "%s tower: layer %s: window too large", t->be->name,
                               S->name);
         L->g.col_k = (int)col_k;
+        L->g.filters = L->out_c;
         int64_t per_example = (int64_t)L->out_h * L->out_w * col_k;
-        /* BLAS dimensions are int: a chunk's rows * col_k must fit */
-        int64_t cap = PSC_MIN(t->be->col_budget, (int64_t)INT32_MAX);
+        /* BLAS dimensions are int: a chunk's rows * col_k must fit; a backend
+         * without scratch (col_budget 0) takes the whole batch at once */
+        int64_t cap = t->be->col_budget > 0 ? PSC_MIN(t->be->col_budget, (int64_t)INT32_MAX) : INT64_MAX;
         L->col_batch = (int)PSC_MAX((int64_t)1, PSC_MIN((int64_t)t->base.max_batch, cap / per_example));
     }
     if (S->type == PSC_LAYER_DENSE || S->type == PSC_LAYER_CONV2D) t->max_cols = PSC_MAX(t->max_cols, L->out_c);
@@ -539,7 +530,7 @@ static int walk_build(walk_t *t, const psc_job_spec_t *spec, const int (*shapes)
     for (int i = 0; i < t->num_layers; i++) {
         walk_layer_t *L = &t->layers[i];
         TRY(layer_geometry(t, L, &spec->layers[i], h, w, c, shapes[i], err, errlen));
-        if (L->type == PSC_LAYER_CONV2D)
+        if (L->type == PSC_LAYER_CONV2D && t->be->col_budget > 0)
             col_floats = PSC_MAX(col_floats, L->col_batch * (int64_t)L->out_h * L->out_w * L->g.col_k);
         max_size = PSC_MAX(max_size, L->out_size);
         h = L->out_h;

@@ -40,6 +40,7 @@ typedef struct tower_window {
     int pad_top, pad_left; /* TF padding before the first row / column (0 for valid) */
     int col_k;             /* conv2d: kh * kw * in_c */
     int in_size;           /* in_h * in_w * in_c */
+    int filters;           /* conv2d: output channels F (0 for max_pool2d) */
 } tower_window_t;
 
 /* Marks the helpers below for both sides of a CUDA build (tower_cuda.cu
@@ -76,8 +77,11 @@ static inline TOWER_KERNEL_FN int32_t tower_window_argmax(tower_window_t g, cons
 }
 
 typedef struct tower_backend_ops {
-    const char *name;   /* "cpu", "cuda": the tower's name in messages */
-    int64_t col_budget; /* floats of im2col scratch a conv layer aims for */
+    const char *name; /* "cpu", "cuda": the tower's name in messages */
+    /* Floats of im2col scratch a conv layer aims for: the walk runs the conv
+     * ops on chunks of examples whose columns fit, with that scratch as col. 0:
+     * the backend needs no scratch (col is NULL) and takes the whole batch. */
+    int64_t col_budget;
 
     /* ---- context and memory ---- */
     /* Opens `device` for a tower whose widest bias has max_cols columns: checks
@@ -108,6 +112,21 @@ typedef struct tower_backend_ops {
     /* The adjoint of im2col: dx (m, in_h, in_w, in_c) = col folded back
      * (overwritten; each element sums its windows in (oy, ox) order). */
     int (*col2im)(tower_dev_t *d, tower_window_t g, const float *col, int m, float *dx);
+    /* ---- conv2d on m examples; g holds the geometry and F = g.filters, w is
+     * the (kh, kw, in_c, F) = (col_k, F) kernel; col is the walk's im2col
+     * scratch for m examples (NULL when col_budget is 0) ----
+     * y (m, out_h, out_w, F) = act(x (m, in_h, in_w, in_c) (*) w + b); b (F)
+     * may be NULL. The reference: im2col, col @ w, bias_act. */
+    int (*conv_fwd)(tower_dev_t *d, tower_window_t g, const float *x, int m, const float *w, const float *b,
+                    enum psc_activation act, float *y, float *col);
+    /* dx (m, in_h, in_w, in_c) = the adjoint of the convolution applied to dy
+     * (m, out_h, out_w, F) (overwritten): col2im(dy @ w^T). */
+    int (*conv_bwd_data)(tower_dev_t *d, tower_window_t g, const float *dy, int m, const float *w, float *dx,
+                         float *col);
+    /* dw (col_k, F) = im2col(x)^T @ dy, added to dw when accumulate (a later
+     * chunk of the batch), else overwriting it. */
+    int (*conv_bwd_weights)(tower_dev_t *d, tower_window_t g, const float *x, const float *dy, int m, float *dw,
+                            int accumulate, float *col);
     /* y (rows, cols) <- act(y + b); b (cols) may be NULL. */
     int (*bias_act)(tower_dev_t *d, float *y, const float *b, int64_t rows, int cols, enum psc_activation act);
     /* dy (count) <- dy * act'(pre-activation), from the outputs y (count). */

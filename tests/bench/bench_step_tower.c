@@ -9,7 +9,9 @@
  * A measurement, not a test: it never fails on speed (exit 1 only when the
  * spec cannot be loaded, a tower cannot be built or a step fails).
  *
- * usage: bench_step_tower JOB_SPEC [seconds] [devices]   (default 3, auto)
+ * usage: bench_step_tower JOB_SPEC [seconds] [devices] [threads]
+ *        (default 3, auto, the CPU tower's default; threads: tower_cpu_set_threads,
+ *        the CPU tower's OpenBLAS and oneDNN threads, as the worker's --blas_threads)
  * prints: "bench_step_tower: FILE: <model> batch B on <devices>: S steps,
  *          X ms/step, E examples/s"
  */
@@ -28,11 +30,14 @@
 int main(int argc, char **argv)
 {
     double secs = 3.0;
-    if (argc < 2 || argc > 4 || (argc >= 3 && (secs = atof(argv[2])) <= 0)) {
-        fprintf(stderr, "usage: bench_step_tower JOB_SPEC [seconds] [devices]   (default 3, auto)\n");
+    int threads = 0;
+    if (argc < 2 || argc > 5 || (argc >= 3 && (secs = atof(argv[2])) <= 0) ||
+        (argc == 5 && (threads = atoi(argv[4])) < 1)) {
+        fprintf(stderr, "usage: bench_step_tower JOB_SPEC [seconds] [devices] [threads]   (default 3, auto, auto)\n");
         return PSC_EXIT_USAGE;
     }
-    const char *devices = argc == 4 ? argv[3] : NULL;
+    const char *devices = argc >= 4 && strcmp(argv[3], "auto") != 0 ? argv[3] : NULL;
+    if (threads) tower_cpu_set_threads(threads);
     char err[512] = "";
     psc_job_spec_t spec;
     psc_var_desc_t *vars = NULL;

@@ -6,7 +6,8 @@
  *
  * Error measure, per output (b = CPU, a = CUDA):
  *     rel(a, b) = max_i |a_i - b_i| / max(max_i |b_i|, 1e-6)
- * with a tolerance per op: GEMMs and sums 1e-5 (summation order), elementwise
+ * with a tolerance per op: GEMMs, convolutions and sums 1e-5 (summation
+ * order; the CPU convolves on oneDNN, the CUDA backend by im2col + GEMM), elementwise
  * ops 1e-6 (a few ulps of tanhf / expf), the loss in double 1e-9; the discrete
  * outputs (max-pool argmax, dropout masks, the loss's hits) must be equal. The
  * CTR ops: embedding bags forward 1e-6 (both sum a bag in order), backward 1e-5
@@ -201,6 +202,39 @@ static void test_im2col_col2im(void **state)
         twin_free(&col);
         twin_free(&dcol);
         twin_free(&dx);
+    }
+}
+
+/* The convolutions: forward with bias and activation (and without a bias),
+ * the data gradient, the weights' gradient overwritten and accumulated. */
+static void test_conv(void **state)
+{
+    (void)state;
+    const int m = 3, F = 7;
+    static const enum psc_activation acts[] = {PSC_ACT_RELU, PSC_ACT_NONE, PSC_ACT_TANH, PSC_ACT_SIGMOID, PSC_ACT_RELU};
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
+        tower_window_t g = window(windows[i].h, windows[i].w, windows[i].c, windows[i].k, windows[i].s, windows[i].same);
+        g.filters = F;
+        int64_t nx = (int64_t)m * g.in_size, ny = (int64_t)m * g.out_h * g.out_w * F;
+        twin_t x = twin_rand(nx, -1, 1), w = twin_rand((int64_t)g.col_k * F, -1, 1), b = twin_rand(F, -1, 1);
+        twin_t y = twin_rand(ny, 5, 6), dy = twin_rand(ny, -1, 1), dx = twin_rand(nx, 5, 6); /* overwritten */
+        twin_t dw = twin_rand((int64_t)g.col_k * F, -1, 1), dw2 = twin_rand((int64_t)g.col_k * F, -1, 1);
+        twin_t col = twin_new((size_t)((int64_t)m * g.out_h * g.out_w * g.col_k) * sizeof(float));
+        ON_BOTH(be[k]->conv_fwd(dev[k], g, P(x), m, P(w), i % 2 ? NULL : P(b), acts[i % 5], P(y), P(col)));
+        ON_BOTH(be[k]->conv_bwd_data(dev[k], g, P(dy), m, P(w), P(dx), P(col)));
+        ON_BOTH(be[k]->conv_bwd_weights(dev[k], g, P(x), P(dy), m, P(dw), 0, P(col)));
+        ON_BOTH(be[k]->conv_bwd_weights(dev[k], g, P(x), P(dy), m, P(dw2), 1, P(col)));
+        char what[64];
+        snprintf(what, sizeof what, "conv_fwd window %zu act %d bias %d", i, (int)acts[i % 5], i % 2 == 0);
+        expect_floats(what, &y, 1e-5);
+        snprintf(what, sizeof what, "conv_bwd_data window %zu", i);
+        expect_floats(what, &dx, 1e-5);
+        snprintf(what, sizeof what, "conv_bwd_weights window %zu", i);
+        expect_floats(what, &dw, 1e-5);
+        snprintf(what, sizeof what, "conv_bwd_weights accumulate window %zu", i);
+        expect_floats(what, &dw2, 1e-5);
+        twin_free(&x), twin_free(&w), twin_free(&b), twin_free(&y), twin_free(&dy), twin_free(&dx);
+        twin_free(&dw), twin_free(&dw2), twin_free(&col);
     }
 }
 
@@ -511,7 +545,8 @@ int main(void)
         }
     psc_rng_seed(&rng, 20261125);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm),        cmocka_unit_test(test_im2col_col2im), cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_gemm),        cmocka_unit_test(test_im2col_col2im), cmocka_unit_test(test_conv),
+        cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_activations), cmocka_unit_test(test_bias_grad),     cmocka_unit_test(test_dropout_mul),
         cmocka_unit_test(test_softmax_xent), cmocka_unit_test(test_accumulate),   cmocka_unit_test(test_bags),
         cmocka_unit_test(test_interaction), cmocka_unit_test(test_sigmoid_xent),  cmocka_unit_test(test_copy2d),
