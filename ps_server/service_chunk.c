@@ -86,7 +86,7 @@ static size_t iov_gather(const psc_iov_t *iov, int niov, size_t skip, uint8_t *d
 int svc_chunk_in_decode(psc_iov_t *iov, int niov, size_t len, chunk_in_t *in)
 {
     memset(in, 0, sizeof *in);
-    uint8_t head[CHUNK_HEAD];
+    uint8_t head[CHUNK_HEAD] = {0}; /* gcc -O3 cannot see that only the gathered bytes are read */
     size_t avail = iov_gather(iov, niov, 0, head, PSC_MIN(len, sizeof head));
     size_t off, dlen;
     if (psc_chunk_decode_prefix(head, avail, len, &in->cr.c, &off, &dlen) == 0) {
