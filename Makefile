@@ -45,11 +45,12 @@ SAN_CMAKE = CC=clang cmake -S . -B build-fuzz -DPSC_FUZZ=ON -DPSC_SANITIZE=addre
 # The whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer (clang, build-fuzz),
 # the libFuzzer targets included (FUZZ_SECS seconds each), but the tests labelled `faults` (the
 # network-namespace fault tests and the soak: minutes of timing-based runs; the recovery code
-# they drive runs under the sanitizers in test_checkpoint, test_late_ps_crash, test_start_ps_crash).
+# they drive runs under the sanitizers in test_checkpoint, test_late_ps_crash, test_start_ps_crash),
+# and the label `image` (the container images build their own binaries from the sources).
 sanitize: setup
 	$(SAN_CMAKE)
 	cmake --build build-fuzz -j $(JOBS)
-	cd build-fuzz && ctest --output-on-failure --no-tests=error -j $(JOBS) -LE faults
+	cd build-fuzz && ctest --output-on-failure --no-tests=error -j $(JOBS) -LE 'faults|image'
 
 # The concurrency tests (store, sync accumulator, sparse table, metrics registry, event writer) under ThreadSanitizer.
 tsan: setup

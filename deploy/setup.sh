@@ -1,5 +1,7 @@
 #!/bin/sh
-# Installs the Debian packages listed in deploy/packages.txt that are missing,
+# Installs the Debian packages listed in deploy/packages.txt (and, on a host,
+# deploy/packages-host.txt) that are missing, sets podman up for the image test
+# (deploy/image.sh, tests/integration/test_image.sh; the last part),
 # unpacks promtool (from Debian's prometheus package) to /opt/psc/promtool, and
 # installs the Kubernetes manifest validator's npm packages (see the end).
 # Idempotent: does nothing (and needs no network) when all are there.
@@ -7,8 +9,16 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO=sudo
+# PSC_SETUP_HOST=0 (the Dockerfiles): only packages.txt, not the host-only test
+# packages of packages-host.txt (podman, runc, debootstrap, catatonit: the image test).
+lists="$here/packages.txt"
+if [ "${PSC_SETUP_HOST:-1}" != 0 ]; then
+    [ -f "$here/packages-host.txt" ] || { echo "setup: no $here/packages-host.txt (in an image: PSC_SETUP_HOST=0)" >&2; exit 1; }
+    lists="$lists $here/packages-host.txt"
+fi
 missing=""
-for p in $(grep -v '^#' "$here/packages.txt"); do
+# shellcheck disable=SC2013,SC2086 # a package per line; one word per list
+for p in $(cat $lists | grep -v '^#'); do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 updated=""
@@ -53,4 +63,19 @@ if [ "${PSC_SETUP_K8S:-1}" != 0 ] && [ "$(cat /opt/psc/k8s-validate/.installed 2
     # shellcheck disable=SC2086 # one word per package
     $SUDO npm install --prefix /opt/psc/k8s-validate --no-save --no-audit --no-fund --loglevel=error $K8S_NPM
     echo "$K8S_NPM" | $SUDO tee /opt/psc/k8s-validate/.installed >/dev/null
+fi
+
+# podman (packages-host.txt) runs the image test's containers. Raising
+# RLIMIT_NPROC, which podman does for every container by default, is not
+# permitted on the CI and development VMs: no default ulimits. Only where podman
+# is installed and containers.conf does not set them already.
+if [ "${PSC_SETUP_HOST:-1}" != 0 ] && command -v podman >/dev/null 2>&1 &&
+    ! grep -qs '^[[:space:]]*default_ulimits' /etc/containers/containers.conf; then
+    echo "setup: default_ulimits = [] in /etc/containers/containers.conf" >&2
+    $SUDO mkdir -p /etc/containers
+    if grep -qs '^\[containers\]' /etc/containers/containers.conf; then
+        $SUDO sed -i 's/^\[containers\]/&\ndefault_ulimits = []/' /etc/containers/containers.conf
+    else
+        printf '[containers]\ndefault_ulimits = []\n' | $SUDO tee -a /etc/containers/containers.conf >/dev/null
+    fi
 fi
