@@ -3,6 +3,7 @@
 
 #include "ckpt_requests.h"
 #include "evaluator.h"
+#include "fanout.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
 #include "psc.h"
@@ -230,11 +231,9 @@ void chief_after_step(chief_t *c, int64_t global_step)
 
 static int stopped(const chief_t *c) { return c->o.stop && atomic_load(c->o.stop); }
 
-/* Health probes of the replicas still waited for go out at once, at most
- * CHIEF_PROBES at a time, each on a channel of its own for that round: one
- * round costs about one round trip (or one probe timeout) per CHIEF_PROBES
- * replicas, not one per replica, and holds at most CHIEF_PROBES connections. */
-#define CHIEF_PROBES 256
+/* Health probes of the replicas still waited for go out at once (fanout.h):
+ * one round costs about one probe timeout per FANOUT_MAX replicas, not one
+ * per replica. */
 #define CHIEF_PROBE_MS 1000
 
 /* One round: misses[r] = 0 for each replica r with want[r] that answers
@@ -244,36 +243,24 @@ static void probe_replicas(const chief_t *c, const unsigned char *want, int *mis
     Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     uint8_t buf[64];
     size_t len = grpc__health__v1__health_check_request__pack(&req, buf);
-    psc_rpc_op_t *ops = psc_xcalloc(CHIEF_PROBES, sizeof *ops);
-    int *who = psc_xcalloc(CHIEF_PROBES, sizeof *who);
-    for (int from = 0; from < replicas;) {
-        size_t k = 0;
-        for (; from < replicas && k < CHIEF_PROBES; from++) {
-            const char *addr = want[from] ? psc_cluster_replica_addr(c->o.cluster, from) : NULL;
-            if (!addr) continue;
-            memset(&ops[k], 0, sizeof ops[k]);
-            ops[k].ch = psc_rpc_channel_create(addr);
-            ops[k].method = PSC_M_HEALTH;
-            ops[k].hdr = buf;
-            ops[k].hdr_len = len;
-            who[k++] = from;
+    const char **addrs = psc_xcalloc((size_t)replicas + 1, sizeof *addrs);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)replicas + 1, sizeof *ops);
+    for (int r = 0; r < replicas; r++) addrs[r] = want[r] ? psc_cluster_replica_addr(c->o.cluster, r) : NULL;
+    fanout_call(addrs, (size_t)replicas, PSC_M_HEALTH, buf, len, CHIEF_PROBE_MS, ops);
+    for (int r = 0; r < replicas; r++) {
+        if (!addrs[r]) continue;
+        int serving = 0;
+        if (ops[r].code == PSC_RPC_OK) {
+            Grpc__Health__V1__HealthCheckResponse *h =
+                grpc__health__v1__health_check_response__unpack(NULL, ops[r].reply_len, ops[r].reply);
+            serving = h && h->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+            if (h) grpc__health__v1__health_check_response__free_unpacked(h, NULL);
         }
-        psc_rpc_run(ops, k, k, CHIEF_PROBE_MS);
-        for (size_t j = 0; j < k; j++) {
-            int serving = 0;
-            if (ops[j].code == PSC_RPC_OK) {
-                Grpc__Health__V1__HealthCheckResponse *r =
-                    grpc__health__v1__health_check_response__unpack(NULL, ops[j].reply_len, ops[j].reply);
-                serving = r && r->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-                if (r) grpc__health__v1__health_check_response__free_unpacked(r, NULL);
-            }
-            misses[who[j]] = serving ? 0 : misses[who[j]] + 1;
-            psc_rpc_op_clear(&ops[j]);
-            psc_rpc_channel_destroy(ops[j].ch);
-        }
+        misses[r] = serving ? 0 : misses[r] + 1;
+        psc_rpc_op_clear(&ops[r]);
     }
     free(ops);
-    free(who);
+    free(addrs);
 }
 
 /* The chief still looks after the PS while it waits: once a second it asks

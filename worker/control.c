@@ -1,6 +1,8 @@
 /* control.c — see control.h. */
 #include "control.h"
 
+#include "fanout.h"
+
 #include "job_spec.h"
 #include "log.h"
 #include "psc.h"
@@ -62,43 +64,14 @@ static void h_checkpoint(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
 
 /* ---- standalone mode ---- */
 
-/* Fan-outs to every PS or every other replica send their calls at once, at
- * most CONTROL_FANOUT at a time (each on a channel of its own: a connection,
- * a file descriptor), so that the chief's wait is one round trip per
- * CONTROL_FANOUT targets, not one per target. */
-#define CONTROL_FANOUT 256
-
-/* Sends the same request to addrs[0..n) (NULL entries are skipped: their op
- * stays code OK with no reply) and waits for every call. ops: n entries, out;
- * the caller clears them (psc_rpc_op_clear). 0 when every call ended OK, else
- * the first failure (psc_rpc_first_failure's choice) in err, naming its
- * address. */
+/* Sends the same request to addrs[0..n) at once (fanout.h; NULL entries
+ * skipped) and waits for every call. ops: n entries, out; the caller clears
+ * them (psc_rpc_op_clear). 0 when every call ended OK, else the first failure
+ * (psc_rpc_first_failure's choice) in err, naming its address. */
 static int call_all(const char *const *addrs, size_t n, const char *method, const void *req, size_t len,
                     int timeout_ms, psc_rpc_op_t *ops, char *err, size_t errlen)
 {
-    memset(ops, 0, n * sizeof *ops);
-    psc_rpc_op_t *batch = psc_xcalloc(PSC_MIN(n, (size_t)CONTROL_FANOUT) + 1, sizeof *batch);
-    size_t *at = psc_xcalloc(PSC_MIN(n, (size_t)CONTROL_FANOUT) + 1, sizeof *at);
-    for (size_t from = 0; from < n; from += CONTROL_FANOUT) {
-        size_t k = 0;
-        for (size_t i = from; i < n && i < from + CONTROL_FANOUT; i++) {
-            if (!addrs[i]) continue;
-            memset(&batch[k], 0, sizeof batch[k]);
-            batch[k].ch = psc_rpc_channel_create(addrs[i]);
-            batch[k].method = method;
-            batch[k].hdr = req;
-            batch[k].hdr_len = len;
-            at[k++] = i;
-        }
-        psc_rpc_run(batch, k, k, timeout_ms);
-        for (size_t j = 0; j < k; j++) {
-            psc_rpc_channel_destroy(batch[j].ch);
-            batch[j].ch = NULL;
-            ops[at[j]] = batch[j];
-        }
-    }
-    free(batch);
-    free(at);
+    fanout_call(addrs, n, method, req, len, timeout_ms, ops);
     size_t bad = psc_rpc_first_failure(ops, n);
     if (bad == n) return 0;
     return psc_seterr(err, errlen, psc_rpc_code_errno(ops[bad].code), "%s on %s: %s: %s", method, addrs[bad],
