@@ -1,9 +1,10 @@
 #!/bin/sh
 # run.sh BUILD_DIR — runs every benchmark and prints its table (see README "Performance"
-# and tests/bench/NOTES.md). BENCH_SECS=S: seconds per point (bench_wire 1, bench_tower 2,
+# and tests/bench/NOTES.md). BENCH_SECS=S: seconds per point (bench_wire 1, bench_tower and bench_tower_torch.py 2,
 # bench_apply 1, bench_scaling 1); BENCH_STEP_SECS: seconds per training run of
 # bench_step.sh (10); BENCH_CTR_SECS: the same for bench_ctr.sh (10); bench_link.sh's
-# BENCH_LINK_MBIT, BENCH_LINK_STEPS. About 8 minutes on the 2-core development VM.
+# BENCH_LINK_MBIT, BENCH_LINK_STEPS; bench_peers.sh's BENCH_PEERS_ROUNDS, BENCH_PEERS_MLP_STEPS,
+# BENCH_PEERS_CNN_STEPS (4-5 minutes more). About 8 minutes on the 2-core development VM.
 set -eu
 build=${1:-build}
 export PSC_BIN=$(cd "$build" && pwd)
@@ -12,10 +13,18 @@ here=$(cd "$(dirname "$0")" && pwd)
 echo "run.sh: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 "$PSC_BIN/bench_wire" "${BENCH_SECS:-1}"
 "$PSC_BIN/bench_tower" "${BENCH_SECS:-2}"
+# The CPU tower against PyTorch, same models and threads (bench_tower_torch.py; skipped
+# without python3-torch, which Debian installs for /usr/bin/python3)
+py=python3
+python3 -c 'import torch' 2>/dev/null || { [ -x /usr/bin/python3 ] && py=/usr/bin/python3; } || true
+"$py" "$here/bench_tower_torch.py" --bin "$PSC_BIN" --secs "${BENCH_SECS:-2}" || [ $? = 77 ]
 "$PSC_BIN/bench_apply" "${BENCH_SECS:-1}"
 "$PSC_BIN/bench_scaling" "${BENCH_SECS:-1}"
 "$PSC_BIN/bench_sparse" "${BENCH_SECS:-1}"
 "$here/bench_step.sh" "$PSC_BIN"
 "$here/bench_ctr.sh" "$PSC_BIN"
+"$here/bench_many.sh" "$PSC_BIN" # 2 ps + 2 workers against 8 ps + 64 workers (README "Many workers")
 "$here/bench_link.sh" "$PSC_BIN" || [ $? = 77 ] # needs root (network namespaces)
+# PyTorch beside psc (bench_peers.sh; peers/setup.sh installs python3-torch; 77: skipped)
+{ "$here/peers/setup.sh" && "$here/bench_peers.sh" "$PSC_BIN"; } || [ $? = 77 ]
 echo "run.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
