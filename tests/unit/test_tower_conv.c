@@ -28,6 +28,8 @@
 
 #include <cmocka.h>
 
+#include "tower_window_fixture.h"
+
 static const tower_backend_ops_t *be;
 static tower_dev_t *dev;
 static psc_rng_t rng;
@@ -51,17 +53,6 @@ static void expect_close(const char *what, const float *a, const double *ref, in
     if (!(err / scale <= tol)) fail_msg("%s: rel %.3e > %.0e", what, err / scale, tol);
 }
 
-static tower_window_t window(int h, int w, int c, int k, int s, int same, int filters)
-{
-    tower_window_t g = {.in_h = h, .in_w = w, .in_c = c, .kh = k, .kw = k, .sh = s, .sw = s, .filters = filters};
-    g.out_h = same ? (h + s - 1) / s : (h - k) / s + 1;
-    g.out_w = same ? (w + s - 1) / s : (w - k) / s + 1;
-    g.pad_top = same ? PSC_MAX((g.out_h - 1) * s + k - h, 0) / 2 : 0;
-    g.pad_left = same ? PSC_MAX((g.out_w - 1) * s + k - w, 0) / 2 : 0;
-    g.col_k = k * k * c;
-    g.in_size = h * w * c;
-    return g;
-}
 
 /* Calls fn(x index, y index, w index) for every term of the convolution. */
 #define FOR_TERMS(g, m, body)                                                                                    \
@@ -157,7 +148,7 @@ static void test_conv_ops(void **state)
         tower_cpu_set_threads(threads);
         for (int i = 0; i <= n; i++) { /* i == n: the first window again, after the cache turned over */
             int j = i % n;
-            tower_window_t g = window(windows[j].h, windows[j].w, windows[j].c, windows[j].k, windows[j].s,
+            tower_window_t g = test_window(windows[j].h, windows[j].w, windows[j].c, windows[j].k, windows[j].s,
                                       windows[j].same, windows[j].f);
             for (int v = 0; v < 4; v++) {
                 int m = v % 2 ? 5 : 1;

@@ -36,6 +36,8 @@
 
 #include <cmocka.h>
 
+#include "tower_window_fixture.h"
+
 #include "cuda_emu_cmocka.h" /* the emulated build (tests/cuda_emu): peer access on/off, mistakes seen */
 
 static const tower_backend_ops_t *be[2]; /* [0] CPU (reference), [1] CUDA */
@@ -168,14 +170,7 @@ static void test_gemm(void **state)
 /* Conv / pool windows: same and valid, strides 1 and 2, odd sizes. */
 static tower_window_t window(int h, int w, int c, int k, int s, int same)
 {
-    tower_window_t g = {.in_h = h, .in_w = w, .in_c = c, .kh = k, .kw = k, .sh = s, .sw = s};
-    g.out_h = same ? (h + s - 1) / s : (h - k) / s + 1;
-    g.out_w = same ? (w + s - 1) / s : (w - k) / s + 1;
-    g.pad_top = same ? PSC_MAX((g.out_h - 1) * s + k - h, 0) / 2 : 0;
-    g.pad_left = same ? PSC_MAX((g.out_w - 1) * s + k - w, 0) / 2 : 0;
-    g.col_k = k * k * c;
-    g.in_size = h * w * c;
-    return g;
+    return test_window(h, w, c, k, s, same, 0);
 }
 
 static const struct {
