@@ -391,7 +391,9 @@ static void finish(psc_rpc_call_t *c, grpc_status_code code, const char *msg)
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
     c->state = CALL_FINISH;
-    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, c, NULL);
+    grpc_call *call = c->call; /* c may be freed on a polling thread once the batch is started */
+    rpc_tsan_release(c);
+    grpc_call_error e = grpc_call_start_batch(call, ops, n, c, NULL);
     grpc_slice_unref(details);
     PSC_ASSERT(e == GRPC_CALL_OK);
 }
@@ -554,6 +556,7 @@ static void post_request(psc_rpc_server_t *s, int method)
     atomic_fetch_add(&s->live_calls, 1);
     grpc_completion_queue *cq = s->cq;
     grpc_call_error e;
+    rpc_tsan_release(c);
     if (method >= 0) {
         e = grpc_server_request_registered_call(s->server, s->methods[method].handle, &c->call, &c->deadline,
                                                 &c->md, &c->payload, cq, cq, c);
@@ -661,6 +664,7 @@ static void *server_thread(void *arg)
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
         psc_rpc_call_t *c = ev.tag;
+        rpc_tsan_acquire(c);
         if (c->state == CALL_NEW) {
             if (!ev.success) { /* server shutting down: request never matched */
                 call_free(c);

@@ -130,7 +130,9 @@ static int start_call(client_call_t *cc, psc_rpc_op_t *op, grpc_completion_queue
     ops[5].data.recv_status_on_client.status = &cc->status;
     ops[5].data.recv_status_on_client.status_details = &cc->details;
     ops[5].data.recv_status_on_client.error_string = &cc->error_string;
-    grpc_call_error e = grpc_call_start_batch(cc->call, ops, 6, cc, NULL);
+    grpc_call *call = cc->call;
+    rpc_tsan_release(cc);
+    grpc_call_error e = grpc_call_start_batch(call, ops, 6, cc, NULL);
     PSC_ASSERT(e == GRPC_CALL_OK);
     return 0;
 }
@@ -209,6 +211,7 @@ int psc_rpc_run(psc_rpc_op_t *ops, size_t n, size_t max_in_flight, int timeout_m
         grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
         PSC_ASSERT(ev.type == GRPC_OP_COMPLETE);
         client_call_t *cc = ev.tag;
+        rpc_tsan_acquire(cc);
         end_call(cc, ev.success);
         done++;
         if (next < n)

@@ -36,4 +36,27 @@ gpr_timespec rpc_deadline_in(int ms);
  * least tail_len bytes, its last tail_len bytes into tail. */
 uint8_t *rpc_bb_copy_split(grpc_byte_buffer *bb, void *tail, size_t tail_len, size_t *len, size_t *total_out);
 
+/* ThreadSanitizer does not see gRPC's own synchronization (Debian's libgrpc is
+ * not instrumented), so a tag handed to gRPC and returned by a completion
+ * queue on another thread looks like a race on everything the tag points to.
+ * Mark the hand-over: rpc_tsan_release(tag) just before the tag goes to gRPC,
+ * rpc_tsan_acquire(tag) when a completion queue returns it. Nothing in other
+ * builds. */
+#if defined(__SANITIZE_THREAD__)
+#define RPC_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RPC_TSAN 1
+#endif
+#endif
+#ifdef RPC_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define rpc_tsan_release(tag) __tsan_release(tag)
+#define rpc_tsan_acquire(tag) __tsan_acquire(tag)
+#else
+#define rpc_tsan_release(tag) ((void)(tag))
+#define rpc_tsan_acquire(tag) ((void)(tag))
+#endif
+
 #endif

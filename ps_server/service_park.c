@@ -13,9 +13,10 @@
  * replies parked far longer than any step can take.
  *
  * Invariants: a parked entry is completed by whoever unlinks it from the list
- * under park_lock, so exactly once; a handler that parks re-checks the step
- * after parking, which closes the race with an apply in between. No reply is
- * sent with park_lock held.
+ * under park_lock, so exactly once, and nobody else touches it while it is on
+ * the list (its parker included); a handler that parks checks the step under
+ * park_lock before linking the entry, which closes the race with an apply
+ * since the store call. No reply is sent with park_lock held.
  */
 #include "service_internal.h"
 
@@ -97,11 +98,18 @@ void svc_park(ps_service_t *svc, svc_parked_t *p)
         free(p);
         return;
     }
+    /* The step may have been applied between the store call and now: then
+     * answer at once. The check is made under park_lock, so an apply after it
+     * finds p on the list in its wake. Once p is on the list this thread does
+     * not touch it: another thread's wake may complete and free it at once. */
+    if (parked_current_step(svc, p) >= p->min_step) {
+        pthread_mutex_unlock(&svc->park_lock);
+        complete_parked(svc, p);
+        return;
+    }
     p->next = svc->parked;
     svc->parked = p;
     pthread_mutex_unlock(&svc->park_lock);
-    /* the step may have been applied between the store call and the parking */
-    svc_park_wake(svc, p->kind, p->name, p->offset);
 }
 
 void svc_fail_parked(ps_service_t *svc, int draining, int rc, const char *msg)

@@ -1,0 +1,216 @@
+/* test_service_park — the parked replies of a sync ps_server
+ * (ps_server/service_park.c), through the real RPC server on 127.0.0.1 with
+ * two polling threads and a store in sync-replica mode (R = N = 2):
+ *  - two replicas push-pull the same chunk step after step from two threads,
+ *    so at every step one reply parks and the other replica's gradient applies
+ *    the step and answers it from another server thread; every reply carries
+ *    the step after the replica's own and the weights of that step. The parked
+ *    entry is completed and freed by whichever thread unlinks it; the parker
+ *    must not read it after putting it on the list (a use after free that
+ *    AddressSanitizer caught in a cluster; this test runs in the TSan build,
+ *    which reports the unordered read and free whichever thread wins);
+ *  - a lone replica's push-pull stays parked until the drain before a
+ *    shutdown, which answers it UNAVAILABLE. */
+#include "psc.h"
+#include "psc.pb-c.h"
+#include "rpc.h"
+#include "service.h"
+#include "store.h"
+#include "wire.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define JOB "00000000000000fd"
+#define N 4       /* floats of "w" */
+#define STEPS 400 /* per replica */
+
+typedef struct ps {
+    store_t *store;
+    ps_service_t *svc;
+    psc_rpc_server_t *server;
+    char target[64];
+} ps_t;
+
+static ps_t g;
+
+static void ps_start(void)
+{
+    char err[512];
+    memset(&g, 0, sizeof g);
+    g.store = store_create();
+    g.svc = ps_service_create(g.store, 0, NULL, NULL);
+    g.server = psc_rpc_server_create("127.0.0.1:0", 2, err, sizeof err);
+    assert_non_null(g.server);
+    ps_service_register(g.svc, g.server);
+    int port = psc_rpc_server_start(g.server, err, sizeof err);
+    assert_true(port > 0);
+    snprintf(g.target, sizeof g.target, "127.0.0.1:%d", port);
+
+    /* SGD with learning rate 1: a step subtracts the mean of the two gradients */
+    psc_optim_config_t opt = {.kind = PSC_OPT_SGD, .learning_rate = 1.0f};
+    store_var_spec_t specs[] = {{.name = "global_step", .rank = 0, .is_step = 1},
+                                {.name = "w", .rank = 1, .shape = {N}}};
+    int created = 0;
+    assert_int_equal(store_create_vars(g.store, JOB, &opt, specs, 2, &created, err, sizeof err), 0);
+    store_sync_cfg_t cfg = {.replicas_to_aggregate = 2, .total_num_replicas = 2, .timeout_secs = 30};
+    assert_int_equal(store_set_sync(g.store, &cfg, err, sizeof err), 0);
+    float w[N] = {0, 1, 2, 3};
+    int64_t zero = 0;
+    assert_int_equal(store_assign(g.store, "w", 0, w, sizeof w, sizeof w, err, sizeof err), 0);
+    assert_int_equal(store_assign(g.store, "global_step", 0, &zero, 8, 8, err, sizeof err), 0);
+    assert_int_equal(store_set_ready(g.store, JOB, err, sizeof err), 0);
+}
+
+static void ps_stop(void)
+{
+    ps_service_drain(g.svc);
+    psc_rpc_server_destroy(g.server);
+    ps_service_destroy(g.svc);
+    store_destroy(g.store);
+}
+
+/* One sync PushPull of w from replica `worker` at `local_step` with gradient
+ * grad in every element; the reply's chunk in *out (caller frees) on success. */
+static int push_pull(psc_rpc_channel_t *ch, uint32_t worker, int64_t local_step, float grad, int timeout_ms,
+                     Psc__Chunk **out)
+{
+    float v[N] = {grad, grad, grad, grad};
+    Psc__Chunk c = PSC__CHUNK__INIT;
+    c.name = (char *)"w";
+    c.total = sizeof v;
+    c.local_step = local_step;
+    c.worker = worker;
+    c.data.data = (uint8_t *)v;
+    c.data.len = sizeof v;
+    uint8_t buf[128];
+    psc_rpc_op_t op;
+    psc_rpc_call(ch, PSC_M_PUSH_PULL, buf, psc__chunk__pack(&c, buf), timeout_ms, 1, &op);
+    int code = op.code;
+    *out = NULL;
+    if (code == PSC_RPC_OK) *out = psc__chunk__unpack(NULL, op.reply_len, op.reply);
+    psc_rpc_op_clear(&op);
+    return code;
+}
+
+typedef struct replica {
+    uint32_t rank;
+    int failures;   /* replies that were not OK, stale, or of the wrong step */
+    int bad_values; /* replies whose weights are not those of their step */
+    char first[256];
+    pthread_t t;
+} replica_t;
+
+static void replica_fail(replica_t *r, const char *fmt, int64_t step, int64_t got)
+{
+    if (!r->first[0]) snprintf(r->first, sizeof r->first, fmt, (int)r->rank, (long long)step, (long long)got);
+}
+
+static void *replica_main(void *arg)
+{
+    replica_t *r = arg;
+    psc_rpc_channel_t *ch = psc_rpc_channel_create(g.target);
+    for (int64_t i = 0; i < STEPS; i++) {
+        Psc__Chunk *c = NULL;
+        int code = push_pull(ch, r->rank, i, 1.0f + (float)r->rank, 20000, &c);
+        if (code != PSC_RPC_OK || !c) {
+            r->failures++;
+            replica_fail(r, "replica %d step %lld: code %lld", i, code);
+            break;
+        }
+        if (c->stale || c->step != i + 1) {
+            r->failures++;
+            replica_fail(r, "replica %d step %lld: reply of step %lld", i, c->stale ? -1 : c->step);
+        } else if (c->data.len != N * sizeof(float)) {
+            r->bad_values++;
+        } else {
+            /* the mean of 1 and 2 each step: w[k] = k - 1.5 (step) exactly */
+            float w[N];
+            memcpy(w, c->data.data, sizeof w);
+            for (int k = 0; k < N; k++)
+                if (w[k] != (float)k - 1.5f * (float)(i + 1)) r->bad_values++;
+        }
+        psc__chunk__free_unpacked(c, NULL);
+    }
+    psc_rpc_channel_destroy(ch);
+    return NULL;
+}
+
+/* ---- tests ---- */
+
+static void test_two_replicas_step_together(void **state)
+{
+    (void)state;
+    ps_start();
+    replica_t r[2] = {{.rank = 0}, {.rank = 1}};
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&r[i].t, NULL, replica_main, &r[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(r[i].t, NULL);
+    for (int i = 0; i < 2; i++) {
+        if (r[i].first[0]) fprintf(stderr, "%s\n", r[i].first);
+        assert_int_equal(r[i].failures, 0);
+        assert_int_equal(r[i].bad_values, 0);
+    }
+    /* both gradients went into every step */
+    store_stats_t st;
+    store_get_stats(g.store, &st);
+    assert_int_equal(st.applied, STEPS);
+    ps_stop();
+}
+
+typedef struct lone {
+    _Atomic int code;
+    pthread_t t;
+} lone_t;
+
+static void *lone_main(void *arg)
+{
+    lone_t *l = arg;
+    psc_rpc_channel_t *ch = psc_rpc_channel_create(g.target);
+    Psc__Chunk *c = NULL;
+    int code = push_pull(ch, 0, 0, 1.0f, 20000, &c);
+    l->code = code;
+    if (c) psc__chunk__free_unpacked(c, NULL);
+    psc_rpc_channel_destroy(ch);
+    return NULL;
+}
+
+static void test_drain_answers_parked(void **state)
+{
+    (void)state;
+    ps_start();
+    lone_t l;
+    l.code = -1;
+    assert_int_equal(pthread_create(&l.t, NULL, lone_main, &l), 0);
+    /* the push is in the accumulator once the store counts it: then it is parked */
+    for (int tries = 0; tries < 2000; tries++) {
+        store_stats_t st;
+        store_get_stats(g.store, &st);
+        if (st.bytes_pushed >= N * sizeof(float)) break;
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    assert_int_equal(l.code, -1); /* still waiting for the other replica */
+    ps_service_drain(g.svc);
+    pthread_join(l.t, NULL);
+    assert_int_equal(l.code, PSC_RPC_UNAVAILABLE);
+    ps_stop();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_replicas_step_together),
+        cmocka_unit_test(test_drain_answers_parked),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
