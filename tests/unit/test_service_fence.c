@@ -228,7 +228,7 @@ typedef struct req {
     uint8_t buf[256];
     size_t len;
     double delay; /* seconds before it is sent: fixes the arrival order */
-    int code;
+    _Atomic int code; /* read by the test while the thread waits (-1: not answered yet) */
     double answered; /* psc_now() when the reply came */
     pthread_t t;
 } req_t;
