@@ -55,8 +55,8 @@ sanitize: setup
 # The concurrency tests (store, sync accumulator, sparse table, metrics registry, event writer) under ThreadSanitizer.
 tsan: setup
 	cmake -S . -B build-tsan -DPSC_SANITIZE=thread -DPSC_CUDA=OFF $(CMAKE_FLAGS)
-	cmake --build build-tsan -j $(JOBS) --target test_store test_store_sync test_store_export test_sync test_sparse_table test_metrics test_tfevents test_service_park test_service_fence
-	cd build-tsan && ctest --output-on-failure --no-tests=error -j $(JOBS) -R '^unit[.]test_(store|store_sync|store_export|sync|sparse_table|metrics|tfevents|service_park|service_fence)$$'
+	cmake --build build-tsan -j $(JOBS) --target test_store test_store_sync test_store_export test_sync test_sparse_table test_metrics test_tfevents test_service_replicas test_service_fence
+	cd build-tsan && ctest --output-on-failure --no-tests=error -j $(JOBS) -R '^unit[.]test_(store|store_sync|store_export|sync|sparse_table|metrics|tfevents|service_replicas|service_fence)$$'
 
 # Only the libFuzzer targets (tests/fuzz), FUZZ_SECS seconds each, in build-fuzz.
 fuzz: setup

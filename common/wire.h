@@ -20,6 +20,9 @@
 #define PSC_BATCH_TENSOR_BYTES ((size_t)256 << 10)
 #define PSC_BATCH_BYTES PSC_CHUNK_BYTES
 #define PSC_BATCH_MAX_ITEMS 4096
+/* Replica ranks a PS keeps track of (WorkerDone, Step.replica_step, sync's
+ * total_num_replicas) and that Status reports in full: 0..PSC_MAX_REPLICAS-1. */
+#define PSC_MAX_REPLICAS 4096
 
 /* Encodings of a pushed chunk's data (Chunk.encoding). Offsets, totals and
  * chunk boundaries always count float32 bytes; a bfloat16 chunk's data holds

@@ -457,15 +457,18 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         rep.total_num_replicas = (uint32_t)sync.total_num_replicas;
         rep.replicas_present = (uint32_t)store_sync_present(svc->store, psc_now(), &needed);
     }
-    uint32_t done_ranks[256];
-    int64_t progress[256];
+    /* every rank's progress and done flag: one caller (the chief, the
+     * evaluator, a restarted replica, psctl) asks at a time, at most a few
+     * times a second */
+    uint32_t *done_ranks = psc_xmalloc(PS_MAX_WORKERS * sizeof *done_ranks);
+    int64_t *progress = psc_xmalloc(PS_MAX_WORKERS * sizeof *progress);
     pthread_mutex_lock(&svc->lock);
-    rep.n_replica_steps = PSC_MIN(svc->max_rank, PSC_ARRAY_LEN(progress));
+    rep.n_replica_steps = PSC_MIN(svc->max_rank, PS_MAX_WORKERS);
     memcpy(progress, svc->replica_steps, rep.n_replica_steps * sizeof *progress);
     rep.replica_steps = progress;
     rep.restored_step = svc->restored_step;
     rep.workers_done = svc->workers_done;
-    for (uint32_t w = 0; w < PS_MAX_WORKERS && rep.n_done_workers < PSC_ARRAY_LEN(done_ranks); w++)
+    for (uint32_t w = 0; w < PS_MAX_WORKERS; w++)
         if (svc->done[w]) done_ranks[rep.n_done_workers++] = w;
     pthread_mutex_unlock(&svc->lock);
     rep.done_workers = done_ranks;
@@ -501,6 +504,8 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     free(vp);
     free(vs);
     free(vars);
+    free(progress);
+    free(done_ranks);
 }
 
 static void h_shutdown(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)

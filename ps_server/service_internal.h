@@ -24,12 +24,13 @@
 #include "rpc.h"
 #include "service.h"
 #include "store.h"
+#include "wire.h"
 
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define PS_MAX_WORKERS 4096
+#define PS_MAX_WORKERS PSC_MAX_REPLICAS
 
 /* ---- the checkpoint fence (service_fence.c), its state ---- */
 

@@ -22,6 +22,7 @@
 #include "model_spec.h"
 #include "placement.h"
 #include "tf_config.h"
+#include "wire.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -35,7 +36,7 @@ typedef struct ps_status {
     int has_global_step;
     int64_t global_step;
     uint32_t workers_done;
-    unsigned char done[256];   /* done[r]: replica r reported WorkerDone (ranks < 256) */
+    unsigned char done[PSC_MAX_REPLICAS]; /* done[r]: replica r reported WorkerDone */
     uint64_t applied, rejected, pulls;
     int nvars;
     int sync;                  /* sync-replica mode */
@@ -44,7 +45,7 @@ typedef struct ps_status {
     uint32_t replicas_present; /* sync: replicas heard from within the timeout */
     int checkpoints;           /* started with --checkpoint_dir */
     uint64_t incarnation;      /* random per PS process: a change means it restarted */
-    int64_t replica_steps[256]; /* (the global_step PS) steps each replica rank reported */
+    int64_t replica_steps[PSC_MAX_REPLICAS]; /* (the global_step PS) steps each replica rank reported */
     int64_t restored_step;      /* (the global_step PS) the step of the checkpoint the model was restored from, 0: none */
     int ntables;                /* sparse table parts this PS holds (the first 64) */
     struct {

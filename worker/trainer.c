@@ -280,7 +280,8 @@ static void resume(run_t *r)
     ps_status_t st;
     char err[256];
     int sp = ps_client_step_ps(r->pc);
-    if (sp < 0 || ps_client_status(r->pc, sp, &st, err, sizeof err) != 0 || r->rank >= 256) return;
+    if (sp < 0 || ps_client_status(r->pc, sp, &st, err, sizeof err) != 0 || r->rank >= PSC_MAX_REPLICAS)
+        return;
     if (st.replica_steps[r->rank] > 0) {
         done = PSC_MIN(st.replica_steps[r->rank], step_cap(r));
         PSC_INFO("this replica ran %lld steps before it restarted: resuming at step %lld of %lld (global_step %lld)",

@@ -1,6 +1,6 @@
-/* test_service_park — the parked replies of a sync ps_server
- * (ps_server/service_park.c), through the real RPC server on 127.0.0.1 with
- * two polling threads and a store in sync-replica mode (R = N = 2):
+/* test_service_replicas — what a ps_server keeps per replica, through the
+ * real RPC server on 127.0.0.1 with two polling threads and a store:
+ * The parked replies of a sync PS (ps_server/service_park.c, R = N = 2):
  *  - two replicas push-pull the same chunk step after step from two threads,
  *    so at every step one reply parks and the other replica's gradient applies
  *    the step and answers it from another server thread; every reply carries
@@ -10,7 +10,14 @@
  *    AddressSanitizer caught in a cluster; this test runs in the TSan build,
  *    which reports the unordered read and free whichever thread wins);
  *  - a lone replica's push-pull stays parked until the drain before a
- *    shutdown, which answers it UNAVAILABLE. */
+ *    shutdown, which answers it UNAVAILABLE.
+ * The replicas' progress on an async PS: replicas of ranks up to
+ * PSC_MAX_REPLICAS - 1 (past the 256 an earlier Status carried) report their
+ * step counts with their steps and finish with WorkerDone; the worker's
+ * ps_client_status sees every one (a restarted replica resumes from it, the
+ * chief's end-of-job wait counts it); rank PSC_MAX_REPLICAS is refused. */
+#include "placement.h"
+#include "ps_client.h"
 #include "psc.h"
 #include "psc.pb-c.h"
 #include "rpc.h"
@@ -42,7 +49,7 @@ typedef struct ps {
 
 static ps_t g;
 
-static void ps_start(void)
+static void ps_start(int sync)
 {
     char err[512];
     memset(&g, 0, sizeof g);
@@ -61,8 +68,10 @@ static void ps_start(void)
                                 {.name = "w", .rank = 1, .shape = {N}}};
     int created = 0;
     assert_int_equal(store_create_vars(g.store, JOB, &opt, specs, 2, &created, err, sizeof err), 0);
-    store_sync_cfg_t cfg = {.replicas_to_aggregate = 2, .total_num_replicas = 2, .timeout_secs = 30};
-    assert_int_equal(store_set_sync(g.store, &cfg, err, sizeof err), 0);
+    if (sync) {
+        store_sync_cfg_t cfg = {.replicas_to_aggregate = 2, .total_num_replicas = 2, .timeout_secs = 30};
+        assert_int_equal(store_set_sync(g.store, &cfg, err, sizeof err), 0);
+    }
     float w[N] = {0, 1, 2, 3};
     int64_t zero = 0;
     assert_int_equal(store_assign(g.store, "w", 0, w, sizeof w, sizeof w, err, sizeof err), 0);
@@ -149,7 +158,7 @@ static void *replica_main(void *arg)
 static void test_two_replicas_step_together(void **state)
 {
     (void)state;
-    ps_start();
+    ps_start(1);
     replica_t r[2] = {{.rank = 0}, {.rank = 1}};
     for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&r[i].t, NULL, replica_main, &r[i]), 0);
     for (int i = 0; i < 2; i++) pthread_join(r[i].t, NULL);
@@ -185,7 +194,7 @@ static void *lone_main(void *arg)
 static void test_drain_answers_parked(void **state)
 {
     (void)state;
-    ps_start();
+    ps_start(1);
     lone_t l;
     l.code = -1;
     assert_int_equal(pthread_create(&l.t, NULL, lone_main, &l), 0);
@@ -206,11 +215,90 @@ static void test_drain_answers_parked(void **state)
     ps_stop();
 }
 
+/* A client of replica `rank` for the model global_step + w on the PS. */
+static ps_client_t *client(int rank, psc_cluster_t *cl, psc_placed_var_t **placed)
+{
+    static psc_var_desc_t vars[2];
+    memset(vars, 0, sizeof vars);
+    snprintf(vars[0].name, sizeof vars[0].name, "global_step");
+    vars[0].numel = 1;
+    vars[0].is_step = 1;
+    vars[0].layer = -1;
+    snprintf(vars[1].name, sizeof vars[1].name, "w");
+    vars[1].rank = 1;
+    vars[1].shape[0] = N;
+    vars[1].numel = N;
+    int nplaced = 0;
+    char err[512];
+    assert_int_equal(psc_place(vars, 2, 1, PSC_PLACE_ROUND_ROBIN, 0, placed, &nplaced, err, sizeof err), 0);
+    return ps_client_create(cl, vars, 2, *placed, nplaced, rank, 10000);
+}
+
+static void test_progress_of_every_rank(void **state)
+{
+    (void)state;
+    ps_start(0);
+    char *addrs[1] = {g.target};
+    psc_cluster_t cl;
+    memset(&cl, 0, sizeof cl);
+    cl.n[PSC_JOB_PS] = 1;
+    cl.addr[PSC_JOB_PS] = addrs;
+    char err[512];
+    static const int ranks[] = {3, 255, 256, 1000, PSC_MAX_REPLICAS - 1};
+    enum { R = sizeof ranks / sizeof ranks[0] };
+    for (int i = 0; i < R; i++) {
+        psc_placed_var_t *placed = NULL;
+        ps_client_t *pc = client(ranks[i], &cl, &placed);
+        float grads[N] = {0}, params[N];
+        int64_t step = 0;
+        ps_client_set_progress(pc, 100 + ranks[i]); /* the replica's own step count, sent with its step */
+        assert_int_equal(ps_client_push_pull(pc, grads, params, 1, &step, err, sizeof err), 0);
+        assert_int_equal(step, i + 1);
+        uint32_t done = 0;
+        assert_int_equal(ps_client_worker_done(pc, &done, err, sizeof err), 0);
+        assert_int_equal(done, (uint32_t)i + 1);
+        ps_client_destroy(pc);
+        free(placed);
+    }
+    psc_placed_var_t *placed = NULL;
+    ps_client_t *pc = client(0, &cl, &placed);
+    ps_status_t *st = calloc(1, sizeof *st);
+    assert_int_equal(ps_client_status(pc, 0, st, err, sizeof err), 0);
+    assert_int_equal(st->workers_done, R);
+    int ndone = 0, nsteps = 0;
+    for (int r = 0; r < PSC_MAX_REPLICAS; r++) {
+        ndone += st->done[r];
+        nsteps += st->replica_steps[r] != 0;
+    }
+    assert_int_equal(ndone, R);
+    assert_int_equal(nsteps, R);
+    for (int i = 0; i < R; i++) {
+        assert_true(st->done[ranks[i]]);
+        assert_int_equal(st->replica_steps[ranks[i]], 100 + ranks[i]);
+    }
+    free(st);
+    ps_client_destroy(pc);
+    free(placed);
+
+    /* a rank the PS cannot keep track of is refused, and changes nothing */
+    Psc__WorkerDoneRequest r = PSC__WORKER_DONE_REQUEST__INIT;
+    r.worker = PSC_MAX_REPLICAS;
+    uint8_t buf[16];
+    psc_rpc_channel_t *ch = psc_rpc_channel_create(g.target);
+    psc_rpc_op_t op;
+    psc_rpc_call(ch, PSC_M_WORKER_DONE, buf, psc__worker_done_request__pack(&r, buf), 10000, 1, &op);
+    assert_int_equal(op.code, PSC_RPC_INVALID_ARGUMENT);
+    psc_rpc_op_clear(&op);
+    psc_rpc_channel_destroy(ch);
+    ps_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_replicas_step_together),
         cmocka_unit_test(test_drain_answers_parked),
+        cmocka_unit_test(test_progress_of_every_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
