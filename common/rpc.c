@@ -421,6 +421,24 @@ void psc_rpc_reply_send_range(psc_rpc_call_t *c, size_t offset, size_t len)
     finish(c, GRPC_STATUS_OK, NULL);
 }
 
+void psc_rpc_reply_send_shared(psc_rpc_call_t *c, psc_rpc_call_t *from, size_t offset, size_t len)
+{
+    PSC_ASSERT(!c->has_reply_slice && !c->completed);
+    PSC_ASSERT(from->has_reply_slice && !from->completed && offset + len <= GRPC_SLICE_LENGTH(from->reply_slice));
+    c->reply_slice = grpc_slice_sub(from->reply_slice, offset, offset + len); /* a new reference, no copy */
+    c->has_reply_slice = 1;
+    finish(c, GRPC_STATUS_OK, NULL);
+}
+
+void psc_rpc_reply_drop(psc_rpc_call_t *c)
+{
+    PSC_ASSERT(!c->completed);
+    if (c->has_reply_slice) {
+        grpc_slice_unref(c->reply_slice);
+        c->has_reply_slice = 0;
+    }
+}
+
 void psc_rpc_reply(psc_rpc_call_t *c, const void *msg, size_t len)
 {
     void *p = psc_rpc_reply_alloc(c, len);

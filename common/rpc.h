@@ -157,6 +157,14 @@ void psc_rpc_reply_send(psc_rpc_call_t *call);
 /* Sends only bytes [offset, offset+len) of the allocated buffer (a header packed
  * after its payload was written, right in front of it). */
 void psc_rpc_reply_send_range(psc_rpc_call_t *call, size_t offset, size_t len);
+/* Sends bytes [offset, offset+len) of `from`'s allocated reply buffer as
+ * call's reply without copying them: the two replies share the buffer, which
+ * lives until gRPC has sent both. `from` must not be sent yet; send it after
+ * (with psc_rpc_reply_send_range). Many calls may share one buffer this way. */
+void psc_rpc_reply_send_shared(psc_rpc_call_t *call, psc_rpc_call_t *from, size_t offset, size_t len);
+/* Frees the buffer psc_rpc_reply_alloc gave a call that will be answered
+ * later (a parked call): it holds no reply bytes while it waits. */
+void psc_rpc_reply_drop(psc_rpc_call_t *call);
 /* Copies msg and sends it with status OK. */
 void psc_rpc_reply(psc_rpc_call_t *call, const void *msg, size_t len);
 /* Sends a status (not OK) and a message; nothing else. */

@@ -195,10 +195,9 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         p->offset = r->offset;
         p->total = total;
         p->len = r->length;
-        p->buf = buf;
-        p->bound = bound;
         p->min_step = r->min_step;
         p->worker = UINT32_MAX;
+        psc_rpc_reply_drop(call); /* the reply is read when the step comes */
         svc_park(svc, p);
     } else {
         ps_metrics_add_pull_bytes(svc->metrics, r->length);
@@ -304,10 +303,10 @@ static void push_pull_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size
             p->offset = c->offset;
             p->total = c->total;
             p->len = c->data.len;
-            p->buf = buf;
-            p->bound = bound;
             p->min_step = c->local_step + 1;
             p->worker = c->worker;
+            psc_rpc_reply_drop(call); /* the reply is read when the step comes, into a buffer shared by the
+                                         replies of the chunk */
             svc_park(svc, p);
         }
         svc_chunk_in_free(&in);

@@ -108,8 +108,12 @@ void svc_reject(ps_service_t *svc, psc_rpc_call_t *call, int rc, const char *fmt
 void svc_fail_undecodable(ps_service_t *svc, psc_rpc_call_t *call, const char *what, size_t len);
 /* Room for a Chunk reply header in front of the payload (reply layout: [pad][header][payload]). */
 size_t svc_reply_header_bound(const char *name);
-/* Packs the Chunk header right before the payload at buf + bound (buf from
- * psc_rpc_reply_alloc, bound = svc_reply_header_bound(name)) and sends it. */
+/* Packs the Chunk header right before the len payload bytes at buf + bound
+ * (bound = svc_reply_header_bound(name)); returns the offset in buf where the
+ * message starts (it ends at bound + len). */
+size_t svc_chunk_header_front(uint8_t *buf, size_t bound, const char *name, uint64_t offset, uint64_t total,
+                              int64_t version, size_t len, int64_t step, int stale);
+/* svc_chunk_header_front on a buffer from psc_rpc_reply_alloc, then sends the message. */
 void svc_reply_chunk(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
                      uint64_t total, int64_t version, size_t len, int64_t step, int stale);
 
@@ -152,9 +156,7 @@ typedef struct svc_parked {
     enum svc_park_kind kind;
     char name[PSC_NAME_MAX + 1]; /* a variable the store found, or "global_step" */
     uint64_t offset, total;
-    size_t len;
-    uint8_t *buf; /* reply buffer from psc_rpc_reply_alloc: bound bytes of header room, then len */
-    size_t bound;
+    size_t len;       /* payload bytes of the reply; none are held while parked */
     int64_t min_step;
     double since;
     uint32_t worker; /* the sender's replica rank (sync push or step); UINT32_MAX: a pull */

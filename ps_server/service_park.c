@@ -1,11 +1,13 @@
 /* service_park.c — sync-replica parking and the reaper thread.
  *
  * Design. A reply that needs a step that is not applied yet (a sync
- * PushPull, a Pull with min_step, a sync Step) is parked: its call and reply
- * buffer go on a list and the handler returns, so no server thread waits.
+ * PushPull, a Pull with min_step, a sync Step) is parked: its call goes on a
+ * list (without a reply buffer) and the handler returns, so no server thread
+ * waits.
  * Whoever applies a step (a handler whose gradient completed it, or the
  * reaper's timeout rule) then completes the parked replies of that chunk
- * whose step has come. The reaper thread wakes every 50 ms (or when kicked):
+ * whose step has come, reading each chunk once into a reply buffer that all of
+ * that chunk's replies share. The reaper thread wakes every 50 ms (or when kicked):
  * it runs the tick it was started with (service.c hands it the fence's
  * replay), applies the steps whose timeout expired (store_sync_tick, and
  * store_sparse_sync_tick for the sparse table parts), keeps
@@ -29,27 +31,76 @@
 #include <string.h>
 #include <time.h>
 
-/* Answers a parked entry with the current state (its step has come). */
-static void complete_parked(ps_service_t *svc, svc_parked_t *p)
+/* Answers a parked Step with the current global_step (its step has come). */
+static void complete_step(ps_service_t *svc, svc_parked_t *p)
+{
+    int64_t step = 0;
+    store_step_get(svc->store, &step);
+    Psc__StepReply rep = PSC__STEP_REPLY__INIT;
+    rep.global_step = step;
+    uint8_t buf[32];
+    psc_rpc_reply(p->call, buf, psc__step_reply__pack(&rep, buf));
+    free(p);
+}
+
+/* Answers p and the entries in `same` (a list of parked reads of the same
+ * name, offset, len and total) with one read of the chunk's current state:
+ * the message is built once, in p's reply buffer, and every other reply
+ * shares that buffer. So the replicas waiting for a sync step cost one
+ * chunk-sized buffer between them, not one each. */
+static void complete_chunk(ps_service_t *svc, svc_parked_t *p, svc_parked_t *same)
 {
     char err[512];
     int64_t step = 0, version = 0;
-    if (p->kind == SVC_PARK_STEP) {
-        store_step_get(svc->store, &step);
-        Psc__StepReply rep = PSC__STEP_REPLY__INIT;
-        rep.global_step = step;
-        uint8_t buf[32];
-        psc_rpc_reply(p->call, buf, psc__step_reply__pack(&rep, buf));
+    size_t bound = svc_reply_header_bound(p->name);
+    uint8_t *buf = psc_rpc_reply_alloc(p->call, bound + p->len);
+    int rc = store_chunk_read(svc->store, p->name, p->offset, p->len, buf + bound, &step, &version, err, sizeof err);
+    size_t start = 0;
+    if (rc == 0) start = svc_chunk_header_front(buf, bound, p->name, p->offset, p->total, version, p->len, step, 0);
+    while (same) {
+        svc_parked_t *q = same;
+        same = q->next;
+        if (rc) {
+            svc_fail(svc, q->call, rc, "%s", err);
+        } else {
+            ps_metrics_add_pull_bytes(svc->metrics, q->len); /* before the reply, as everywhere */
+            psc_rpc_reply_send_shared(q->call, p->call, start, bound - start + p->len);
+        }
+        free(q);
+    }
+    if (rc) {
+        svc_fail(svc, p->call, rc, "%s", err);
     } else {
-        int rc = store_chunk_read(svc->store, p->name, p->offset, p->len, p->buf + p->bound, &step, &version, err,
-                                  sizeof err);
-        if (rc == 0) ps_metrics_add_pull_bytes(svc->metrics, p->len); /* before the reply, as everywhere */
-        if (rc)
-            svc_fail(svc, p->call, rc, "%s", err);
-        else
-            svc_reply_chunk(p->call, p->buf, p->bound, p->name, p->offset, p->total, version, p->len, step, 0);
+        ps_metrics_add_pull_bytes(svc->metrics, p->len);
+        psc_rpc_reply_send_range(p->call, start, bound - start + p->len);
     }
     free(p);
+}
+
+/* Answers every entry of the list `ready` (their steps have come). */
+static void complete_ready(ps_service_t *svc, svc_parked_t *ready)
+{
+    while (ready) {
+        svc_parked_t *p = ready;
+        ready = p->next;
+        if (p->kind == SVC_PARK_STEP) {
+            complete_step(svc, p);
+            continue;
+        }
+        svc_parked_t *same = NULL; /* the other reads of p's bytes */
+        for (svc_parked_t **pp = &ready; *pp;) {
+            svc_parked_t *q = *pp;
+            if (q->kind == SVC_PARK_CHUNK && q->offset == p->offset && q->len == p->len && q->total == p->total &&
+                !strcmp(q->name, p->name)) {
+                *pp = q->next;
+                q->next = same;
+                same = q;
+            } else {
+                pp = &q->next;
+            }
+        }
+        complete_chunk(svc, p, same);
+    }
 }
 
 /* The current step of what p waits for. */
@@ -81,11 +132,7 @@ void svc_park_wake(ps_service_t *svc, enum svc_park_kind kind, const char *name,
         }
     }
     pthread_mutex_unlock(&svc->park_lock);
-    while (ready) {
-        svc_parked_t *next = ready->next;
-        complete_parked(svc, ready);
-        ready = next;
-    }
+    complete_ready(svc, ready);
 }
 
 void svc_park(ps_service_t *svc, svc_parked_t *p)
@@ -104,7 +151,8 @@ void svc_park(ps_service_t *svc, svc_parked_t *p)
      * not touch it: another thread's wake may complete and free it at once. */
     if (parked_current_step(svc, p) >= p->min_step) {
         pthread_mutex_unlock(&svc->park_lock);
-        complete_parked(svc, p);
+        p->next = NULL;
+        complete_ready(svc, p);
         return;
     }
     p->next = svc->parked;

@@ -56,8 +56,8 @@ size_t svc_reply_header_bound(const char *name)
     return strlen(name) + 96;
 }
 
-void svc_reply_chunk(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
-                     uint64_t total, int64_t version, size_t len, int64_t step, int stale)
+size_t svc_chunk_header_front(uint8_t *buf, size_t bound, const char *name, uint64_t offset, uint64_t total,
+                              int64_t version, size_t len, int64_t step, int stale)
 {
     Psc__Chunk h = PSC__CHUNK__INIT;
     h.name = (char *)name;
@@ -71,5 +71,12 @@ void svc_reply_chunk(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const cha
     size_t hlen = psc_chunk_header_pack(&h, len, hdr);
     PSC_ASSERT(hlen <= bound);
     memcpy(buf + bound - hlen, hdr, hlen);
-    psc_rpc_reply_send_range(call, bound - hlen, hlen + len);
+    return bound - hlen;
+}
+
+void svc_reply_chunk(psc_rpc_call_t *call, uint8_t *buf, size_t bound, const char *name, uint64_t offset,
+                     uint64_t total, int64_t version, size_t len, int64_t step, int stale)
+{
+    size_t start = svc_chunk_header_front(buf, bound, name, offset, total, version, len, step, stale);
+    psc_rpc_reply_send_range(call, start, bound - start + len);
 }

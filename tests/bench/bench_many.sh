@@ -35,6 +35,8 @@
 #   BENCH_MANY_CONFIGS  "PxW ..." (default "2x2 8x64")
 #   BENCH_MANY_MODES    "async sync" (default both)
 #   BENCH_MANY_STEPS    steps per replica (default 50)
+#   BENCH_MANY_UNITS    the hidden layer's units (default 32: 25,450 parameters; 1024: 814,090,
+#                       3.3 MB, where a sync PS's reply buffers show in its memory)
 #   BENCH_MANY_TIMEOUT  seconds for one run's job (default 600)
 #   BENCH_MANY_KEEP     a directory to copy every run's logs to
 set -euo pipefail
@@ -46,6 +48,7 @@ source "$root/tests/bench/bench_lib.sh"    # $work, vmhwm_kb, cpu_ticks
 source "$root/tests/integration/lib.sh"    # cluster, tf_config, start_ps, wait_healthy, small_spec
 trap 'cleanup; rm -rf "$work"' EXIT         # lib.sh's (kills PIDS, logs on failure), then bench_lib's directory
 steps=${BENCH_MANY_STEPS:-50}
+units=${BENCH_MANY_UNITS:-32}
 limit=${BENCH_MANY_TIMEOUT:-600}
 hz=$(getconf CLK_TCK)
 
@@ -98,6 +101,7 @@ run() {
     [ "$mode" = sync ] && extra+=", \"sync\": {\"replicas_to_aggregate\": $nw, \"total_num_replicas\": $nw, \"timeout_secs\": 30}"
     small_spec "$TMP/job.json" 1000 7 "$extra"
     sed -i 's/"train_examples": 6000/"train_examples": 3000/; s/"test_examples": 1000/"test_examples": 200/' "$TMP/job.json"
+    sed -i "s/\"units\": 32,/\"units\": $units,/" "$TMP/job.json"
 
     local ps_pids=() ps_ports=() w_pids=()
     for ((i = 0; i < nps; i++)); do
@@ -179,7 +183,7 @@ run() {
 
 : >"$work/results"
 echo "bench_many: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); $steps steps per replica," \
-    "784-32-10 MLP, batch 32, about 4 periodic checkpoints a run"
+    "784-$units-10 MLP, batch 32, about 4 periodic checkpoints a run"
 for mode in ${BENCH_MANY_MODES:-async sync}; do
     for cfg in ${BENCH_MANY_CONFIGS:-2x2 8x64}; do run "${cfg%x*}" "${cfg#*x}" "$mode"; done
 done

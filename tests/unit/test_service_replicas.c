@@ -1,14 +1,16 @@
 /* test_service_replicas — what a ps_server keeps per replica, through the
  * real RPC server on 127.0.0.1 with two polling threads and a store:
- * The parked replies of a sync PS (ps_server/service_park.c, R = N = 2):
- *  - two replicas push-pull the same chunk step after step from two threads,
- *    so at every step one reply parks and the other replica's gradient applies
- *    the step and answers it from another server thread; every reply carries
- *    the step after the replica's own and the weights of that step. The parked
- *    entry is completed and freed by whichever thread unlinks it; the parker
- *    must not read it after putting it on the list (a use after free that
- *    AddressSanitizer caught in a cluster; this test runs in the TSan build,
- *    which reports the unordered read and free whichever thread wins);
+ * The parked replies of a sync PS (ps_server/service_park.c, R = N = 3):
+ *  - three replicas push-pull the same chunk step after step from three
+ *    threads, so at every step up to two replies park and the last replica's
+ *    gradient applies the step and answers them from another server thread,
+ *    with one read of the chunk whose buffer the replies share; every reply
+ *    carries the step after the replica's own and the weights of that step.
+ *    A parked entry is completed and freed by whichever thread unlinks it, and
+ *    its parker must not touch it once it is on the list (a use after free
+ *    CI's AddressSanitizer caught once in a cluster; the window was a few
+ *    instructions wide, so this test exercises the path, in the ASan and TSan
+ *    builds too, rather than forcing that interleaving);
  *  - a lone replica's push-pull stays parked until the drain before a
  *    shutdown, which answers it UNAVAILABLE.
  * The replicas' progress on an async PS: replicas of ranks up to
@@ -39,6 +41,7 @@
 #define JOB "00000000000000fd"
 #define N 4       /* floats of "w" */
 #define STEPS 400 /* per replica */
+#define REPLICAS 3
 
 typedef struct ps {
     store_t *store;
@@ -69,7 +72,7 @@ static void ps_start(int sync)
     int created = 0;
     assert_int_equal(store_create_vars(g.store, JOB, &opt, specs, 2, &created, err, sizeof err), 0);
     if (sync) {
-        store_sync_cfg_t cfg = {.replicas_to_aggregate = 2, .total_num_replicas = 2, .timeout_secs = 30};
+        store_sync_cfg_t cfg = {.replicas_to_aggregate = REPLICAS, .total_num_replicas = REPLICAS, .timeout_secs = 30};
         assert_int_equal(store_set_sync(g.store, &cfg, err, sizeof err), 0);
     }
     float w[N] = {0, 1, 2, 3};
@@ -141,11 +144,11 @@ static void *replica_main(void *arg)
         } else if (c->data.len != N * sizeof(float)) {
             r->bad_values++;
         } else {
-            /* the mean of 1 and 2 each step: w[k] = k - 1.5 (step) exactly */
+            /* the mean of 1, 2 and 3 each step: w[k] = k - 2 (step) exactly */
             float w[N];
             memcpy(w, c->data.data, sizeof w);
             for (int k = 0; k < N; k++)
-                if (w[k] != (float)k - 1.5f * (float)(i + 1)) r->bad_values++;
+                if (w[k] != (float)k - 2.0f * (float)(i + 1)) r->bad_values++;
         }
         psc__chunk__free_unpacked(c, NULL);
     }
@@ -159,15 +162,15 @@ static void test_two_replicas_step_together(void **state)
 {
     (void)state;
     ps_start(1);
-    replica_t r[2] = {{.rank = 0}, {.rank = 1}};
-    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&r[i].t, NULL, replica_main, &r[i]), 0);
-    for (int i = 0; i < 2; i++) pthread_join(r[i].t, NULL);
-    for (int i = 0; i < 2; i++) {
+    replica_t r[REPLICAS] = {{.rank = 0}, {.rank = 1}, {.rank = 2}};
+    for (int i = 0; i < REPLICAS; i++) assert_int_equal(pthread_create(&r[i].t, NULL, replica_main, &r[i]), 0);
+    for (int i = 0; i < REPLICAS; i++) pthread_join(r[i].t, NULL);
+    for (int i = 0; i < REPLICAS; i++) {
         if (r[i].first[0]) fprintf(stderr, "%s\n", r[i].first);
         assert_int_equal(r[i].failures, 0);
         assert_int_equal(r[i].bad_values, 0);
     }
-    /* both gradients went into every step */
+    /* every replica's gradient went into every step */
     store_stats_t st;
     store_get_stats(g.store, &st);
     assert_int_equal(st.applied, STEPS);
