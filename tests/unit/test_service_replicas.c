@@ -38,6 +38,8 @@
 
 #include <cmocka.h>
 
+#include "service_fixture.h"
+
 #define JOB "00000000000000fd"
 #define N 4       /* floats of "w" */
 #define STEPS 400 /* per replica */
@@ -65,21 +67,10 @@ static void ps_start(int sync)
     assert_true(port > 0);
     snprintf(g.target, sizeof g.target, "127.0.0.1:%d", port);
 
-    /* SGD with learning rate 1: a step subtracts the mean of the two gradients */
-    psc_optim_config_t opt = {.kind = PSC_OPT_SGD, .learning_rate = 1.0f};
-    store_var_spec_t specs[] = {{.name = "global_step", .rank = 0, .is_step = 1},
-                                {.name = "w", .rank = 1, .shape = {N}}};
-    int created = 0;
-    assert_int_equal(store_create_vars(g.store, JOB, &opt, specs, 2, &created, err, sizeof err), 0);
-    if (sync) {
-        store_sync_cfg_t cfg = {.replicas_to_aggregate = REPLICAS, .total_num_replicas = REPLICAS, .timeout_secs = 30};
-        assert_int_equal(store_set_sync(g.store, &cfg, err, sizeof err), 0);
-    }
+    /* SGD with learning rate 1: a sync step subtracts the mean of the gradients */
+    store_sync_cfg_t cfg = {.replicas_to_aggregate = REPLICAS, .total_num_replicas = REPLICAS, .timeout_secs = 30};
     float w[N] = {0, 1, 2, 3};
-    int64_t zero = 0;
-    assert_int_equal(store_assign(g.store, "w", 0, w, sizeof w, sizeof w, err, sizeof err), 0);
-    assert_int_equal(store_assign(g.store, "global_step", 0, &zero, 8, 8, err, sizeof err), 0);
-    assert_int_equal(store_set_ready(g.store, JOB, err, sizeof err), 0);
+    svc_fixture_model(g.store, JOB, w, N, sync ? &cfg : NULL);
 }
 
 static void ps_stop(void)
