@@ -91,6 +91,19 @@ void psc_rpc_reply_send_range(psc_rpc_call_t *c, size_t offset, size_t len)
     if (offset + len > c->reply_len) abort(); /* outside the buffer the handler asked for */
     complete(c, 0);
 }
+void psc_rpc_reply_send_shared(psc_rpc_call_t *c, psc_rpc_call_t *from, size_t offset, size_t len)
+{
+    /* a reply shares another call's allocated buffer, before that one is sent */
+    if (c->reply || !from->reply || from->completed || offset + len > from->reply_len) abort();
+    complete(c, 0);
+}
+void psc_rpc_reply_drop(psc_rpc_call_t *c)
+{
+    if (c->completed) abort(); /* only a call still to be answered parks */
+    free(c->reply);
+    c->reply = NULL;
+    c->reply_len = 0;
+}
 void psc_rpc_reply(psc_rpc_call_t *c, const void *msg, size_t len)
 {
     memcpy(psc_rpc_reply_alloc(c, len), msg, len);
