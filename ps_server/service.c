@@ -57,12 +57,12 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     int created = 0;
     store_sync_cfg_t sync = {0};
     if (rc == 0 && r->sync) {
-        sync.replicas_to_aggregate = (int)PSC_MIN(r->sync->replicas_to_aggregate, (uint32_t)PS_MAX_WORKERS + 1);
-        sync.total_num_replicas = (int)PSC_MIN(r->sync->total_num_replicas, (uint32_t)PS_MAX_WORKERS + 1);
+        sync.replicas_to_aggregate = (int)PSC_MIN(r->sync->replicas_to_aggregate, (uint32_t)PSC_MAX_REPLICAS + 1);
+        sync.total_num_replicas = (int)PSC_MIN(r->sync->total_num_replicas, (uint32_t)PSC_MAX_REPLICAS + 1);
         sync.timeout_secs = r->sync->timeout_secs;
-        if (sync.total_num_replicas < 1 || sync.total_num_replicas > PS_MAX_WORKERS)
+        if (sync.total_num_replicas < 1 || sync.total_num_replicas > PSC_MAX_REPLICAS)
             rc = psc_seterr(err, sizeof err, PSC_EINVAL, "sync.total_num_replicas must be 1..%d, got %u",
-                            PS_MAX_WORKERS, r->sync->total_num_replicas);
+                            PSC_MAX_REPLICAS, r->sync->total_num_replicas);
     }
     sparse_table_cfg_t *tables = NULL;
     if (rc == 0) rc = svc_tables_from_pb(r, &opt, &tables, err, sizeof err);
@@ -406,7 +406,7 @@ static void h_worker_done(psc_rpc_call_t *call, const uint8_t *req, size_t len, 
     ps_service_t *svc = arg;
     Psc__WorkerDoneRequest *r = psc__worker_done_request__unpack(NULL, len, req);
     if (!r) return svc_fail_undecodable(svc, call, "WorkerDoneRequest", len);
-    if (r->worker >= PS_MAX_WORKERS) {
+    if (r->worker >= PSC_MAX_REPLICAS) {
         svc_reject(svc, call, PSC_EINVAL, "worker %u out of range", r->worker);
     } else {
         pthread_mutex_lock(&svc->lock);
@@ -459,15 +459,15 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     /* every rank's progress and done flag: one caller (the chief, the
      * evaluator, a restarted replica, psctl) asks at a time, at most a few
      * times a second */
-    uint32_t *done_ranks = psc_xmalloc(PS_MAX_WORKERS * sizeof *done_ranks);
-    int64_t *progress = psc_xmalloc(PS_MAX_WORKERS * sizeof *progress);
+    uint32_t *done_ranks = psc_xmalloc(PSC_MAX_REPLICAS * sizeof *done_ranks);
+    int64_t *progress = psc_xmalloc(PSC_MAX_REPLICAS * sizeof *progress);
     pthread_mutex_lock(&svc->lock);
-    rep.n_replica_steps = PSC_MIN(svc->max_rank, PS_MAX_WORKERS);
+    rep.n_replica_steps = PSC_MIN(svc->max_rank, PSC_MAX_REPLICAS);
     memcpy(progress, svc->replica_steps, rep.n_replica_steps * sizeof *progress);
     rep.replica_steps = progress;
     rep.restored_step = svc->restored_step;
     rep.workers_done = svc->workers_done;
-    for (uint32_t w = 0; w < PS_MAX_WORKERS; w++)
+    for (uint32_t w = 0; w < PSC_MAX_REPLICAS; w++)
         if (svc->done[w]) done_ranks[rep.n_done_workers++] = w;
     pthread_mutex_unlock(&svc->lock);
     rep.done_workers = done_ranks;

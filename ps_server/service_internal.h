@@ -30,8 +30,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PS_MAX_WORKERS PSC_MAX_REPLICAS
-
 /* ---- the checkpoint fence (service_fence.c), its state ---- */
 
 /* What a parked request runs when the fence is released: the handler's body,
@@ -66,9 +64,9 @@ struct ps_service {
     void (*on_shutdown)(void *);
     void *shutdown_arg;
     pthread_mutex_t lock;
-    unsigned char done[PS_MAX_WORKERS]; /* WorkerDone seen per replica rank */
+    unsigned char done[PSC_MAX_REPLICAS]; /* WorkerDone seen per replica rank */
     uint32_t workers_done;
-    int64_t replica_steps[PS_MAX_WORKERS]; /* Step.replica_step per rank (max seen) */
+    int64_t replica_steps[PSC_MAX_REPLICAS]; /* Step.replica_step per rank (max seen) */
     int64_t restored_step; /* the step of the checkpoint last restored (0: none since Release) */
     uint32_t max_rank;                     /* 1 + the largest rank that reported steps */
     /* sync replicas: replies waiting for a step to be applied (service_park.c) */

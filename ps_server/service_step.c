@@ -13,7 +13,7 @@
 
 void svc_step_note(ps_service_t *svc, const Psc__StepRequest *r)
 {
-    if (r->replica_step > 0 && r->worker < PS_MAX_WORKERS) {
+    if (r->replica_step > 0 && r->worker < PSC_MAX_REPLICAS) {
         pthread_mutex_lock(&svc->lock);
         if (r->replica_step > svc->replica_steps[r->worker]) svc->replica_steps[r->worker] = r->replica_step;
         if (r->worker + 1 > svc->max_rank) svc->max_rank = r->worker + 1;
