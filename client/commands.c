@@ -199,7 +199,9 @@ static int follow(const psctl_cli_t *c)
                 fprintf(stderr, "psctl: the chief %s has no job\n", c->chief);
                 code = 1;
             } else {
-                fprintf(stderr, "psctl: job %s failed: %s\n", s->job_id, s->error);
+                fprintf(stderr, "psctl: job %s failed after %lld steps of this replica, global_step %lld\n", s->job_id,
+                        (long long)s->step, (long long)s->global_step);
+                fprintf(stderr, "training failed: %s\n", s->error);
                 if (s->evaluated) print_test(s->has_auc, s->test_auc, s->test_accuracy, s->test_loss);
                 code = 1;
             }
@@ -346,6 +348,7 @@ static int cmd_status(const psctl_cli_t *c, const char *arg)
         if (s->evaluated && !s->has_auc) printf(" test accuracy %.4f", s->test_accuracy);
         if (s->error[0]) printf(": %s", s->error);
         printf("\n");
+        if (s->evaluator_error[0]) printf("evaluator: failed (training went on): %s\n", s->evaluator_error);
         if (s->checkpoints || s->checkpoint_failures) {
             printf("checkpoints: %u committed, %u failed", s->checkpoints, s->checkpoint_failures);
             if (s->checkpoint_failures) printf(" (last failure: %s)", s->checkpoint_error);

@@ -295,13 +295,15 @@ static int parse_sections(const jspec_ctx_t *c, const json_t *root, psc_job_spec
 
     if ((rc = jspec_get_object(c, root, "checkpoint", "", 0, &o))) return rc;
     if (o) {
-        static const char *const keys[] = {"every_steps", "every_secs", "keep", NULL};
+        static const char *const keys[] = {"every_steps", "every_secs", "keep", "on_failure", NULL};
         if ((rc = jspec_check_keys(c, o, "checkpoint", keys))) return rc;
         if ((rc = jspec_get_int(c, o, "every_steps", "checkpoint", 0, 0, INT64_MAX, &s->ckpt_every_steps))) return rc;
         if ((rc = jspec_get_number(c, o, "every_secs", "checkpoint", 0, JSPEC_R_NONNEG, &s->ckpt_every_secs)))
             return rc;
         if ((rc = jspec_get_int32(c, o, "keep", "checkpoint", 0, 1, &s->ckpt_keep))) return rc;
+        if ((rc = jspec_get_bool(c, o, "on_failure", "checkpoint", &s->ckpt_on_failure))) return rc;
     }
+    if ((rc = jspec_get_bool(c, root, "allow_partial", "", &s->allow_partial))) return rc;
 
     int64_t seed = (int64_t)s->seed;
     if ((rc = jspec_get_int(c, root, "seed", "", 0, 0, INT64_MAX, &seed))) return rc;
@@ -449,7 +451,7 @@ static int parse_with(const jspec_ctx_t *c, const char *json, size_t len, psc_jo
 
     static const char *const keys[] = {"model", "optimizer", "data", "batch_size_per_replica", "epochs", "steps",
                                        "sync", "placement", "checkpoint", "seed", "overlap_push_pull", "gradient_dtype",
-                                       "error_feedback", "tables", NULL};
+                                       "error_feedback", "tables", "allow_partial", NULL};
     psc_job_spec_t *s = out;
     snprintf(s->train_path, sizeof s->train_path, "%s", DEFAULT_TRAIN);
     snprintf(s->test_path, sizeof s->test_path, "%s", DEFAULT_TEST);

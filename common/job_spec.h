@@ -165,6 +165,8 @@ typedef struct psc_job_spec {
     int64_t ckpt_every_steps; /* 0 = off */
     double ckpt_every_secs;   /* 0 = off */
     int ckpt_keep;            /* default 5 */
+    int ckpt_on_failure;      /* checkpoint.on_failure: a failed job's chief checkpoints the model as it is (default 0) */
+    int allow_partial;        /* a replica that never finishes does not fail the job (default 0) */
 
     uint64_t seed; /* default 42 */
     char job_id[17]; /* 16 hex digits: FNV-1a of the canonical model+optimizer(+schedule)+placement+seed+tables

@@ -32,7 +32,8 @@
     X(CANCELLED, "cancelled")                                         \
     X(STALE, "stale")                                                 \
     X(UNAVAILABLE, "unavailable, worth retrying")                     \
-    X(PERM, "credentials refused (token or certificate)")
+    X(PERM, "credentials refused (token or certificate)")             \
+    X(JOBFAILED, "a task of the job failed")
 
 enum {
     PSC_OK = 0,

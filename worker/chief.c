@@ -3,6 +3,7 @@
 
 #include "ckpt_requests.h"
 #include "evaluator.h"
+#include "failures.h"
 #include "fanout.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
@@ -26,6 +27,8 @@ struct chief {
     uint64_t next_id;     /* above every id any PS holds, of any job */
     uint64_t last_id;     /* the last checkpoint taken (0: none yet) */
     int64_t last_step;    /* its step (or where the schedule started) */
+    int64_t committed_step; /* the step of this job's newest committed checkpoint (-1: none) */
+    int final_failed;     /* the final checkpoint failed: the PS keep the only copy of the model */
     double last_time;
     int periodic_tries, requested_tries; /* steps a checkpoint waited for a sync step boundary */
 };
@@ -35,6 +38,7 @@ chief_t *chief_create(const chief_opts_t *o, ps_client_t *pc)
     chief_t *c = psc_xcalloc(1, sizeof *c);
     c->o = *o;
     c->pc = pc;
+    c->committed_step = -1;
     snprintf(c->off_why, sizeof c->off_why, "checkpoints off: the schedule has not started");
     ckpt_requests_open(o->requests);
     return c;
@@ -72,6 +76,7 @@ static void log_put_back(chief_t *c, const char *who, const ps_model_origin_t *o
         PSC_WARN("%s lost the model: restored checkpoint %llu (step %lld) on every ps", who,
                  (unsigned long long)origin->ckpt_id, (long long)origin->step);
         c->last_step = origin->step;
+        c->committed_step = PSC_MAX(c->committed_step, origin->step);
     } else if (origin->initialized && !origin->reinitialized) { /* (a partial one: ps_client's WARN names the variables) */
         PSC_WARN("%s lost the model and there is no checkpoint: it starts again from initial values", who);
     }
@@ -139,6 +144,10 @@ void chief_start_schedule(chief_t *c, int64_t global_step)
     c->enabled = 1;
     c->last_step = global_step;
     c->last_time = psc_now();
+    /* the final checkpoint is due whenever the newest committed one is older
+     * than the final step: a chief restarted at the end (its schedule starting
+     * at the final global_step) must still take it */
+    for (int i = 0; i < list.n; i++) c->committed_step = PSC_MAX(c->committed_step, list.steps[i]);
     char every[96] = "";
     if (spec->ckpt_every_steps > 0) snprintf(every, sizeof every, "every %lld steps, ", (long long)spec->ckpt_every_steps);
     if (spec->ckpt_every_secs > 0)
@@ -181,6 +190,7 @@ static int take(chief_t *c, int64_t step, const char *why, char *err, size_t err
     c->last_time = psc_now();
     if (rc) return rc;
     c->last_step = saved;
+    c->committed_step = saved;
     c->last_id = id;
     count(c, 1, why, saved, NULL);
     PSC_INFO("checkpoint %llu (%s) committed on every ps: step %lld, %.0f ms", (unsigned long long)id, why,
@@ -188,11 +198,13 @@ static int take(chief_t *c, int64_t step, const char *why, char *err, size_t err
     return 0;
 }
 
-/* PSC_EUNAVAILABLE from a sync PS: it was past the step boundary; the next
- * step's boundary will do (up to 10 steps). */
-static int wait_boundary(int rc, int *tries)
+/* A sync PS refused because it was past the step boundary ("not at step
+ * boundary"): the next step's boundary will do (up to 10 steps). Any other
+ * failure, and every failure in async mode (a PS that died during the save
+ * included), is a checkpoint not taken: counted and reported by the caller. */
+static int wait_boundary(const chief_t *c, int rc, const char *err, int *tries)
 {
-    if (rc == PSC_EUNAVAILABLE && ++*tries < 10) return 1;
+    if (c->o.spec->sync && rc == PSC_EUNAVAILABLE && strstr(err, "not at step boundary") && ++*tries < 10) return 1;
     *tries = 0;
     return 0;
 }
@@ -209,7 +221,7 @@ void chief_after_step(chief_t *c, int64_t global_step)
     char err[512];
     if (due(c, global_step)) {
         int rc = take(c, global_step, "periodic", err, sizeof err);
-        if (rc && !wait_boundary(rc, &c->periodic_tries)) {
+        if (rc && !wait_boundary(c, rc, err, &c->periodic_tries)) {
             count(c, 0, "periodic", global_step, err);
             PSC_WARN("periodic checkpoint at step %lld not taken: %s; trying again at the next period",
                      (long long)global_step, err);
@@ -219,7 +231,7 @@ void chief_after_step(chief_t *c, int64_t global_step)
     }
     if (!ckpt_requests_pending(c->o.requests)) return;
     int rc = take(c, global_step, "requested", err, sizeof err);
-    if (rc && wait_boundary(rc, &c->requested_tries)) return;
+    if (rc && wait_boundary(c, rc, err, &c->requested_tries)) return;
     if (rc) {
         count(c, 0, "requested", global_step, err);
         PSC_WARN("requested checkpoint at step %lld not taken: %s", (long long)global_step, err);
@@ -263,30 +275,73 @@ static void probe_replicas(const chief_t *c, const unsigned char *want, int *mis
     free(addrs);
 }
 
+/* Who replica r is, for messages: "replica 1 (worker 1)". */
+static void replica_name(const chief_t *c, int r, char *out, size_t len)
+{
+    const psc_cluster_t *cl = c->o.cluster;
+    int has_chief = cl->n[PSC_JOB_CHIEF] > 0;
+    if (has_chief && r == 0)
+        snprintf(out, len, "replica 0 (chief 0)");
+    else
+        snprintf(out, len, "replica %d (worker %d)", r, r - has_chief);
+}
+
+/* The replicas that did not finish, when the wait is over: each named with
+ * the steps it trained of its share (its count on the PS that holds
+ * global_step). Into err; the count of them. */
+static int unfinished(const chief_t *c, const unsigned char *seen_done, const ps_status_t *st, int have_st,
+                      int replicas, char *err, size_t errlen)
+{
+    int n = 0;
+    size_t at = 0;
+    err[0] = '\0';
+    for (int r = 0; r < replicas && at < errlen; r++) {
+        if (seen_done[r]) continue;
+        char name[64], of[48] = "";
+        replica_name(c, r, name, sizeof name);
+        int64_t done = have_st && r < PSC_MAX_REPLICAS ? st->replica_steps[r] : 0;
+        int64_t want = c->o.expected_steps ? c->o.expected_steps[r] : 0;
+        if (want > 0) snprintf(of, sizeof of, " of %lld", (long long)want);
+        at += (size_t)snprintf(err + at, errlen - at, "%s%s trained %lld%s steps%s", n ? "; " : "", name,
+                               (long long)done, of, want > 0 ? "" : " and did not finish its share");
+        n++;
+    }
+    return n;
+}
+
 /* The chief still looks after the PS while it waits: once a second it asks
  * every PS, and one that answers without the model (restarted after a crash)
  * gets the latest checkpoint restored on every PS, as during training, so the
  * replicas still training ride the crash out. In the same round it probes the
- * replicas not done yet (probe_replicas); it stops waiting when every one is
- * done, or when all it still waits for missed three probes in a row. */
-void chief_wait_workers(chief_t *c, float *params, int self)
+ * replicas not done yet (probe_replicas) to say which are unreachable. An
+ * unreachable replica may be restarting (Kubernetes restarts pods; a restarted
+ * replica resumes its share): it is waited for like the others, up to
+ * wait_workers_secs. */
+int chief_wait_workers(chief_t *c, float *params, int self, char *err, size_t errlen)
 {
     int replicas = psc_cluster_num_replicas(c->o.cluster);
-    double start = psc_now(), last_probe = 0;
-    int logged = 0;
+    double start = psc_now(), last_probe = 0, last_log = 0;
     int ps = ps_client_step_ps(c->pc) >= 0 ? ps_client_step_ps(c->pc) : 0;
     int *misses = psc_xcalloc((size_t)replicas, sizeof *misses);
     unsigned char *seen_done = psc_xcalloc((size_t)replicas, 1);
     unsigned char *want = psc_xcalloc((size_t)replicas, 1);
+    ps_status_t st;
+    int have_st = 0, rc = 0;
     for (;;) {
-        ps_status_t st;
-        char err[512];
+        char why[1024];
         int probe = psc_now() - last_probe >= 1.0;
         if (probe) {
             last_probe = psc_now();
             chief_restore_lost_model(c, params);
         }
-        if (ps_client_status(c->pc, ps, &st, err, sizeof err) == 0) {
+        if (failures_replica(c->o.failures, why, sizeof why)) {
+            rc = psc_seterr(err, errlen, PSC_EJOBFAILED, "%s", why);
+            break;
+        }
+        ps_status_t now;
+        if (ps_client_status(c->pc, ps, &now, why, sizeof why) == 0) {
+            st = now;
+            have_st = 1;
             /* done flags seen once count for good: a PS restored from a
              * checkpoint after a crash has forgotten who finished */
             int ndone = 0;
@@ -298,27 +353,34 @@ void chief_wait_workers(chief_t *c, float *params, int self)
                 PSC_INFO("every other replica finished: waited %.1f s", psc_now() - start);
                 break;
             }
-            int waiting = 0, gone = 0;
-            for (int r = 0; r < replicas; r++) {
-                want[r] = probe && !seen_done[r];
-                waiting += !seen_done[r];
-            }
+            for (int r = 0; r < replicas; r++) want[r] = probe && !seen_done[r];
             if (probe) probe_replicas(c, want, misses, replicas);
-            for (int r = 0; r < replicas; r++) gone += !seen_done[r] && misses[r] >= 3;
-            if (waiting > 0 && gone == waiting) {
-                PSC_WARN("%d replica%s did not finish and %s unreachable: evaluating without waiting", gone,
-                         gone == 1 ? "" : "s", gone == 1 ? "is" : "are");
-                break;
-            }
         }
-        if (stopped(c)) break;
-        if (psc_now() - start > c->o.wait_workers_secs) {
-            PSC_WARN("not every replica finished within %.0f s; evaluating the model as it is", c->o.wait_workers_secs);
+        if (stopped(c)) {
+            rc = psc_seterr(err, errlen, PSC_ECANCELLED, "stopped while waiting for the other replicas");
             break;
         }
-        if (!logged) {
-            PSC_INFO("waiting up to %.0f s for the other replicas to finish", c->o.wait_workers_secs);
-            logged = 1;
+        if (psc_now() - start > c->o.wait_workers_secs) {
+            unfinished(c, seen_done, &st, have_st, replicas, why, sizeof why);
+            if (c->o.spec->allow_partial) {
+                PSC_WARN("not every replica finished within --wait_workers_secs %.0f s: %s; the job ends without "
+                         "them (allow_partial)", c->o.wait_workers_secs, why);
+                break;
+            }
+            rc = psc_seterr(err, errlen, PSC_EJOBFAILED, "not every replica finished within --wait_workers_secs %.0f s: %s",
+                            c->o.wait_workers_secs, why);
+            break;
+        }
+        if (psc_now() - last_log >= 10) {
+            char names[512] = "";
+            size_t at = 0;
+            for (int r = 0; r < replicas && at < sizeof names; r++)
+                if (!seen_done[r])
+                    at += (size_t)snprintf(names + at, sizeof names - at, "%s%d%s", at ? ", " : "", r,
+                                           misses[r] >= 3 ? " (unreachable: restarting?)" : "");
+            PSC_INFO("waiting up to %.0f s more for replica%s %s to finish", c->o.wait_workers_secs - (psc_now() - start),
+                     strchr(names, ',') ? "s" : "", names);
+            last_log = psc_now();
         }
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -326,20 +388,30 @@ void chief_wait_workers(chief_t *c, float *params, int self)
     free(want);
     free(misses);
     free(seen_done);
+    return rc;
+}
+
+/* A checkpoint of the model as it is (tries sync step boundaries for a
+ * second); on failure err says why. 0 when taken or none is needed. */
+static int take_now(chief_t *c, int64_t global_step, const char *why, char *err, size_t errlen)
+{
+    if (!c->enabled || global_step == c->committed_step) return 0;
+    int rc, tries = 0;
+    while ((rc = take(c, global_step, why, err, errlen)) && wait_boundary(c, rc, err, &tries)) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (rc) count(c, 0, why, global_step, err);
+    return rc;
 }
 
 /* The final checkpoint; on failure err says what failed and what to do. */
 static int final_checkpoint(chief_t *c, int64_t global_step, char *err, size_t errlen)
 {
-    if (!c->enabled || global_step == c->last_step) return 0;
     char why[512];
-    int rc, tries = 0;
-    while ((rc = take(c, global_step, "end of training", why, sizeof why)) && wait_boundary(rc, &tries)) {
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    int rc = take_now(c, global_step, "end of training", why, sizeof why);
     if (rc == 0) return 0;
-    count(c, 0, "end of training", global_step, why);
+    c->final_failed = 1;
     char prev[96] = "no earlier checkpoint of this job exists";
     if (c->last_id)
         snprintf(prev, sizeof prev, "the newest is checkpoint %llu at step %lld", (unsigned long long)c->last_id,
@@ -353,6 +425,16 @@ static int final_checkpoint(chief_t *c, int64_t global_step, char *err, size_t e
     return psc_seterr(err, errlen, rc, "training finished at global_step %lld but the final checkpoint failed: %s",
                       (long long)global_step, why);
 }
+
+void chief_checkpoint_as_is(chief_t *c, int64_t global_step, const char *why)
+{
+    char err[512];
+    if (!c->enabled) return;
+    if (take_now(c, global_step, why, err, sizeof err))
+        PSC_WARN("checkpoint (%s) at global_step %lld not taken: %s", why, (long long)global_step, err);
+}
+
+int chief_keeps_ps(const chief_t *c) { return c && c->final_failed; }
 
 int chief_finish(chief_t *c, int64_t global_step, chief_eval_fn eval, void *eval_ctx, float *params,
                  trainer_result_t *res, char *err, size_t errlen)

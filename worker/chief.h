@@ -6,7 +6,8 @@
  *
  * Checkpoint ids are unique across every job that shares the PS's stores: a
  * new schedule starts above the largest id any PS holds, of any job.
- * Failures: a periodic checkpoint that fails is counted (the job's status,
+ * Failures: a periodic checkpoint that fails (a PS that dies during it
+ * included) is counted (the job's status,
  * psc_worker_checkpoint_failures_total) and tried again at the next period;
  * a requested one fails its request with the PS's own status code; a final
  * one that fails fails the job (chief_finish's return), and the chief's log
@@ -18,6 +19,7 @@
 #define PSC_CHIEF_H
 
 #include "ckpt_requests.h"
+#include "failures.h"
 #include "model_spec.h"
 #include "ps_client.h"
 #include "trainer.h"
@@ -39,6 +41,8 @@ typedef struct chief_opts {
     trainer_progress_t *progress; /* checkpoint counters go here; may be NULL */
     struct worker_metrics *metrics; /* may be NULL */
     int shutdown_ps;             /* tell every PS to exit at the end (in-cluster mode) */
+    failures_t *failures;        /* the other tasks' failure reports (failures.h); may be NULL */
+    const int64_t *expected_steps; /* per replica rank: the steps of its share (0: not known ahead); may be NULL */
 } chief_opts_t;
 
 /* Accepts checkpoint requests for this job from now on (they are served once
@@ -68,11 +72,22 @@ int chief_redeclare_model(chief_t *c, int lost_ps, float *params, char *err, siz
  * Returns 1 when it put something back. */
 int chief_restore_lost_model(chief_t *c, float *params);
 /* The end of training, before the final pull: waits until every other
- * replica reported done (bounded by wait_workers_secs; a replica whose health
- * service stays unreachable for three probe rounds is given up on; each round
- * probes every replica still waited for at once), restoring a lost shard
- * meanwhile. */
-void chief_wait_workers(chief_t *c, float *params, int self_rank);
+ * replica reported done, bounded by wait_workers_secs, restoring a lost shard
+ * meanwhile. A replica that is unreachable (killed, its node lost) is waited
+ * for all the same: it may be restarting, and a restarted replica resumes its
+ * share. Returns 0 when every replica finished (or, with the spec's
+ * allow_partial, when the wait is over); PSC_EJOBFAILED when a replica
+ * reported a failure, or when the wait ran out (err names each replica that
+ * did not finish and the steps it trained: "replica 1 (worker 1) trained 0 of
+ * 313 steps"); PSC_ECANCELLED when stopped. */
+int chief_wait_workers(chief_t *c, float *params, int self_rank, char *err, size_t errlen);
+/* A checkpoint of the model as it is at global_step (a cancelled job; a failed
+ * one whose spec asks for it), unless the newest committed one is at that
+ * step or checkpoints are off; a failure is logged and counted. */
+void chief_checkpoint_as_is(chief_t *c, int64_t global_step, const char *why);
+/* 1 when the final checkpoint failed: the PS then keep the only copy of the
+ * trained model and must not be told to exit. NULL: 0. */
+int chief_keeps_ps(const chief_t *c);
 /* Then, with the final weights in params at global_step: takes the final
  * checkpoint, closes the requests, evaluates (eval(eval_ctx, params, res):
  * the test set; PSC_ENOTFOUND from it: nothing to evaluate), logs every PS's

@@ -1,6 +1,7 @@
 /* control.c — see control.h. */
 #include "control.h"
 
+#include "failures.h"
 #include "fanout.h"
 
 #include "job_spec.h"
@@ -17,6 +18,8 @@ struct control {
     int is_chief;
     char chief_addr[256];
     ckpt_requests_t *requests;
+    failures_t *failures;
+    atomic_int *stop; /* in-cluster mode: the job's stop flag (a failing Cancel sets it) */
     /* standalone mode (set before the server starts) */
     runner_t *runner;
     const psc_cluster_t *cluster;
@@ -33,12 +36,15 @@ void control_set_standalone(control_t *c, runner_t *runner, const psc_cluster_t 
     c->timeout_ms = timeout_ms;
 }
 
-control_t *control_create(int is_chief, const char *chief_addr, ckpt_requests_t *requests)
+void control_set_in_cluster(control_t *c, atomic_int *stop) { c->stop = stop; }
+
+control_t *control_create(int is_chief, const char *chief_addr, ckpt_requests_t *requests, failures_t *failures)
 {
     control_t *c = psc_xcalloc(1, sizeof *c);
     c->is_chief = is_chief;
     snprintf(c->chief_addr, sizeof c->chief_addr, "%s", chief_addr ? chief_addr : "(unknown)");
     c->requests = requests;
+    c->failures = failures;
     return c;
 }
 
@@ -126,24 +132,9 @@ static int release_ps(control_t *c, char *err, size_t errlen)
     return rc;
 }
 
-/* The chief tells every other training replica to cancel (best effort: each
- * failure is logged). */
-static void cancel_others(control_t *c)
-{
-    Psc__CancelRequest req = PSC__CANCEL_REQUEST__INIT;
-    uint8_t buf[8];
-    size_t len = psc__cancel_request__pack(&req, buf);
-    int n = targets(c);
-    psc_rpc_op_t *ops = psc_xcalloc((size_t)n + 1, sizeof *ops);
-    char err[512];
-    call_others(c, PSC_M_WORKER_CANCEL, buf, len, ops, err, sizeof err);
-    for (int k = 0; k < n; k++)
-        if (ops[k].code != PSC_RPC_OK)
-            PSC_WARN("cancel: %s on %s: %s: %s", PSC_M_WORKER_CANCEL, target_addr(c, k),
-                     psc_rpc_code_name(ops[k].code), ops[k].msg);
-    clear_all(ops, (size_t)n);
-    free(ops);
-}
+/* The chief tells every other training replica and the evaluator to cancel
+ * (best effort: each failure is logged). */
+static void cancel_others(control_t *c) { failures_stop_others(c->cluster, c->self_rank, "", 0, c->timeout_ms); }
 
 static int no_standalone(control_t *c, psc_rpc_call_t *call)
 {
@@ -252,6 +243,8 @@ static void h_start(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *
     psc__start_request__free_unpacked(r, NULL);
 }
 
+/* Cancel: psctl stop (standalone mode), or the chief stopping a failed job
+ * (failed: either mode), which ends this task's job as failed with reason. */
 static void h_cancel(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     control_t *c = arg;
@@ -260,17 +253,58 @@ static void h_cancel(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "CancelRequest does not parse (%zu bytes)", len);
         return;
     }
+    int failed = r->failed;
+    if (failed) {
+        PSC_ERROR("the chief stops this job: %s", r->reason);
+        failures_abort(c->failures, r->reason);
+        if (c->stop) atomic_store(c->stop, 1);
+    }
     psc__cancel_request__free_unpacked(r, NULL);
+    if (!c->runner && failed) {
+        Psc__CancelReply rep = PSC__CANCEL_REPLY__INIT;
+        uint8_t buf[8];
+        psc_rpc_reply(call, buf, psc__cancel_reply__pack(&rep, buf));
+        return;
+    }
     if (no_standalone(c, call)) return;
     runner_status_t st;
     runner_status(c->runner, &st);
     int was = runner_cancel(c->runner);
-    if (was) PSC_INFO("job %s: cancel requested by %s", st.job_id, psc_rpc_call_peer(call));
-    if (c->is_chief) cancel_others(c);
+    if (was && !failed) PSC_INFO("job %s: cancel requested by %s", st.job_id, psc_rpc_call_peer(call));
+    if (c->is_chief && !failed) cancel_others(c);
     Psc__CancelReply rep = PSC__CANCEL_REPLY__INIT;
     rep.job_id = was ? st.job_id : (char *)"";
     uint8_t buf[32];
     psc_rpc_reply(call, buf, psc__cancel_reply__pack(&rep, buf));
+}
+
+/* ReportFailure (the chief): another task's job failed; the chief's loop
+ * fails the job (a training replica) or shows it (the evaluator). */
+static void h_report_failure(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    control_t *c = arg;
+    Psc__FailureReport *r = psc__failure_report__unpack(NULL, len, req);
+    if (!r) {
+        psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "FailureReport does not parse (%zu bytes)", len);
+        return;
+    }
+    if (!c->is_chief) {
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s",
+                     c->chief_addr);
+    } else {
+        char who[64];
+        snprintf(who, sizeof who, "%.20s %u", r->task_type, r->task_index);
+        int rank = !strcmp(r->task_type, "evaluator") ? -1 : r->rank;
+        if (rank < 0)
+            PSC_WARN("the evaluator (%s) failed: %s; training goes on", who, r->error);
+        else
+            PSC_ERROR("replica %d (%s) of job %s failed: %s", rank, who, r->job_id, r->error);
+        failures_add(c->failures, r->job_id, rank, who, r->error);
+        Psc__FailureReportReply rep = PSC__FAILURE_REPORT_REPLY__INIT;
+        uint8_t buf[8];
+        psc_rpc_reply(call, buf, psc__failure_report_reply__pack(&rep, buf));
+    }
+    psc__failure_report__free_unpacked(r, NULL);
 }
 
 static void h_job_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
@@ -310,6 +344,9 @@ static void h_job_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
     rep.test_accuracy = st.result.test_accuracy;
     rep.test_loss = st.result.test_loss;
     rep.error = st.error;
+    char eval_err[1024];
+    failures_evaluator(c->failures, eval_err, sizeof eval_err);
+    rep.evaluator_error = eval_err;
     rep.phase = (char *)phases[st.progress.phase >= 0 && st.progress.phase <= 2 ? st.progress.phase : 0];
     size_t sz = psc__job_status_reply__get_packed_size(&rep);
     psc__job_status_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
@@ -358,4 +395,5 @@ void control_register(control_t *c, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_WORKER_START, h_start, c);
     psc_rpc_server_add_method(server, PSC_M_WORKER_CANCEL, h_cancel, c);
     psc_rpc_server_add_method(server, PSC_M_WORKER_JOB_STATUS, h_job_status, c);
+    psc_rpc_server_add_method(server, PSC_M_WORKER_REPORT_FAILURE, h_report_failure, c);
 }

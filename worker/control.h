@@ -5,7 +5,8 @@
  * other training replica, then start it here; each fan-out sends its calls
  * at once, so it costs a round trip, not one per target), Start, Cancel (the
  * chief cancels everywhere), JobStatus and Eval (the chief evaluates the
- * current weights).
+ * current weights); in both modes ReportFailure (the chief hears of another
+ * task's failure) and a failing Cancel (the chief stops a failed job).
  *
  * A Checkpoint request is parked in the mailbox given to control_create
  * (ckpt_requests.h), which the chief's training loop drains between two
@@ -16,18 +17,24 @@
 #define PSC_CONTROL_H
 
 #include "ckpt_requests.h"
+#include "failures.h"
 #include "rpc.h"
 #include "runner.h"
 #include "tf_config.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct control control_t;
 
-/* is_chief: only the chief takes checkpoints; other workers refuse, naming
- * chief_addr (copied). requests: where Checkpoint parks its calls (the
- * caller's; it must outlive c). */
-control_t *control_create(int is_chief, const char *chief_addr, ckpt_requests_t *requests);
+/* is_chief: only the chief takes checkpoints and failure reports; other
+ * workers refuse, naming chief_addr (copied). requests: where Checkpoint parks
+ * its calls; failures: where ReportFailure files reports (the chief) and a
+ * failing Cancel this task's abort (failures.h). Both the caller's; they must
+ * outlive c. */
+control_t *control_create(int is_chief, const char *chief_addr, ckpt_requests_t *requests, failures_t *failures);
+/* In-cluster mode: a failing Cancel from the chief sets *stop (the job's flag). */
+void control_set_in_cluster(control_t *c, atomic_int *stop);
 /* After the server is down (what is parked belongs to the mailbox). NULL ok. */
 void control_destroy(control_t *c);
 /* Registers the psc.Worker methods on the server (before psc_rpc_server_start). */

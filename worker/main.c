@@ -13,6 +13,7 @@
 #include "control.h"
 #include "daemon.h"
 #include "evaluator.h"
+#include "failures.h"
 #include "job_spec.h"
 #include "log.h"
 #include "metrics.h"
@@ -104,7 +105,7 @@ typedef struct worker_args {
 typedef struct run_ctx {
     const trainer_opts_t *opts;
     trainer_result_t res;
-    int rc;
+    runner_state_t state;
     char err[1024];
 } run_ctx_t;
 
@@ -119,6 +120,7 @@ typedef struct worker {
     psc_metrics_t *metrics;
     psc_rpc_server_t *server;
     ckpt_requests_t *requests; /* psctl checkpoint requests: control parks them, the chief answers */
+    failures_t *failures;      /* other tasks' failure reports (chief) and this task's abort */
     control_t *control;
     runner_t *runner; /* standalone mode */
     run_ctx_t run;    /* in-cluster mode */
@@ -128,10 +130,7 @@ typedef struct worker {
 static void *run_thread(void *arg)
 {
     run_ctx_t *r = arg;
-    if (r->opts->task.type == PSC_JOB_EVALUATOR)
-        r->rc = evaluator_run(r->opts, &r->res, r->err, sizeof r->err);
-    else
-        r->rc = trainer_run(r->opts, &r->res, r->err, sizeof r->err);
+    r->state = runner_run_task(r->opts, &r->res, r->err, sizeof r->err);
     psc_signals_wake();
     return NULL;
 }
@@ -257,6 +256,8 @@ static int configure(worker_t *w)
     if (w->args.job_spec_path &&
         psc_job_spec_load_checked(w->args.job_spec_path, cl, reads_train, reads_test, &w->spec, err, sizeof err)) {
         fprintf(stderr, "worker: %s\n", err);
+        /* a spec this task refuses (its data unreadable here) fails the job: the chief is told */
+        if (!w->is_chief) failures_report(cl, task, "", err, 5000);
         return PSC_EXIT_CONFIG;
     }
     char component[48];
@@ -299,7 +300,8 @@ static int serve(worker_t *w)
     }
     psc_rpc_server_add_service(w->server, "psc.Worker");
     w->requests = ckpt_requests_create();
-    w->control = control_create(w->is_chief, psc_cluster_addr(cl, psc_cluster_chief(cl)), w->requests);
+    w->failures = failures_create();
+    w->control = control_create(w->is_chief, psc_cluster_addr(cl, psc_cluster_chief(cl)), w->requests, w->failures);
     control_register(w->control, w->server);
     if (psc_rpc_server_start(w->server, err, sizeof err) < 0) {
         fprintf(stderr, "worker: %s\n", err);
@@ -308,6 +310,7 @@ static int serve(worker_t *w)
     to->cluster = cl;
     to->task = w->cfg.task;
     to->ckpt_requests = w->requests;
+    to->failures = w->failures;
     trainer_opts_defaults(to);
     return 0;
 }
@@ -334,6 +337,7 @@ static int run_in_cluster(worker_t *w)
     w->args.trainer.spec = &w->spec;
     w->args.trainer.stop = &w->stop;
     w->run.opts = &w->args.trainer;
+    control_set_in_cluster(w->control, &w->stop);
     pthread_t th;
     char err[256];
     if (psc_thread_start(&th, run_thread, &w->run, "training", err, sizeof err)) {
@@ -347,7 +351,7 @@ static int run_in_cluster(worker_t *w)
         exit_code = sig == SIGINT ? 130 : 143;
     }
     pthread_join(th, NULL);
-    if (w->run.rc == 0) {
+    if (w->run.state == RUNNER_SUCCEEDED) {
         if (w->run.res.evaluated && w->cfg.task.type != PSC_JOB_EVALUATOR) {
             if (w->run.res.has_auc) {
                 printf("test AUC: %.4f\n", w->run.res.test_auc);
@@ -358,7 +362,7 @@ static int run_in_cluster(worker_t *w)
             }
             fflush(stdout);
         }
-    } else if (w->run.rc == PSC_ECANCELLED) {
+    } else if (w->run.state == RUNNER_CANCELLED) {
         PSC_INFO("%s", w->run.err);
     } else {
         PSC_ERROR("training failed: %s", w->run.err);
@@ -377,6 +381,7 @@ static void teardown(worker_t *w)
     psc_rpc_server_destroy(w->server);
     control_destroy(w->control);
     ckpt_requests_destroy(w->requests);
+    failures_destroy(w->failures);
     worker_metrics_destroy(w->args.trainer.metrics);
     psc_metrics_destroy(w->metrics);
     psc_job_spec_deinit(&w->spec);

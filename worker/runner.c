@@ -2,8 +2,10 @@
 #include "runner.h"
 
 #include "evaluator.h"
+#include "failures.h"
 #include "log.h"
 #include "psc.h"
+#include "worker_metrics.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,7 +27,7 @@ struct runner {
     double started, ended;
     trainer_progress_t progress;
     trainer_result_t result;
-    char error[512];
+    char error[1024];
 };
 
 const char *runner_state_name(runner_state_t s)
@@ -43,6 +45,26 @@ runner_t *runner_create(const trainer_opts_t *base)
     return r;
 }
 
+runner_state_t runner_run_task(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
+{
+    failures_open(o->failures, o->spec->job_id);
+    worker_metrics_job_state(o->metrics, runner_state_name(RUNNER_RUNNING));
+    int rc = o->task.type == PSC_JOB_EVALUATOR ? evaluator_run(o, res, err, errlen) : trainer_run(o, res, err, errlen);
+    runner_state_t st = RUNNER_FAILED;
+    char why[1024];
+    if (rc == 0) {
+        st = RUNNER_SUCCEEDED;
+    } else if (failures_aborted(o->failures, why, sizeof why)) { /* the chief stopped the job: it failed */
+        snprintf(err, errlen, "%s", why);
+    } else if (rc == PSC_ECANCELLED || (o->stop && atomic_load(o->stop))) {
+        st = RUNNER_CANCELLED;
+    } else if (!psc_task_is_chief(o->cluster, o->task)) { /* the chief fails the job (or, the evaluator, shows it) */
+        failures_report(o->cluster, o->task, o->spec->job_id, err, PSC_MIN(o->rpc_timeout_ms, 10000));
+    }
+    worker_metrics_job_state(o->metrics, runner_state_name(st));
+    return st;
+}
+
 static void *job_main(void *arg)
 {
     runner_t *r = arg;
@@ -51,24 +73,16 @@ static void *job_main(void *arg)
     o.stop = &r->stop;
     o.progress = &r->progress;
     o.shutdown_ps = 0; /* standalone: the cluster outlives the job */
+    o.checkpoint_on_cancel = 1;
     trainer_result_t res;
-    char err[512] = "";
+    char err[1024] = "";
     PSC_INFO("job %s started", r->spec.job_id);
-    int rc = o.task.type == PSC_JOB_EVALUATOR ? evaluator_run(&o, &res, err, sizeof err)
-                                              : trainer_run(&o, &res, err, sizeof err);
+    runner_state_t st = runner_run_task(&o, &res, err, sizeof err);
     pthread_mutex_lock(&r->lock);
     r->result = res;
     r->ended = psc_now();
-    if (rc == 0) {
-        r->state = RUNNER_SUCCEEDED;
-    } else if (rc == PSC_ECANCELLED || atomic_load(&r->stop)) {
-        r->state = RUNNER_CANCELLED;
-        snprintf(r->error, sizeof r->error, "%s", err);
-    } else {
-        r->state = RUNNER_FAILED;
-        snprintf(r->error, sizeof r->error, "%s", err);
-    }
-    runner_state_t st = r->state;
+    r->state = st;
+    if (st != RUNNER_SUCCEEDED) snprintf(r->error, sizeof r->error, "%s", err);
     pthread_mutex_unlock(&r->lock);
     if (st == RUNNER_SUCCEEDED)
         PSC_INFO("job %s succeeded%s", r->spec.job_id, res.evaluated ? "" : " (this replica)");

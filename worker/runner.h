@@ -23,7 +23,7 @@ typedef struct runner_status {
     trainer_progress_t progress; /* its lock is not used in the copy */
     double elapsed_secs;
     trainer_result_t result;     /* succeeded: the outcome (chief: the evaluation) */
-    char error[512];             /* failed: why */
+    char error[1024];            /* failed: why */
 } runner_status_t;
 
 /* base: the daemon's trainer options (cluster, task, flags); spec, stop and
@@ -44,6 +44,12 @@ void runner_status(runner_t *r, runner_status_t *out);
 /* Evaluates the current weights of the running or last job on its test set
  * (evaluator.h), on the calling thread. PSC_ENOTFOUND when there was no job. */
 int runner_evaluate(runner_t *r, trainer_result_t *res, int64_t *global_step, char *err, size_t errlen);
+/* Runs one job of this task (o->spec) on the calling thread, in either mode:
+ * the trainer or the evaluator. A task other than the chief whose job fails
+ * reports the error to the chief (failures.h); a job the chief stopped because
+ * the job failed ends RUNNER_FAILED with the chief's reason in err. Sets the
+ * job state metric. Returns the job's end state. */
+runner_state_t runner_run_task(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen);
 /* Waits until no job runs. */
 void runner_wait(runner_t *r);
 const char *runner_state_name(runner_state_t s);

@@ -13,6 +13,7 @@
 #include "ctr_job.h"
 #include "dataset.h"
 #include "evaluator.h"
+#include "failures.h"
 #include "log.h"
 #include "model_spec.h"
 #include "placement.h"
@@ -98,6 +99,7 @@ typedef struct run {
     int pp_examples;                 /* its step's examples and start time (for the metrics) */
     double pp_t_step;
     int64_t global_step, max_steps;
+    int64_t *expected_steps;   /* (replicas) chief: the steps of each replica's share (0: not known ahead) */
     int64_t recoveries;        /* recover() calls that succeeded (a round's pulls were lost) */
     int more, epoch;           /* the loader has batches; the epoch of the last one (1-based) */
     /* the progress period */
@@ -210,6 +212,7 @@ static int setup(run_t *r, char *err, size_t errlen)
     if (spec->sync && spec->replicas_to_aggregate > r->replicas)
         r->per_step = spec->replicas_to_aggregate / r->replicas + (r->rank < spec->replicas_to_aggregate % r->replicas);
     if (r->per_step > 1) r->grads_sum = psc_xaligned(bytes);
+    r->expected_steps = psc_xcalloc((size_t)r->replicas, sizeof *r->expected_steps);
     if (spec->overlap_push_pull) {
         r->params_next = psc_xaligned(bytes);
         r->grads_next = psc_xaligned(bytes);
@@ -245,7 +248,9 @@ static int setup(run_t *r, char *err, size_t errlen)
                            .requests = o->ckpt_requests,
                            .progress = o->progress,
                            .metrics = o->metrics,
-                           .shutdown_ps = o->shutdown_ps};
+                           .shutdown_ps = o->shutdown_ps,
+                           .failures = o->failures,
+                           .expected_steps = r->expected_steps};
         r->chief = chief_create(&co, r->pc);
     }
     return 0;
@@ -523,7 +528,7 @@ static int finish(run_t *r, char *err, size_t errlen)
     uint32_t done = 0;
     int rc = ps_client_worker_done(r->pc, &done, err, errlen);
     if (rc || !r->chief) return rc;
-    chief_wait_workers(r->chief, r->params, r->rank);
+    if ((rc = chief_wait_workers(r->chief, r->params, r->rank, err, errlen))) return rc;
     rc = ps_client_pull(r->pc, r->params, &r->global_step, err, errlen);
     if (rc && retryable(rc)) rc = recover(r, r->params, err, errlen);
     if (rc) return rc;
@@ -535,6 +540,27 @@ static int finish(run_t *r, char *err, size_t errlen)
         psc_tfevents_scalar(r->tb, r->global_step, "test/loss", res->test_loss);
     }
     return rc;
+}
+
+/* The chief's job ends without finishing: cancelled in standalone mode
+ * (checkpoint_on_cancel), it checkpoints the model as it is (a job submitted
+ * again resumes from there); failed, it stops
+ * every other task, checkpoints only when the spec asks (a half-trained model
+ * is not saved over the newest checkpoint otherwise), and in in-cluster mode
+ * tells the PS to exit as at a normal end, unless the final checkpoint failed
+ * (the PS then hold the only copy of the trained model). */
+static void end_unfinished(run_t *r, int rc, const char *err)
+{
+    const trainer_opts_t *o = r->o;
+    int timeout = PSC_MIN(o->rpc_timeout_ms, 10000);
+    if (rc != PSC_ECANCELLED) failures_stop_others(o->cluster, r->rank, err, 1, timeout);
+    if (r->chief && (rc == PSC_ECANCELLED ? o->checkpoint_on_cancel : r->spec->ckpt_on_failure)) {
+        char e2[256];
+        push_pull_collect(r, e2, sizeof e2); /* overlap: the last step's push-pull */
+        chief_checkpoint_as_is(r->chief, r->global_step, rc == PSC_ECANCELLED ? "cancelled" : "on failure");
+    }
+    if (rc != PSC_ECANCELLED && o->shutdown_ps && !chief_keeps_ps(r->chief))
+        failures_shutdown_ps(o->cluster, "the job failed", timeout);
 }
 
 static void teardown(run_t *r, int rc)
@@ -556,8 +582,25 @@ static void teardown(run_t *r, int rc)
     free(r->params_next);
     free(r->grads_next);
     free(r->offsets);
+    free(r->expected_steps);
     free(r->vars);
     free(r->placed);
+}
+
+/* The steps of replica k's share, as its own start_data counts them: a dense
+ * model's shard of the examples (k, k + W, ...) in batches over the epochs,
+ * per_step batches a step; streamed files only with "steps" (0: not known). */
+static int64_t replica_steps(const run_t *r, int k)
+{
+    const psc_job_spec_t *spec = r->spec;
+    if (r->ctr) return spec->steps > 0 ? spec->steps : 0;
+    int64_t n = r->train.n, W = r->replicas;
+    int64_t shard = n > k ? (n - k + W - 1) / W : 0;
+    int64_t per_epoch = (shard + spec->batch_size - 1) / spec->batch_size;
+    int64_t per_step = 1;
+    if (spec->sync && spec->replicas_to_aggregate > W)
+        per_step = spec->replicas_to_aggregate / W + (k < spec->replicas_to_aggregate % W);
+    return spec->steps > 0 ? spec->steps : (per_epoch * spec->epochs + per_step - 1) / per_step;
 }
 
 /* This replica's shard of the training data and its step count: a dense
@@ -566,6 +609,7 @@ static void teardown(run_t *r, int rc)
 static int start_data(run_t *r, char *err, size_t errlen)
 {
     const psc_job_spec_t *spec = r->spec;
+    for (int k = 0; k < r->replicas; k++) r->expected_steps[k] = replica_steps(r, k);
     if (r->ctr) {
         r->max_steps = spec->steps > 0 ? spec->steps : 0;
         PSC_INFO("training on %d data file pattern%s (replica %d of %d), %d epoch%s, batch %d, %s", spec->num_train_files,
@@ -624,6 +668,11 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
             rc = psc_seterr(err, errlen, PSC_ECANCELLED, "stopped at step %lld", (long long)res->steps);
             goto out;
         }
+        char why[1024];
+        if (r.chief && failures_replica(o->failures, why, sizeof why)) {
+            rc = psc_seterr(err, errlen, PSC_EJOBFAILED, "%s", why);
+            goto out;
+        }
         if ((rc = train_step(&r, err, errlen)) == 1) break; /* the data ran out */
         if (rc) goto out;
         log_progress(&r, res->steps == r.max_steps || !r.more);
@@ -632,6 +681,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     rc = push_pull_collect(&r, err, errlen); /* overlap: the last step's push-pull */
     if (rc == 0) rc = finish(&r, err, errlen);
 out:
+    if (r.is_chief && rc) end_unfinished(&r, rc, err);
     teardown(&r, rc);
     return rc;
 }

@@ -52,6 +52,8 @@ typedef struct trainer_opts {
     trainer_progress_t *progress; /* may be NULL */
     const char *logdir;       /* chief and evaluator: TensorBoard event files here (NULL: none) */
     struct worker_metrics *metrics; /* Prometheus series (worker_metrics.h); NULL: off */
+    int checkpoint_on_cancel; /* chief: a cancelled job checkpoints the model as it is (standalone mode) */
+    struct failures *failures; /* failure reports (chief) and this task's abort (failures.h); may be NULL */
 } trainer_opts_t;
 
 typedef struct trainer_result {
@@ -70,7 +72,12 @@ typedef struct trainer_result {
 
 /* Fills defaults into o (zeros become the documented defaults). */
 void trainer_opts_defaults(trainer_opts_t *o);
-/* Runs the job. Returns 0, PSC_ECANCELLED when stopped, or an error with err set. */
+/* Runs the job. Returns 0, PSC_ECANCELLED when stopped, or an error with err
+ * set (PSC_EJOBFAILED: another replica failed or did not finish). When the
+ * chief's job fails it stops every other task (failures_stop_others), takes a
+ * checkpoint only when the spec asks (checkpoint.on_failure), and with
+ * shutdown_ps tells the PS to exit (not when the final checkpoint failed);
+ * a cancelled chief with checkpoint_on_cancel checkpoints the model as it is. */
 int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen);
 
 #endif

@@ -11,13 +11,19 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define WINDOW_SECS 1.0
+
+/* runner.h's state names, in its order */
+static const char *const job_states[] = {"idle", "running", "succeeded", "failed", "cancelled"};
+#define NSTATES ((int)PSC_ARRAY_LEN(job_states))
 
 struct worker_metrics {
     psc_counter_t *steps, *examples, *stale, *retries, *ckpts, *ckpt_failures;
     psc_histogram_t *step_secs, *push_pull_secs;
     psc_gauge_t *examples_per_sec;
+    psc_gauge_t *job_state[5]; /* job_states: 1 for the current one */
     pthread_mutex_t lock; /* the window below */
     double win_examples, win_secs;
     int have_full; /* a window filled at least once */
@@ -47,8 +53,23 @@ worker_metrics_t *worker_metrics_create(psc_metrics_t *m, const char *role)
                                    "Checkpoints this chief committed on every PS.", labels);
     w->ckpt_failures = psc_metrics_counter(m, "psc_worker_checkpoint_failures_total",
                                            "Checkpoints this chief tried and could not take.", labels);
+    for (int i = 0; i < NSTATES; i++) {
+        const char *const both[] = {"role", role, "state", job_states[i], NULL};
+        const char *const state[] = {"state", job_states[i], NULL};
+        w->job_state[i] = psc_metrics_gauge(m, "psc_worker_job_state",
+                                            "1 for the state of this task's current or last job (idle, running, "
+                                            "succeeded, failed, cancelled), 0 for the others.",
+                                            labels ? both : state);
+    }
+    psc_gauge_set(w->job_state[0], 1);
     pthread_mutex_init(&w->lock, NULL);
     return w;
+}
+
+void worker_metrics_job_state(worker_metrics_t *w, const char *state)
+{
+    if (!w) return;
+    for (int i = 0; i < NSTATES; i++) psc_gauge_set(w->job_state[i], !strcmp(state, job_states[i]));
 }
 
 void worker_metrics_destroy(worker_metrics_t *w)

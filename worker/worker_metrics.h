@@ -18,6 +18,8 @@
  *   psc_worker_retries_total           RPC retries while riding out unavailable PSes
  *   psc_worker_checkpoints_total       (chief) checkpoints committed on every PS
  *   psc_worker_checkpoint_failures_total (chief) checkpoints tried and not taken
+ *   psc_worker_job_state{state=S}      gauge: 1 for the state S of this task's current or last
+ *                                      job (idle, running, succeeded, failed, cancelled), else 0
  * Every series exists (at 0) from worker_metrics_create on.
  *
  * Threads: any thread may call worker_metrics_step and worker_metrics_retry
@@ -45,6 +47,8 @@ void worker_metrics_destroy(worker_metrics_t *w);
 void worker_metrics_step(worker_metrics_t *w, int examples, double step_secs, double push_pull_secs, int stale);
 /* One retry of an RPC to an unavailable PS. */
 void worker_metrics_retry(worker_metrics_t *w);
+/* This task's job is now in state (one of the names above). */
+void worker_metrics_job_state(worker_metrics_t *w, const char *state);
 /* The chief tried a checkpoint: committed on every PS (ok) or not taken. */
 void worker_metrics_checkpoint(worker_metrics_t *w, int ok);
 
