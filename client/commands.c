@@ -123,6 +123,8 @@ static void print_test(int has_auc, double auc, double accuracy, double loss)
 /* The job's checkpoint failures, when there were any (stderr). */
 static void show_checkpoint_failures(const Psc__JobStatusReply *s)
 {
+    if (s->evaluator_error[0])
+        fprintf(stderr, "psctl: job %s: the evaluator failed (training went on): %s\n", s->job_id, s->evaluator_error);
     if (s->checkpoint_failures)
         fprintf(stderr, "psctl: job %s: %u checkpoint%s committed, %u failed; the last failure: %s\n", s->job_id,
                 s->checkpoints, s->checkpoints == 1 ? "" : "s", s->checkpoint_failures, s->checkpoint_error);

@@ -17,8 +17,10 @@
 #    chief crash: kill -9 the chief and restart it: it joins the model (no
 #    re-initialization: its first loss is far below the initial one) and resumes
 #    its steps;
-# 5. PS killed during a save: the save never commits and the previous
-#    checkpoint is the one restored.
+# 5. PS killed during a save: the save never commits, it is counted as a
+#    checkpoint not taken, and the previous checkpoint is the one restored;
+# 6. the chief killed while it takes the final checkpoint and restarted: it
+#    takes the final checkpoint (the newest committed one is older).
 source "$(dirname "$0")/lib.sh"
 require_dataset
 
@@ -163,4 +165,24 @@ restart_ps 1
 finish
 echo "kill during save: $(grep -h 'restored checkpoint' "$TMP/worker0.log" | head -1 | sed 's/.*WARN  *//')"
 grep -Eq 'restored checkpoint 1 \(step 4[0-9]\) on every ps' "$TMP/worker0.log" || fail "checkpoint 1 should have been restored"
-pass "checkpoints: round trip, keep-last-K, corruption fallback, PS crash (async, overlap, sync), on demand, chief crash, kill during save"
+# the checkpoint the dead PS cut short is counted and reported, not taken for a sync step boundary
+grep -Eq 'periodic checkpoint at step [0-9]+ not taken: .*; trying again at the next period' "$TMP/worker0.log" ||
+    fail "the checkpoint cut short by the dying ps was not reported"
+save_logs mid
+
+# ---- 6. the chief killed during its final checkpoint, restarted ----
+spec "$TMP/end.json" 1 ""
+PS_FLAGS=("--debug_save_delay_ms 1500" "--debug_save_delay_ms 1500")
+W_FLAGS="--debug_step_delay_ms 5"
+start_cluster 2 2 "$TMP/end.json"
+PS_FLAGS=()
+wait_log "$TMP/worker0.log" 'every other replica finished' 120
+kill -9 "${WP[0]}"; wait_exit "${WP[0]}" 10
+mv "$TMP/worker0.log" "$TMP/worker0.log.killed"
+grep -q '(end of training) committed' "$TMP/worker0.log.killed" && fail "the final checkpoint committed before the kill"
+start_worker 0 "$TMP/end.json" $W_FLAGS; WP[0]=$LAST_PID
+finish
+grep -q "checkpoint [0-9]* (end of training) committed on every ps: step $GS," "$TMP/worker0.log" ||
+    fail "the restarted chief did not take the final checkpoint at global_step $GS"
+echo "chief killed in its final checkpoint: $(grep -o 'checkpoint [0-9]* (end of training) committed on every ps: step [0-9]*' "$TMP/worker0.log")"
+pass "checkpoints: round trip, keep-last-K, corruption fallback, PS crash (async, overlap, sync), on demand, chief crash, kill during save, chief killed at the end"

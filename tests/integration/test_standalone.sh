@@ -6,8 +6,9 @@
 #    members, the job and the variables per PS;
 # 2. `psctl export --format safetensors`: re-read by an independent parser
 #    (psc_safetensors_check) whose tensors equal a pull of the same model;
-# 3. SIGINT to psctl mid-job cancels the job (exit 130), the cluster stays up,
-#    and a second job on the same cluster then trains to the end;
+# 3. SIGINT to psctl mid-job cancels the job (exit 130) and the chief
+#    checkpoints it as it is, the cluster stays up, and a second job on the
+#    same cluster then trains to the end;
 # 4. `psctl train --detach` returns at once; `psctl attach` follows the job to
 #    its end; a client pointed at a dead address fails within its deadline
 #    naming the address;
@@ -90,6 +91,8 @@ kill -INT "$cli"
 wait_exit "$cli" 60
 [ "$EXIT_CODE" = 130 ] || fail "psctl after Ctrl-C exited $EXIT_CODE, expected 130: $(tail -3 "$TMP/train2.err")"
 grep -q 'cancelled' "$TMP/train2.err" || fail "no cancellation reported"
+# a cancelled job keeps what it trained: the chief checkpoints it as it is (its spec has no periodic ones)
+grep -q 'checkpoint [0-9]* (cancelled) committed on every ps' "$TMP/worker0.log" || fail "the cancelled job took no checkpoint"
 for p in "${PSP[@]}" "${WP[@]}"; do kill -0 "$p" || fail "a daemon exited after the cancel"; done
 "${PSCTL[@]}" train "$TMP/b.json" >"$TMP/train3.out" 2>"$TMP/train3.err" || fail "the second job failed: $(tail -3 "$TMP/train3.err")"
 grep -q '^test accuracy' "$TMP/train3.out" || fail "the second job printed no evaluation"
