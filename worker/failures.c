@@ -76,7 +76,7 @@ void failures_add(failures_t *f, const char *job_id, int rank, const char *who, 
     pthread_mutex_lock(&f->lock);
     if (rank < 0) {
         put(&f->evaluator, job_id, "%s: %s", who, error);
-    } else if (!ours(&f->replica, job_id)) {
+    } else if (!ours(&f->replica, job_id) && !ours(&f->replica, f->job)) { /* the first one of a job stays */
         put(&f->replica, job_id, "%s: %s", name, error);
         if (ours(&f->replica, f->job)) atomic_store(&f->has_replica, 1);
     }

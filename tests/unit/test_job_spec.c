@@ -329,6 +329,31 @@ static void test_overlap_push_pull(void **state)
                  "overlap_push_pull: needs asynchronous training");
 }
 
+/* allow_partial and checkpoint.on_failure: how a job ends when not every
+ * replica trained its share; bools, default false, not in the job id. */
+static void test_failure_keys(void **state)
+{
+    (void)state;
+    char buf[1024];
+    psc_job_spec_t s;
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"seed\": 3"), &s);
+    assert_int_equal(s.allow_partial, 0);
+    assert_int_equal(s.ckpt_on_failure, 0);
+    char id[sizeof s.job_id];
+    memcpy(id, s.job_id, sizeof id);
+    psc_job_spec_deinit(&s);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM,
+                   "\"seed\": 3, \"allow_partial\": true, \"checkpoint\": {\"on_failure\": true}"), &s);
+    assert_int_equal(s.allow_partial, 1);
+    assert_int_equal(s.ckpt_on_failure, 1);
+    assert_string_equal(s.job_id, id);
+    psc_job_spec_deinit(&s);
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"allow_partial\": \"yes\""),
+                 "allow_partial: expected true or false");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"checkpoint\": {\"on_failure\": 1}"),
+                 "checkpoint.on_failure: expected true or false, got 1");
+}
+
 /* gradient_dtype / error_feedback: how pushes carry gradients; worker-side, not in the job id. */
 static void test_gradient_dtype(void **state)
 {
@@ -887,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_check_cluster),
         cmocka_unit_test(test_check_data),
         cmocka_unit_test(test_load_checked),
+        cmocka_unit_test(test_failure_keys),
         cmocka_unit_test(test_repo_job_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
