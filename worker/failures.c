@@ -119,21 +119,27 @@ int failures_aborted(failures_t *f, char *why, size_t len) { return f && get(f, 
 
 /* ---- calls ---- */
 
-/* Sends req to addrs[0..n) at once; logs each failure as "what on ADDR". */
+/* Sends req to addrs[0..n) at once; logs each failure as "what on ADDR"
+ * (at debug level when quiet). */
 static void call_logged(const char *const *addrs, size_t n, const char *method, const void *req, size_t len,
-                        int timeout_ms, const char *what)
+                        int timeout_ms, const char *what, int quiet)
 {
     psc_rpc_op_t *ops = psc_xcalloc(n + 1, sizeof *ops);
     fanout_call(addrs, n, method, req, len, timeout_ms, ops);
     for (size_t i = 0; i < n; i++) {
-        if (addrs[i] && ops[i].code != PSC_RPC_OK)
-            PSC_WARN("%s on %s: %s: %s", what, addrs[i], psc_rpc_code_name(ops[i].code), ops[i].msg);
+        if (addrs[i] && ops[i].code != PSC_RPC_OK) {
+            if (quiet)
+                PSC_DEBUG("%s on %s: %s: %s", what, addrs[i], psc_rpc_code_name(ops[i].code), ops[i].msg);
+            else
+                PSC_WARN("%s on %s: %s: %s", what, addrs[i], psc_rpc_code_name(ops[i].code), ops[i].msg);
+        }
         psc_rpc_op_clear(&ops[i]);
     }
     free(ops);
 }
 
-void failures_report(const psc_cluster_t *cl, psc_task_t task, const char *job_id, const char *error, int timeout_ms)
+void failures_report(const psc_cluster_t *cl, psc_task_t task, const char *job_id, const char *error, int timeout_ms,
+                     int quiet)
 {
     Psc__FailureReport req = PSC__FAILURE_REPORT__INIT;
     req.job_id = (char *)job_id;
@@ -145,8 +151,8 @@ void failures_report(const psc_cluster_t *cl, psc_task_t task, const char *job_i
     uint8_t *buf = psc_xmalloc(len + 1);
     psc__failure_report__pack(&req, buf);
     const char *chief = psc_cluster_addr(cl, psc_cluster_chief(cl));
-    PSC_INFO("reporting this task's failure to the chief %s", chief);
-    call_logged(&chief, 1, PSC_M_WORKER_REPORT_FAILURE, buf, len, timeout_ms, "reporting the failure");
+    if (!quiet) PSC_INFO("reporting this task's failure to the chief %s", chief);
+    call_logged(&chief, 1, PSC_M_WORKER_REPORT_FAILURE, buf, len, timeout_ms, "reporting the failure", quiet);
     free(buf);
 }
 
@@ -162,7 +168,7 @@ void failures_stop_others(const psc_cluster_t *cl, int self_rank, const char *re
     const char **addrs = psc_xcalloc((size_t)n + 1, sizeof *addrs);
     for (int k = 0; k < n; k++)
         addrs[k] = k < R ? (k == self_rank ? NULL : psc_cluster_replica_addr(cl, k)) : cl->addr[PSC_JOB_EVALUATOR][k - R];
-    call_logged(addrs, (size_t)n, PSC_M_WORKER_CANCEL, buf, len, timeout_ms, failed ? "stopping the job" : "cancel");
+    call_logged(addrs, (size_t)n, PSC_M_WORKER_CANCEL, buf, len, timeout_ms, failed ? "stopping the job" : "cancel", 0);
     free(addrs);
     free(buf);
 }
@@ -175,6 +181,6 @@ void failures_shutdown_ps(const psc_cluster_t *cl, const char *reason, int timeo
     uint8_t *buf = psc_xmalloc(len + 1);
     psc__shutdown_request__pack(&req, buf);
     call_logged((const char *const *)cl->addr[PSC_JOB_PS], (size_t)cl->n[PSC_JOB_PS], PSC_M_SHUTDOWN, buf, len,
-                timeout_ms, "shutdown");
+                timeout_ms, "shutdown", 0);
     free(buf);
 }

@@ -47,9 +47,10 @@ int failures_aborted(failures_t *f, char *why, size_t len);
 
 /* ---- calls to other tasks (best effort: each failure is logged) ---- */
 
-/* Sends this task's failure of job_id to the chief, within timeout_ms. */
+/* Sends this task's failure of job_id to the chief, within timeout_ms; quiet:
+ * log only at debug level (a task that fails at start-up prints one line). */
 void failures_report(const psc_cluster_t *cl, psc_task_t task, const char *job_id, const char *error,
-                     int timeout_ms);
+                     int timeout_ms, int quiet);
 /* The chief (replica self_rank) stops the job on every other training replica
  * and the evaluator at once: as a failure with reason when failed, else as a
  * cancel (psctl stop). */

@@ -257,7 +257,7 @@ static int configure(worker_t *w)
         psc_job_spec_load_checked(w->args.job_spec_path, cl, reads_train, reads_test, &w->spec, err, sizeof err)) {
         fprintf(stderr, "worker: %s\n", err);
         /* a spec this task refuses (its data unreadable here) fails the job: the chief is told */
-        if (!w->is_chief) failures_report(cl, task, "", err, 5000);
+        if (!w->is_chief) failures_report(cl, task, "", err, 5000, 1);
         return PSC_EXIT_CONFIG;
     }
     char component[48];

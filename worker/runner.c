@@ -59,7 +59,7 @@ runner_state_t runner_run_task(const trainer_opts_t *o, trainer_result_t *res, c
     } else if (rc == PSC_ECANCELLED || (o->stop && atomic_load(o->stop))) {
         st = RUNNER_CANCELLED;
     } else if (!psc_task_is_chief(o->cluster, o->task)) { /* the chief fails the job (or, the evaluator, shows it) */
-        failures_report(o->cluster, o->task, o->spec->job_id, err, PSC_MIN(o->rpc_timeout_ms, 10000));
+        failures_report(o->cluster, o->task, o->spec->job_id, err, PSC_MIN(o->rpc_timeout_ms, 10000), 0);
     }
     worker_metrics_job_state(o->metrics, runner_state_name(st));
     return st;
