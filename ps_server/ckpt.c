@@ -31,6 +31,7 @@
 #include "ckpt_internal.h"
 
 #include "crc32c.h"
+#include "log.h"
 #include "psc.h"
 
 #include <inttypes.h>
@@ -48,10 +49,12 @@
 
 void ckpt_view_open(ckpt_db_t *db, ckpt_view_t *v)
 {
+    pthread_rwlock_rdlock(&db->life); /* until ckpt_view_close: no reopen meanwhile */
     v->db = db;
-    v->snap = rocksdb_create_snapshot(db->rdb);
+    v->snap = db->rdb ? rocksdb_create_snapshot(db->rdb) : NULL;
     v->ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_snapshot(v->ro, v->snap);
+    if (v->snap) rocksdb_readoptions_set_snapshot(v->ro, v->snap);
+    v->shared = 1;
 }
 
 static void view_latest(ckpt_db_t *db, ckpt_view_t *v)
@@ -59,13 +62,23 @@ static void view_latest(ckpt_db_t *db, ckpt_view_t *v)
     v->db = db;
     v->snap = NULL;
     v->ro = db->rplain;
+    v->shared = 0; /* under wlock: no reopen can run */
 }
 
 void ckpt_view_close(ckpt_view_t *v)
 {
-    if (!v->snap) return;
+    if (!v->shared) return;
     rocksdb_readoptions_destroy(v->ro);
-    rocksdb_release_snapshot(v->db->rdb, v->snap);
+    if (v->snap) rocksdb_release_snapshot(v->db->rdb, v->snap);
+    pthread_rwlock_unlock(&v->db->life);
+}
+
+/* The store is gone (a reopen after a failed write failed): every read says so. */
+static int store_closed(const ckpt_db_t *db, char *err, size_t errlen)
+{
+    return psc_seterr(err, errlen, PSC_EIO,
+                      "checkpoint store %s could not be reopened after a failed write (%s); restart this ps_server",
+                      db->dir, db->write_failed ? db->write_failed : "unknown error");
 }
 
 /* Gets key; *out is NULL when absent (returns 0). */
@@ -73,6 +86,8 @@ static int view_get(ckpt_view_t *v, const char *key, size_t klen, rocksdb_pinnab
                     size_t errlen)
 {
     char *e = NULL;
+    *out = NULL;
+    if (!v->db->rdb) return store_closed(v->db, err, errlen);
     *out = rocksdb_get_pinned(v->db->rdb, v->ro, key, klen, &e);
     if (e) {
         psc_seterr(err, errlen, PSC_EIO, "checkpoint store %s: reading %.*s: %s", v->db->dir, (int)klen, key, e);
@@ -136,6 +151,9 @@ void ckpt_scan_free(ckpt_scan_item_t *items, int n)
 int ckpt_scan_manifests(ckpt_view_t *v, ckpt_scan_item_t **out, int *nout, char *err, size_t errlen)
 {
     static const char lo[] = "m/", hi[] = "m0"; /* '0' follows '/' */
+    *out = NULL;
+    *nout = 0;
+    if (!v->db->rdb) return store_closed(v->db, err, errlen);
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     if (v->snap) rocksdb_readoptions_set_snapshot(ro, v->snap);
     rocksdb_readoptions_set_iterate_upper_bound(ro, hi, 2);
@@ -190,6 +208,9 @@ int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
     db->opts = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(db->opts, 1);
     rocksdb_options_set_keep_log_file_num(db->opts, 10);
+    /* a checkpoint's batch is flushed right after its write (flush_after_prepare):
+     * the memtable and the WAL stay small, and the WAL's preallocation with them */
+    rocksdb_options_set_write_buffer_size(db->opts, CKPT_WRITE_BUFFER);
     char *rerr = NULL;
     db->rdb = rocksdb_open(db->opts, dir, &rerr);
     if (rerr || !db->rdb) {
@@ -206,6 +227,7 @@ int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
     rocksdb_writeoptions_set_sync(db->wsync, 1);
     db->rplain = rocksdb_readoptions_create();
     pthread_mutex_init(&db->wlock, NULL);
+    pthread_rwlock_init(&db->life, NULL);
     *out = db;
     return 0;
 }
@@ -213,11 +235,12 @@ int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
 void ckpt_close(ckpt_db_t *db)
 {
     if (!db) return;
-    rocksdb_close(db->rdb);
+    if (db->rdb) rocksdb_close(db->rdb);
     rocksdb_writeoptions_destroy(db->wsync);
     rocksdb_readoptions_destroy(db->rplain);
     rocksdb_options_destroy(db->opts);
     pthread_mutex_destroy(&db->wlock);
+    pthread_rwlock_destroy(&db->life);
     free(db->write_failed);
     free(db->dir);
     free(db);
@@ -225,38 +248,114 @@ void ckpt_close(ckpt_db_t *db)
 
 /* ---- writing ---- */
 
+/* Under wlock: RocksDB's background errors (a memtable flush or a compaction
+ * that failed: a full disk) are logged here, where the PS's log shows them,
+ * and make the store reopen before its next write (a RocksDB that hit one
+ * takes no more writes). */
+static void check_background(ckpt_db_t *db)
+{
+    uint64_t n = 0;
+    if (!db->rdb || rocksdb_property_int(db->rdb, "rocksdb.background-errors", &n) != 0 || n <= db->bg_errors) return;
+    PSC_ERROR("checkpoint store %s: RocksDB reported %" PRIu64 " background error%s (a flush or compaction failed, "
+              "e.g. no space left on device; the LOG file in that directory has RocksDB's own message); the next "
+              "checkpoint reopens the store once there is room",
+              db->dir, n - db->bg_errors, n - db->bg_errors == 1 ? "" : "s");
+    db->bg_errors = n;
+    if (!db->write_failed) db->write_failed = psc_xstrdup("a RocksDB background flush or compaction failed");
+}
+
+/* Under wlock: what writing `need` bytes of batch takes on disk, with room to
+ * spare. Measured (test_ckpt_disk_full): the WAL takes the batch once, the
+ * flush that follows writes it again as a table file, and RocksDB
+ * preallocates its next WAL file (1.1 x CKPT_WRITE_BUFFER); a new MANIFEST and
+ * OPTIONS file after a reopen take a few KiB. */
+static uint64_t space_wanted(size_t need) { return 2 * (uint64_t)need + CKPT_WRITE_BUFFER + CKPT_WRITE_BUFFER / 10 + (1u << 20); }
+
+static int check_space(ckpt_db_t *db, size_t need, const char *what, uint64_t id, char *err, size_t errlen)
+{
+    struct statvfs fs;
+    if (db->no_space_check || statvfs(db->dir, &fs) != 0) return 0;
+    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize, want = space_wanted(need);
+    if (avail >= want) return 0;
+    return psc_seterr(err, errlen, PSC_EIO,
+                      "checkpoint %" PRIu64 ": %s needs about %" PRIu64 " KiB in %s, which has %" PRIu64
+                      " KiB free (no space left on device): free space there or give this ps_server a "
+                      "bigger --checkpoint_dir",
+                      id, what, want >> 10, db->dir, avail >> 10);
+}
+
+/* Under wlock, after a failed write: RocksDB 7.8 must not be written again
+ * through a handle whose write failed (its WAL writer asserts on the next
+ * sync) and has no resume in its C API, so the store is closed and opened
+ * again, once every snapshot reader is done (db->life). Committed
+ * checkpoints are untouched: they were synced before. When the open fails
+ * the store is opened read-only (restores and listings go on) and the next
+ * write tries again. */
+static int reopen(ckpt_db_t *db, char *err, size_t errlen)
+{
+    pthread_rwlock_wrlock(&db->life);
+    if (db->rdb) rocksdb_close(db->rdb);
+    char *e = NULL;
+    db->rdb = rocksdb_open(db->opts, db->dir, &e);
+    int rc = 0;
+    if (db->rdb) {
+        PSC_INFO("checkpoint store %s reopened after a failed write (%s): checkpoints are written again", db->dir,
+                 db->write_failed);
+        free(db->write_failed);
+        db->write_failed = NULL;
+        db->bg_errors = 0;
+    } else {
+        rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint store %s: reopening it after a failed write (%s) failed: %s",
+                        db->dir, db->write_failed, e ? e : "unknown error");
+        PSC_ERROR("%s", err);
+        char *e2 = NULL;
+        db->rdb = rocksdb_open_for_read_only(db->opts, db->dir, 0, &e2);
+        rocksdb_free(e2);
+    }
+    rocksdb_free(e);
+    pthread_rwlock_unlock(&db->life);
+    return rc;
+}
+
+void ckpt_debug_skip_space_check(ckpt_db_t *db) { db->no_space_check = 1; }
+
+/* Under wlock: writes b synced. A full disk is refused before RocksDB sees
+ * it; a write that fails anyway is logged, and the store reopens before the
+ * next write, once the disk has room again. */
 static int write_batch(ckpt_db_t *db, rocksdb_writebatch_t *b, const char *what, uint64_t id, char *err,
                        size_t errlen)
 {
-    /* After a failed write (a full disk, an I/O error) RocksDB 7.8 must not be
-     * written again through the same handle: its WAL writer asserts on the
-     * next sync (seen as an abort of the ps_server on a full disk). Every
-     * later write is refused, naming the first failure, until the ps_server
-     * restarts; reads (restores, listings) go on. */
-    if (db->write_failed)
-        return psc_seterr(err, errlen, PSC_EIO,
-                          "checkpoint %" PRIu64 ": %s refused: an earlier write to %s failed (%s); fix the disk and "
-                          "restart this ps_server to write checkpoints again",
-                          id, what, db->dir, db->write_failed);
-    /* The common case of a failing write, a full disk, is refused before
-     * RocksDB sees it (the batch goes to the WAL, later to a table file). */
     size_t need = 0;
     rocksdb_writebatch_data(b, &need);
-    struct statvfs fs;
-    if (statvfs(db->dir, &fs) == 0) {
-        uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize, want = 2 * (uint64_t)need + (64u << 10);
-        if (avail < want)
-            return psc_seterr(err, errlen, PSC_EIO,
-                              "checkpoint %" PRIu64 ": %s needs about %" PRIu64 " KiB in %s, which has %" PRIu64
-                              " KiB free (no space left on device): free space there or give this ps_server a "
-                              "bigger --checkpoint_dir",
-                              id, what, want >> 10, db->dir, avail >> 10);
-    }
+    check_background(db);
+    int rc = check_space(db, need, what, id, err, errlen);
+    if (rc) return rc;
+    if (db->write_failed && (rc = reopen(db, err, errlen))) return rc;
     char *e = NULL;
     rocksdb_write(db->rdb, db->wsync, b, &e);
     if (!e) return 0;
-    int rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint %" PRIu64 ": %s in %s failed: %s", id, what, db->dir, e);
+    rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint %" PRIu64 ": %s in %s failed: %s", id, what, db->dir, e);
+    PSC_ERROR("%s; the next checkpoint reopens the store once there is room", err);
     db->write_failed = psc_xstrdup(e);
+    rocksdb_free(e);
+    return rc;
+}
+
+/* Under wlock, after a checkpoint's batch: its memtable goes to a table file
+ * now, so a flush that fails (a full disk) fails this checkpoint, in the PS's
+ * log, rather than a later one in RocksDB's background. */
+static int flush_now(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
+{
+    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+    rocksdb_flushoptions_set_wait(fo, 1);
+    char *e = NULL;
+    rocksdb_flush(db->rdb, fo, &e);
+    rocksdb_flushoptions_destroy(fo);
+    if (!e) return 0;
+    int rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint %" PRIu64 ": flushing it to a table file in %s failed: %s",
+                        id, db->dir, e);
+    PSC_ERROR("%s; the next checkpoint reopens the store once there is room", err);
+    if (!db->write_failed) db->write_failed = psc_xstrdup(e);
     rocksdb_free(e);
     return rc;
 }
@@ -276,13 +375,15 @@ static void batch_delete_ckpt(rocksdb_writebatch_t *b, uint64_t id)
  * the files the tombstones cover. Not under wlock: it may take a while. */
 static void compact_deleted(ckpt_db_t *db, const uint64_t *ids, int n)
 {
-    for (int i = 0; i < n; i++) {
+    pthread_rwlock_rdlock(&db->life);
+    for (int i = 0; i < n && db->rdb; i++) {
         char lo[CKPT_RANGE_KEY_LEN + 1], hi[CKPT_RANGE_KEY_LEN + 1];
         ckpt_key_tensor_range(lo, hi, ids[i]);
         rocksdb_compact_range(db->rdb, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
         ckpt_key_row_range(lo, hi, ids[i]);
         rocksdb_compact_range(db->rdb, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
     }
+    pthread_rwlock_unlock(&db->life);
 }
 
 static uint32_t name_hash(const char *s)
@@ -526,6 +627,7 @@ int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen)
     rc = check_new_id(w, &v, key, kl, err, errlen);
     if (!rc) rc = check_parent(w, &v, err, errlen);
     if (!rc) rc = write_batch(db, w->batch, "prepare", w->id, err, errlen);
+    if (!rc) rc = flush_now(db, w->id, err, errlen);
     pthread_mutex_unlock(&db->wlock);
 done:
     ckpt_abort(w);

@@ -361,5 +361,8 @@ int ckpt_debug_corrupt_row(ckpt_db_t *db, uint64_t id, const char *table, int64_
 /* Number of RocksDB keys that belong to checkpoint `id` (its manifest, tensors
  * and row versions), as stored: to check that deletions really delete. */
 int ckpt_debug_count_keys(ckpt_db_t *db, uint64_t id);
+/* Tests: writes skip the free-space check, so that RocksDB itself meets a
+ * full disk (ps_server --debug_no_space_check). */
+void ckpt_debug_skip_space_check(ckpt_db_t *db);
 
 #endif

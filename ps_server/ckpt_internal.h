@@ -35,6 +35,10 @@
 #define CKPT_ROW_PREFIX_MAX (2 + CKPT_ID_HEX + 1 + 1 + CKPT_MAX_NAME)
 /* the prefix + the 8-byte row id; +1 leaves room for an exclusive upper bound */
 #define CKPT_ROW_KEY_MAX (CKPT_ROW_PREFIX_MAX + 8 + 1)
+/* RocksDB's memtable size (write_buffer_size): a checkpoint's batch is flushed
+ * right after it is written, so this bounds what waits in memory, and the
+ * WAL file RocksDB preallocates (1.1 x this) */
+#define CKPT_WRITE_BUFFER (4u << 20)
 
 typedef struct ckpt_entry {
     char *name;    /* NUL-terminated, malloc'd */
@@ -158,8 +162,14 @@ struct ckpt_db {
     struct rocksdb_writeoptions_t *wsync; /* sync=true: every write of this module */
     struct rocksdb_readoptions_t *rplain; /* latest state: writers, under wlock */
     pthread_mutex_t wlock;                /* serializes prepare, commit, discard */
+    /* rdb's life: shared by every use without wlock (snapshot views,
+     * compaction), exclusive while a writer (under wlock) reopens the store
+     * after a failed write. rdb is NULL only when that reopen failed. */
+    pthread_rwlock_t life;
     char *dir;
-    char *write_failed; /* under wlock: the first failed write's error; no write after it */
+    char *write_failed; /* under wlock: the failed write's error; no write through this handle after it */
+    uint64_t bg_errors; /* under wlock: RocksDB's background error count last logged */
+    int no_space_check; /* tests: ckpt_debug_skip_space_check */
 };
 
 /* A table the writer declared: its manifest entry (rows and digest counted as
@@ -195,8 +205,9 @@ struct ckpt_writer {
 /* A reader's consistent view: one RocksDB snapshot. */
 typedef struct ckpt_view {
     ckpt_db_t *db;
-    const struct rocksdb_snapshot_t *snap; /* NULL: latest state (writers, under wlock) */
+    const struct rocksdb_snapshot_t *snap; /* NULL: latest state (writers, under wlock), or the store is closed */
     struct rocksdb_readoptions_t *ro;
+    int shared; /* ckpt_view_open's: holds db->life shared */
 } ckpt_view_t;
 
 void ckpt_view_open(ckpt_db_t *db, ckpt_view_t *v);

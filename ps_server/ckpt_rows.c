@@ -478,7 +478,7 @@ static int debug_poke(ckpt_db_t *db, const char *key, size_t kl, int64_t at, int
     pthread_mutex_lock(&db->wlock);
     char *e = NULL;
     size_t n = 0;
-    char *val = rocksdb_get(db->rdb, db->rplain, key, kl, &n, &e);
+    char *val = db->rdb ? rocksdb_get(db->rdb, db->rplain, key, kl, &n, &e) : NULL;
     int rc = 0;
     if (e || !val)
         rc = e ? PSC_EIO : PSC_ENOTFOUND;
@@ -518,6 +518,7 @@ int ckpt_debug_corrupt_row(ckpt_db_t *db, uint64_t id, const char *table, int64_
 
 static int count_range(ckpt_db_t *db, const char *lo, const char *hi, size_t len)
 {
+    if (!db->rdb) return 0;
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_iterate_upper_bound(ro, hi, len);
     rocksdb_iterator_t *it = rocksdb_create_iterator(db->rdb, ro);
@@ -535,7 +536,7 @@ int ckpt_debug_count_keys(ckpt_db_t *db, uint64_t id)
     int count = 0;
     char *e = NULL;
     size_t n;
-    char *val = rocksdb_get(db->rdb, db->rplain, key, kl, &n, &e);
+    char *val = db->rdb ? rocksdb_get(db->rdb, db->rplain, key, kl, &n, &e) : NULL;
     if (val) count++;
     rocksdb_free(val);
     rocksdb_free(e);

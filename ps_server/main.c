@@ -21,12 +21,14 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { OPT_THREADS = PSC_OPT__FIRST_PROGRAM, OPT_JOB_SPEC, OPT_GRACE_MS, OPT_CKPT_DIR, OPT_DEBUG_SAVE_DELAY };
+enum { OPT_THREADS = PSC_OPT__FIRST_PROGRAM, OPT_JOB_SPEC, OPT_GRACE_MS, OPT_CKPT_DIR, OPT_DEBUG_SAVE_DELAY,
+       OPT_DEBUG_NO_SPACE_CHECK };
 
 /* The command line: the flags every daemon shares and ps_server's own. */
 typedef struct ps_opts {
     psc_daemon_flags_t df;
     long threads, grace_ms, save_delay_ms;
+    int no_space_check; /* --debug_no_space_check */
     const char *job_spec_path, *ckpt_dir;
 } ps_opts_t;
 
@@ -58,6 +60,8 @@ static void usage(FILE *f)
             "  --checkpoint_dir DIR this shard's checkpoints (a RocksDB, created if missing; default: none,\n"
             "                       checkpoint requests are refused)\n"
             "  --debug_save_delay_ms MS  testing: sleep MS inside every checkpoint save, before writing it\n"
+            "  --debug_no_space_check     testing: skip the free-space check before a checkpoint write, so that\n"
+            "                       RocksDB itself meets a full disk\n"
             "  --metrics_port P     serve Prometheus metrics at http://HOST:P/metrics, HOST being the host the\n"
             "                       RPC server binds (default 0: off)\n"
             PSC_SECURITY_USAGE
@@ -84,6 +88,7 @@ static int parse_args(int argc, char **argv, ps_opts_t *o)
         {"grace_ms", required_argument, NULL, OPT_GRACE_MS},
         {"checkpoint_dir", required_argument, NULL, OPT_CKPT_DIR},
         {"debug_save_delay_ms", required_argument, NULL, OPT_DEBUG_SAVE_DELAY},
+        {"debug_no_space_check", no_argument, NULL, OPT_DEBUG_NO_SPACE_CHECK},
         {NULL, 0, NULL, 0},
     };
     const char *p = "ps_server";
@@ -100,6 +105,7 @@ static int parse_args(int argc, char **argv, ps_opts_t *o)
             if (psc_flag_long(p, "--debug_save_delay_ms", optarg, 0, 600000, NULL, &o->save_delay_ms))
                 return PSC_EXIT_USAGE;
             break;
+        case OPT_DEBUG_NO_SPACE_CHECK: o->no_space_check = 1; break;
         case OPT_GRACE_MS:
             if (psc_flag_long(p, "--grace_ms", optarg, 0, 600000, NULL, &o->grace_ms)) return PSC_EXIT_USAGE;
             break;
@@ -155,6 +161,7 @@ static int ps_configure(const ps_opts_t *o, ps_daemon_t *d)
         fprintf(stderr, "ps_server: --checkpoint_dir: %s\n", err);
         return PSC_EXIT_IOERR;
     }
+    if (d->ckpt && o->no_space_check) ckpt_debug_skip_space_check(d->ckpt);
     return 0;
 }
 
