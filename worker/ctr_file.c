@@ -123,6 +123,9 @@ static ssize_t source_read(ctr_file_t *f, void *dst, size_t n, char *err, size_t
     const char *msg = gzerror(f->gz, &zerr);
     if (got == 0 && zerr != Z_BUF_ERROR) return 0;
     if (zerr == Z_ERRNO) return psc_seterr(err, errlen, PSC_EIO, "%s: read error: %s", f->path, strerror(errno));
+    /* zlib prefixes its message with the name given to gzdopen ("<fd:8>: "): the path is ours */
+    const char *colon = msg && msg[0] == '<' ? strstr(msg, ">: ") : NULL;
+    if (colon) msg = colon + 3;
     return psc_seterr(err, errlen, PSC_EIO, "%s: corrupt or truncated gzip data (%s)", f->path, msg);
 }
 

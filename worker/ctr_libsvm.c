@@ -115,18 +115,33 @@ static int parse_pairs(ctr_batch_t *b, char *p, char *e, char *err, size_t errle
     }
 }
 
+/* The next line that is not a comment line (a '#' after nothing but spaces:
+ * svmlight's comments, as sklearn's dump_svmlight_file(comment=...) writes
+ * them); a comment line is no record, for record sharding too. As
+ * ctr_file_line: its length, -1 at the end, or an error. */
+static ssize_t record_line(ctr_file_t *f, char **line, char *err, size_t errlen)
+{
+    for (;;) {
+        ssize_t len = ctr_file_line(f, line, NULL, err, errlen);
+        if (len < 0) return len;
+        const char *p = *line, *e = *line + len;
+        while (p < e && is_space(*p)) p++;
+        if (p == e || *p != '#') return len;
+    }
+}
+
 static int libsvm_next(ctr_file_t *f, const psc_job_spec_t *spec, ctr_batch_t *b, char *err, size_t errlen)
 {
     PSC_ASSERT(spec->num_cat == 1 && spec->num_dense == 0);
     char *line;
-    ssize_t len = ctr_file_line(f, &line, NULL, err, errlen);
+    ssize_t len = record_line(f, &line, err, errlen);
     if (len == -1) return 0;
     if (len < 0) return (int)len;
     char *hash = memchr(line, '#', (size_t)len), *e = hash ? hash : line + len;
     *e = '\0'; /* the comment goes; strtof stops at it */
     char *p = line;
     while (p < e && is_space(*p)) p++;
-    if (p == e) return psc_seterr(err, errlen, PSC_ECORRUPT, hash ? "no label (only a comment)" : "empty line");
+    if (p == e) return psc_seterr(err, errlen, PSC_ECORRUPT, "empty line");
     char *q = p;
     while (q < e && !is_space(*q)) q++;
     float label;
@@ -150,7 +165,7 @@ static int libsvm_next(ctr_file_t *f, const psc_job_spec_t *spec, ctr_batch_t *b
 static int libsvm_skip(ctr_file_t *f, char *err, size_t errlen)
 {
     char *line;
-    ssize_t len = ctr_file_line(f, &line, NULL, err, errlen);
+    ssize_t len = record_line(f, &line, err, errlen);
     if (len == -1) return 0;
     return len < 0 ? (int)len : 1;
 }

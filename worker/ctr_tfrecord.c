@@ -69,6 +69,13 @@ static int frame_header(ctr_file_t *f, uint64_t *len, char *err, size_t errlen)
     *len = psc_le_get64(h);
     /* the framing is lost: a stop, not a bad record, so the message names
      * the file itself (as the file layer's I/O errors do) */
+    /* a ZLIB stream (TFRecordOptions' compression_type "ZLIB") starts with a
+     * zlib header: 0x78 and a second byte making a multiple of 31 */
+    if (stored != computed && ctr_file_record_offset(f) == 0 && h[0] == 0x78 && ((h[0] << 8) | h[1]) % 31 == 0)
+        return psc_seterr(err, errlen, PSC_EIO,
+                          "%s: looks compressed with ZLIB (TFRecordOptions compression_type \"ZLIB\"), which is not "
+                          "supported: write it uncompressed or with GZIP (a .gz name)",
+                          ctr_file_path(f));
     if (stored != computed)
         return psc_seterr(err, errlen, PSC_EIO,
                           "%s: record %lld at byte %lld: length CRC mismatch (stored 0x%08x, computed 0x%08x): the "
@@ -247,9 +254,12 @@ static int put_dense(const psc_feature_spec_t *fs, const tfr_list_t *l, ctr_batc
     return 0;
 }
 
+/* A categorical feature's ids as one bag. An empty list is an empty bag, as
+ * an absent feature is (TF's parsing and many writers treat both as missing),
+ * whatever the feature's declared length. */
 static int put_bag(const psc_feature_spec_t *fs, const tfr_list_t *l, ctr_batch_t *b, char *err, size_t errlen)
 {
-    if (fs->length > 0 && l->n != (size_t)fs->length)
+    if (fs->length > 0 && l->n != 0 && l->n != (size_t)fs->length)
         return psc_seterr(err, errlen, PSC_ECORRUPT, "categorical feature '%s' has %zu values, expected %d", fs->name,
                           l->n, fs->length);
     for (size_t k = 0; k < l->n; k++) {

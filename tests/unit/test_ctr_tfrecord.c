@@ -368,6 +368,16 @@ static void test_tfrecord_absent_and_repeated(void **state)
     for (int k = 0; k < 4; k++) assert_int_equal(r.b.off[k], off[k]);
     assert_true(r.b.keys[0] == 6 && r.b.keys[1] == 7);
     rd_close(&r);
+    /* an empty list for the fixed-length b (2 values) is an empty bag, as an absent b is */
+    in.n = 0;
+    tf_t e[] = {{"label", K_F32, 1, .f32 = {1.0f}}, {"d", K_F32, 2, .f32 = {3, 4}}, {"i", K_I64, 1, .i64 = {1}},
+                {"b", K_BYTES, 0, .i64 = {0}},      {"c", K_I64, 1, .i64 = {5}}};
+    add_example(&in, e, 5);
+    rd_open(&r, &in);
+    if (rd_next(&r) != 1) fail_msg("an empty list for a fixed-length feature: %s", r.err);
+    const int64_t off2[] = {0, 0, 1, 1}; /* b empty, c one id, v absent */
+    for (int k = 0; k < 4; k++) assert_int_equal(r.b.off[k], off2[k]);
+    rd_close(&r);
     free(in.p);
 }
 
@@ -508,6 +518,18 @@ static void test_tfrecord_framing(void **state)
         assert_int_equal(rd_next(&r), 0);
         rd_close(&r);
     }
+
+    /* a ZLIB-compressed file: named as such, not as a bad length CRC */
+    in.n = 0;
+    add_good(&in, 1);
+    uLongf zn = compressBound(in.n);
+    buf_t z = {psc_xmalloc(zn), 0, zn};
+    assert_int_equal(compress2(z.p, &zn, in.p, in.n, 6), Z_OK);
+    z.n = zn;
+    rd_open(&r, &z);
+    expect_bad(&r, PSC_EIO, "mem.tfrecord: looks compressed with ZLIB", "not supported", NULL);
+    rd_close(&r);
+    free(z.p);
 
     /* a bad length CRC (a length byte or the stored CRC): the rest is lost */
     for (int where = 0; where < 2; where++) {
