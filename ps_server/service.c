@@ -66,6 +66,8 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     }
     sparse_table_cfg_t *tables = NULL;
     if (rc == 0) rc = svc_tables_from_pb(r, &opt, &tables, err, sizeof err);
+    /* every check before anything is created: a refused Create leaves nothing behind */
+    if (rc == 0) rc = store_check_tables(specs, (int)r->n_vars, tables, (int)r->n_tables, err, sizeof err);
     int validated = rc == 0;
     if (rc == 0) {
         rc = store_create_vars(svc->store, r->job_id, &opt, specs, (int)r->n_vars, &created, err, sizeof err);

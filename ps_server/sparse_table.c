@@ -526,7 +526,7 @@ int sparse_table_check_grads(const sparse_table_t *t, const void *ids, const voi
 
 /* ---- create and destroy ---- */
 
-static int check_cfg(const sparse_table_cfg_t *c, char *err, size_t errlen)
+int sparse_table_check_cfg(const sparse_table_cfg_t *c, char *err, size_t errlen)
 {
 #define BAD(...) psc_seterr(err, errlen, PSC_EINVAL, __VA_ARGS__)
     if (!c->name[0] || !memchr(c->name, 0, sizeof c->name))
@@ -564,7 +564,7 @@ static int check_cfg(const sparse_table_cfg_t *c, char *err, size_t errlen)
 int sparse_table_create(const sparse_table_cfg_t *cfg, sparse_table_t **out, char *err, size_t errlen)
 {
     *out = NULL;
-    int rc = check_cfg(cfg, err, errlen);
+    int rc = sparse_table_check_cfg(cfg, err, errlen);
     if (rc) return rc;
     sparse_table_t *t = psc_xcalloc(1, sizeof *t);
     t->cfg = *cfg;

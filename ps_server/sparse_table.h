@@ -79,6 +79,9 @@ typedef struct sparse_table_stats {
 
 /* Validates cfg (PSC_EINVAL naming the field) and creates an empty part. */
 int sparse_table_create(const sparse_table_cfg_t *cfg, sparse_table_t **out, char *err, size_t errlen);
+/* sparse_table_create's checks of cfg alone (rows, part, partition, dim,
+ * initializer, optimizer kind): 0 or PSC_EINVAL naming the field. */
+int sparse_table_check_cfg(const sparse_table_cfg_t *cfg, char *err, size_t errlen);
 void sparse_table_destroy(sparse_table_t *t); /* NULL ok */
 const sparse_table_cfg_t *sparse_table_config(const sparse_table_t *t);
 /* Bytes of one row record: 8 + 4 * dim * (1 + slots). */

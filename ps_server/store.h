@@ -172,6 +172,12 @@ void store_note_step(store_t *s, int64_t step);
  * creates them empty; the same configs again: no change (0); different ones:
  * PSC_EMISMATCH naming the table; job differs: PSC_EEXISTS. A table's name
  * must not be a variable's. Refusals count as rejected. n may be 0. */
+/* Every check of a Create's tables that needs no store state: each config
+ * (sparse_table_check_cfg), its optimizer's settings, names twice or equal to
+ * one of vars. A Create runs it before it creates anything, so that a refused
+ * Create leaves nothing behind. 0 or PSC_EINVAL naming the table. */
+int store_check_tables(const store_var_spec_t *vars, int nvars, const sparse_table_cfg_t *tables, int n, char *err,
+                       size_t errlen);
 int store_create_tables(store_t *s, const char *job_id, const sparse_table_cfg_t *tables, int n, char *err,
                         size_t errlen);
 

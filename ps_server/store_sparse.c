@@ -41,6 +41,24 @@ static int compare_tables(const store_t *s, const sparse_table_cfg_t *tables, in
     return 0;
 }
 
+int store_check_tables(const store_var_spec_t *vars, int nvars, const sparse_table_cfg_t *tables, int n, char *err,
+                       size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = sparse_table_check_cfg(&tables[i], err, errlen);
+        if (!rc) rc = store_check_optim(&tables[i].opt, err, errlen);
+        if (rc) return rc;
+        for (int j = 0; j < i; j++)
+            if (strcmp(tables[i].name, tables[j].name) == 0)
+                return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: declared twice", tables[i].name);
+        for (int j = 0; j < nvars; j++)
+            if (strcmp(tables[i].name, vars[j].name) == 0)
+                return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: a variable has that name",
+                                  tables[i].name);
+    }
+    return 0;
+}
+
 static int check_names(const store_t *s, const sparse_table_cfg_t *tables, int n, char *err, size_t errlen)
 {
     for (int i = 0; i < n; i++) {

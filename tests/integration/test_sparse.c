@@ -28,6 +28,7 @@
  *     (rows, versions) and the PS keeps serving.
  */
 #include "it_util.h"
+#include "optim_pb.h"
 #include "placement.h"
 #include "ps_client.h"
 #include "psc.pb-c.h"
@@ -775,6 +776,72 @@ static void expect(int code, const char *msg, int want, const char *needle)
     assert_non_null(strstr(msg, needle));
 }
 
+/* One Create to ps 0, as an independent client would send it: global_step and
+ * "w" (4 floats), one table "emb" (1 part) with rows, dim and a uniform
+ * initializer [a, b). The gRPC status code; msg its message. */
+static int raw_create(const char *job_id, int64_t rows, uint32_t dim, float a, float b, char *msg, size_t msglen)
+{
+    Psc__OptimizerSpec opt = PSC__OPTIMIZER_SPEC__INIT;
+    psc_optim_to_pb(&sgd1, &opt);
+    Psc__VarSpec step = PSC__VAR_SPEC__INIT, w = PSC__VAR_SPEC__INIT;
+    step.name = "global_step";
+    step.is_step = 1;
+    int64_t shape[1] = {4};
+    w.name = "w";
+    w.n_shape = 1;
+    w.shape = shape;
+    Psc__VarSpec *vars[2] = {&step, &w};
+    Psc__TableSpec t = PSC__TABLE_SPEC__INIT;
+    t.name = "emb";
+    t.rows = rows;
+    t.dim = dim;
+    t.num_parts = 1;
+    t.init_a = a;
+    t.init_b = b;
+    Psc__TableSpec *tp = &t;
+    Psc__CreateRequest req = PSC__CREATE_REQUEST__INIT;
+    req.job_id = (char *)job_id;
+    req.optimizer = &opt;
+    req.n_vars = 2;
+    req.vars = vars;
+    req.n_tables = 1;
+    req.tables = &tp;
+    size_t len = psc__create_request__get_packed_size(&req);
+    uint8_t *buf = malloc(len ? len : 1);
+    psc__create_request__pack(&req, buf);
+    psc_rpc_channel_t *ch = psc_rpc_channel_create(ps[0].addr);
+    psc_rpc_op_t op;
+    psc_rpc_call(ch, PSC_M_CREATE, buf, len, 30000, 0, &op);
+    int code = op.code;
+    snprintf(msg, msglen, "%s", op.msg);
+    psc_rpc_op_clear(&op);
+    psc_rpc_channel_destroy(ch);
+    free(buf);
+    return code;
+}
+
+/* A refused Create changes nothing: each bad table (rows 0, rows over 2^40,
+ * dim 0, a uniform initializer with min > max) is refused naming it, and
+ * another job's good Create then succeeds (no variables of the refused job
+ * were left behind to make it ALREADY_EXISTS). */
+static void test_refused_create(void **state)
+{
+    (void)state;
+    release_all(1);
+    const char *job = "00000000000000d7";
+    char msg[512];
+    expect(raw_create(job, 0, 4, -1, 1, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "rows 0");
+    expect(raw_create(job, PSC_TABLE_MAX_ROWS + 1, 4, -1, 1, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT,
+           "2^40");
+    expect(raw_create(job, 1000, 0, -1, 1, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "dim 0");
+    expect(raw_create(job, 1000, 4, 1, -1, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "minval <= maxval");
+    /* another job's Create: refused with ALREADY_EXISTS if the refused ones had left job d7's variables */
+    int code = raw_create("00000000000000d8", 1000, 4, -1, 1, msg, sizeof msg);
+    if (code != PSC_RPC_OK) fprintf(stderr, "the good Create after the refused ones: %d %s\n", code, msg);
+    assert_int_equal(code, PSC_RPC_OK);
+    release_all(1);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -845,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_checkpoint_kill9),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_refused_create),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
