@@ -173,7 +173,7 @@ int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
         int64_t version = 0;
         int dim = 0, rc = 0;
         float *dst = (float *)(void *)(data + at);
-        if (sync && p->min_step > 0) { /* version: the part's step */
+        if (sync && p->min_step > 0 && !p->read_only) { /* version: the part's step */
             rc = store_sparse_check(svc->store, p->table, p->ids.data, n, NULL, 0, &dim, NULL, err, sizeof err);
             if (!rc && n * (size_t)dim * 4 > bytes - at)
                 rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "sparse table %s changed under the batch", p->table);
@@ -181,8 +181,8 @@ int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
                 rc = store_sparse_pull_sync(svc->store, p->table, p->ids.data, n, p->min_step, dst, &version, err,
                                             sizeof err);
         } else {
-            rc = store_sparse_pull(svc->store, p->table, p->ids.data, n, dst, (bytes - at) / 4, gen, &dim, &version,
-                                   err, sizeof err);
+            rc = store_sparse_pull(svc->store, p->table, p->ids.data, n, dst, (bytes - at) / 4, p->read_only, gen,
+                                   &dim, &version, err, sizeof err);
         }
         if (rc) {
             svc_fail(svc, call, rc, "batch sparse pull %zu: %s", i, err);

@@ -258,6 +258,7 @@ typedef struct req {
     size_t n;
     double lr;
     float *out; /* (n, dim) or NULL (a push without pull) */
+    int read_only; /* a pull that creates no row: a missing one reads its initial values */
 } req_t;
 
 /* A batch of a request's ids grouped by shard (a counting sort on the hash's
@@ -331,6 +332,17 @@ static int pull_rows(sparse_table_t *t, shard_t *sh, const req_t *q, const batch
                      uint32_t epoch)
 {
     size_t dim = (size_t)t->cfg.dim;
+    if (q->read_only) { /* evaluation: rows as they are, none created */
+        for (size_t k = r0; k < r1; k++) {
+            float *dst = q->out + (b->i0 + b->ord[k]) * dim;
+            const entry_t *e = shard_find(sh, b->id[k], b->h[k]);
+            if (e)
+                memcpy(dst, rec_values(rec_at(t, sh, e->rec)), dim * sizeof(float));
+            else
+                psc_table_row_init(&t->cfg.init, t->cfg.seed, t->name_hash, b->id[k], dst, (int)dim);
+        }
+        return 0;
+    }
     unsigned char *recs[ROW_CHUNK];
     for (size_t c0 = r0; c0 < r1; c0 += ROW_CHUNK) {
         size_t cm = PSC_MIN((size_t)ROW_CHUNK, r1 - c0);
@@ -434,6 +446,14 @@ static int run_rows(sparse_table_t *t, const req_t *q)
     int rc = 0;
     for (size_t i0 = 0; i0 < q->n && !rc; i0 += batch) rc = run_batch(t, q, i0, PSC_MIN(batch, q->n - i0), &b);
     free(heap);
+    return rc;
+}
+
+int sparse_table_read(sparse_table_t *t, const void *ids, size_t n, float *out)
+{
+    req_t q = {.ids = ids, .n = n, .out = out, .read_only = 1};
+    int rc = run_rows(t, &q);
+    if (!rc) count(&t->rows_pulled, n);
     return rc;
 }
 

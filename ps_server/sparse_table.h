@@ -103,6 +103,10 @@ int sparse_table_check_grads(const sparse_table_t *t, const void *ids, const voi
  * rows with their initial values. PSC_ENOMEM (nothing half done: the rows
  * created so far stay, with correct values) when memory runs out. */
 int sparse_table_pull(sparse_table_t *t, const void *ids, size_t n, float *out);
+/* As sparse_table_pull, but creates no row: an id without one reads the
+ * values it would be created with (evaluation: ids seen only in test data
+ * grow neither the table nor its checkpoints). */
+int sparse_table_read(sparse_table_t *t, const void *ids, size_t n, float *out);
 /* Applies n checked, unique ids' gradient rows (n*dim float32 LE, any
  * alignment) with learning rate lr, creating missing rows first. If out is
  * non-NULL the updated rows are copied there (push-pull). version += 1.

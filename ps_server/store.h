@@ -191,13 +191,14 @@ int store_create_tables(store_t *s, const char *job_id, const sparse_table_cfg_t
 int store_sparse_check(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
                        int *dim, uint64_t *gen, char *err, size_t errlen);
 /* Copies n rows into out (room for cap floats; n*dim more is PSC_EMISMATCH),
- * creating the missing ones; the part's version in *version and its dim in
+ * creating the missing ones (read_only: creating none, a missing row reads
+ * its initial values, sparse_table_read); the part's version in *version and its dim in
  * *dim (both may be NULL). Checks as store_sparse_check (ids need not be
  * unique) unless `checked` is the generation still in force (a Batch checks
  * every item before it applies any; a Release and Create between the two
  * changes the generation, and the request is checked again). */
 int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, size_t cap,
-                      uint64_t checked, int *dim, int64_t *version, char *err, size_t errlen);
+                      int read_only, uint64_t checked, int *dim, int64_t *version, char *err, size_t errlen);
 /* Applies n unique ids' gradient rows with the table's optimizer at the
  * learning rate of its schedule (store_note_step). Checks as
  * store_sparse_check first, unless `checked` is as for store_sparse_pull: a

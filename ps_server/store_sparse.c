@@ -196,7 +196,7 @@ static int resolve_checked(store_t *s, const char *table, const void *ids, size_
 }
 
 int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, size_t cap,
-                      uint64_t checked, int *dim, int64_t *version, char *err, size_t errlen)
+                      int read_only, uint64_t checked, int *dim, int64_t *version, char *err, size_t errlen)
 {
     sparse_table_t *t;
     fence_enter(s);
@@ -205,7 +205,7 @@ int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, 
         rc = psc_seterr(err, errlen, PSC_EMISMATCH, "sparse table %s: %zu rows of dim %d exceed the %zu floats given",
                         table, n, sparse_table_config(t)->dim, cap);
     if (!rc) {
-        rc = sparse_table_pull(t, ids, n, out);
+        rc = read_only ? sparse_table_read(t, ids, n, out) : sparse_table_pull(t, ids, n, out);
         if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
         sparse_table_stats_t st;
         sparse_table_get_stats(t, &st);

@@ -94,15 +94,18 @@ void ctr_job_destroy(ctr_job_t *j)
     free(j);
 }
 
-/* Pulls the rows of b's unique ids of every table into b->rows. */
-static int pull_rows(ctr_job_t *j, ctr_slot_batch_t *b, int64_t sync_step, char *err, size_t errlen)
+/* Pulls the rows of b's unique ids of every table into b->rows; read_only
+ * (evaluation): rows that do not exist are read as initialized, not created,
+ * so test-only ids grow neither the tables nor the checkpoints. */
+static int pull_rows(ctr_job_t *j, ctr_slot_batch_t *b, int64_t sync_step, int read_only, char *err, size_t errlen)
 {
     int nops = 0;
     for (int t = 0; t < j->spec->num_tables; t++) {
         ctr_slot_batch_reserve_rows(b, t, j->spec->tables[t].dim);
         if (b->nuids[t] == 0) continue;
         j->ops[nops++] = (ps_sparse_op_t){
-            .table = t, .pull_ids = b->uids[t], .pull_rows = b->rows[t], .npull = (size_t)b->nuids[t]};
+            .table = t, .pull_ids = b->uids[t], .pull_rows = b->rows[t], .npull = (size_t)b->nuids[t],
+            .read_only = read_only};
     }
     if (nops == 0) return 0;
     if (sync_step >= 0)
@@ -118,7 +121,7 @@ int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t syn
     j->next = NULL;
     if (!b && (rc = ctr_loader_next(j->loader, &b, err, errlen))) return rc;
     j->cur = b;
-    if (!pulled && (rc = pull_rows(j, b, sync_step, err, errlen))) return rc;
+    if (!pulled && (rc = pull_rows(j, b, sync_step, 0, err, errlen))) return rc;
     if ((rc = ensure_tower(j, b, err, errlen))) return rc;
     tower_ctr_batch_t tb = ctr_slot_batch_view(b);
     float loss;
@@ -218,7 +221,7 @@ int ctr_job_evaluate(ctr_job_t *j, const float *params, trainer_result_t *res, c
     for (;;) {
         ctr_slot_batch_t *b;
         if ((rc = ctr_loader_next(l, &b, err, errlen))) break;
-        if ((rc = pull_rows(j, b, -1, err, errlen)) == 0 && (rc = ensure_tower(j, b, err, errlen)) == 0) {
+        if ((rc = pull_rows(j, b, -1, 1, err, errlen)) == 0 && (rc = ensure_tower(j, b, err, errlen)) == 0) {
             tower_ctr_batch_t tb = ctr_slot_batch_view(b);
             if ((rc = tower_ctr_set_params(j->tower, params)) || (rc = tower_ctr_predict(j->tower, &tb, j->logits)))
                 rc = psc_seterr(err, errlen, rc, "the tower's forward pass failed (%s)", psc_strerror(rc));

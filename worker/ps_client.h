@@ -247,6 +247,7 @@ typedef struct ps_sparse_op {
     float *pull_rows; /* (npull * dim) */
     size_t npull;
     ps_sparse_stats_t *stats; /* optional */
+    int read_only;    /* pulls create no row: one without a row reads its initial values (evaluation) */
 } ps_sparse_op_t;
 
 /* One sparse round: every op's ids checked (table known, 0 <= id < rows, at

@@ -887,6 +887,12 @@ static void test_bad_input(void **state)
     req.pull = &prp;
     expect(batch_call(&req, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "sparse table");
 
+    /* a read-only pull (evaluation) of unseen ids: their initial values, no row created */
+    int64_t unseen[2] = {10, 12};
+    float ro[8], created[8];
+    ps_sparse_op_t rop = {.table = 0, .pull_ids = unseen, .pull_rows = ro, .npull = 2, .read_only = 1};
+    assert_int_equal(ps_client_sparse(j.pc, &rop, 1, err, sizeof err), 0);
+
     ps_status_t after;
     assert_int_equal(ps_client_status(j.pc, 0, &after, err, sizeof err), 0);
     assert_int_equal(after.tables[0].rows_touched, before.tables[0].rows_touched); /* no row created */
@@ -897,6 +903,13 @@ static void test_bad_input(void **state)
     op.pull_rows = again;
     assert_int_equal(ps_client_sparse(j.pc, &op, 1, err, sizeof err), 0);
     assert_memory_equal(again, rows, sizeof rows);
+    /* a creating pull of the same ids gives the values the read-only one read */
+    rop.read_only = 0;
+    rop.pull_rows = created;
+    assert_int_equal(ps_client_sparse(j.pc, &rop, 1, err, sizeof err), 0);
+    assert_memory_equal(created, ro, sizeof ro);
+    assert_int_equal(ps_client_status(j.pc, 0, &after, err, sizeof err), 0);
+    assert_int_equal(after.tables[0].rows_touched, before.tables[0].rows_touched + 2);
     job_close(&j);
     release_all(2);
 }

@@ -349,6 +349,35 @@ static void test_check_grads(void **state)
 
 /* ---- rows ---- */
 
+/* A read-only pull (evaluation) gives exactly what a creating pull gives, for
+ * rows that exist (trained values) and rows that do not (initial values),
+ * and creates none. */
+static void test_read_creates_no_row(void **state)
+{
+    (void)state;
+    psc_optim_config_t sgd = {.kind = PSC_OPT_SGD, .learning_rate = 1.0f};
+    sparse_table_cfg_t c = cfg_of(1000, 1, 0, PSC_PART_MOD, 4, sgd);
+    sparse_table_t *t = make(&c);
+    const int64_t seen[] = {5, 9};
+    float g[8] = {1, 1, 1, 1, 2, 2, 2, 2}, out[8];
+    push(t, seen, 2, g, 0.5, out);
+    const int64_t ids[] = {5, 77, 9, 500};
+    float got[16], want[16];
+    unsigned char *raw;
+    const void *p = pack_ids(ids, 4, &raw);
+    assert_int_equal(sparse_table_read(t, p, 4, got), 0);
+    sparse_table_stats_t st;
+    sparse_table_get_stats(t, &st);
+    assert_int_equal(st.rows, 2); /* 77 and 500 were read, not created */
+    assert_int_equal(st.rows_pulled, 4);
+    assert_int_equal(sparse_table_pull(t, p, 4, want), 0); /* creates them, same values */
+    assert_memory_equal(got, want, sizeof got);
+    sparse_table_get_stats(t, &st);
+    assert_int_equal(st.rows, 4);
+    free(raw);
+    sparse_table_destroy(t);
+}
+
 static void test_rows_appear_initialized(void **state)
 {
     (void)state;
@@ -989,6 +1018,7 @@ int main(void)
         cmocka_unit_test(test_check_ids_div),
         cmocka_unit_test(test_check_grads),
         cmocka_unit_test(test_rows_appear_initialized),
+        cmocka_unit_test(test_read_creates_no_row),
         cmocka_unit_test(test_sparse_optimizers),
         cmocka_unit_test(test_concurrent_pushes),
         cmocka_unit_test(test_export_incremental),
