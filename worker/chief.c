@@ -30,6 +30,7 @@ struct chief {
     int64_t committed_step; /* the step of this job's newest committed checkpoint (-1: none) */
     int final_failed;     /* the final checkpoint failed: the PS keep the only copy of the model */
     double last_time;
+    double last_rows_look; /* a job with tables: when every PS's Status was last read (their rows, for a lost shard's WARN) */
     int periodic_tries, requested_tries; /* steps a checkpoint waited for a sync step boundary */
 };
 
@@ -216,9 +217,26 @@ static int due(const chief_t *c, int64_t step)
                           (spec->ckpt_every_secs > 0 && psc_now() - c->last_time >= spec->ckpt_every_secs));
 }
 
+/* The chief knows how many rows each table part holds (a PS that dies before
+ * any checkpoint loses them, and its WARN says how many): every PS's Status
+ * every 10 s, a job with tables only. */
+static void look_at_rows(chief_t *c)
+{
+    if (c->o.spec->num_tables == 0 || psc_now() - c->last_rows_look < 10) return;
+    c->last_rows_look = psc_now();
+    int P = ps_client_num_ps(c->pc);
+    ps_status_t *st = psc_xcalloc((size_t)P, sizeof *st);
+    int *ok = psc_xcalloc((size_t)P, sizeof *ok);
+    char err[256];
+    ps_client_status_all(c->pc, st, ok, err, sizeof err);
+    free(st);
+    free(ok);
+}
+
 void chief_after_step(chief_t *c, int64_t global_step)
 {
     char err[512];
+    look_at_rows(c);
     if (due(c, global_step)) {
         int rc = take(c, global_step, "periodic", err, sizeof err);
         if (rc && !wait_boundary(c, rc, err, &c->periodic_tries)) {

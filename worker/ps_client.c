@@ -214,6 +214,7 @@ void ps_client_destroy(ps_client_t *pc)
     free(pc->chunk_batch);
     free(pc->tables);
     free(pc->table_part_ps);
+    free(pc->table_rows_seen);
     free(pc);
 }
 

@@ -35,6 +35,25 @@ static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t
  * their training (throwing that away too would lose more). The model is then a
  * mix, so each lost PS gets one WARN naming its variables; its bit is set in
  * origin->reinitialized_ps (the first 64 PS) and origin->reinitialized counts them. */
+/* ", and emptied its table parts emb part 1 of 2 (12,345 rows lost), ..."
+ * for the table parts ps held (their rows as the last Status showed them);
+ * "" when it held none. */
+static void table_parts_lost(const ps_client_t *pc, int ps, char *out, size_t len)
+{
+    size_t at = 0;
+    int n = 0;
+    out[0] = '\0';
+    for (int t = 0; t < pc->ntables; t++)
+        for (int k = 0; k < pc->num_ps && at + 96 < len; k++) {
+            if (pc->table_part_ps[t * pc->num_ps + k] != ps) continue;
+            int64_t rows = pc->table_rows_seen[t * pc->num_ps + k];
+            char lost[48] = "its rows lost";
+            if (rows >= 0) snprintf(lost, sizeof lost, "%lld rows lost", (long long)rows);
+            at += (size_t)snprintf(out + at, len - at, "%s%s part %d of %d (%s)",
+                                   n++ ? ", " : ", and emptied its table parts ", pc->tables[t].name, k, pc->num_ps, lost);
+        }
+}
+
 static void warn_partial_reinit(const ps_client_t *pc, const int *ready, int nready, ps_model_origin_t *origin)
 {
     char kept[128];
@@ -57,12 +76,13 @@ static void warn_partial_reinit(const ps_client_t *pc, const int *ready, int nre
             if (shown == PS_CLIENT_REINIT_NAMES || at + strlen(pv->name) + 3 > sizeof names) continue;
             at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", shown++ ? ", " : "", pv->name);
         }
-        char more[48] = "";
+        char more[48] = "", parts[1024] = "";
         if (n > shown) snprintf(more, sizeof more, " and %d more", n - shown);
+        table_parts_lost(pc, i, parts, sizeof parts);
         PSC_WARN("ps %d lost its shard and there is no checkpoint to restore: re-initialized its %d variable%s "
-                 "(%s%s) to initial values, while ps %s%s keep%s trained values: the model is now a mix; to avoid "
+                 "(%s%s)%s to initial values, while ps %s%s keep%s trained values: the model is now a mix; to avoid "
                  "this, give every ps a --checkpoint_dir and checkpoint early (checkpoint.every_steps in the job spec)",
-                 i, n, n == 1 ? "" : "s", names, more, kept, nready > PS_CLIENT_REINIT_NAMES ? " and others" : "",
+                 i, n, n == 1 ? "" : "s", names, more, parts, kept, nready > PS_CLIENT_REINIT_NAMES ? " and others" : "",
                  nready == 1 ? "s its" : " their");
     }
 }
@@ -505,6 +525,17 @@ static int status_parse(const psc_rpc_op_t *op, int ps, ps_status_t *st, char *e
     return 0;
 }
 
+/* Remembers the rows of each table part ps holds (the WARN of a lost shard
+ * names them). */
+static void note_table_rows(ps_client_t *pc, const ps_status_t *st)
+{
+    for (int i = 0; i < st->ntables; i++)
+        for (int t = 0; t < pc->ntables; t++)
+            if (!strcmp(pc->tables[t].name, st->tables[i].name) && st->tables[i].part >= 0 &&
+                st->tables[i].part < pc->num_ps)
+                pc->table_rows_seen[t * pc->num_ps + st->tables[i].part] = (int64_t)st->tables[i].rows_touched;
+}
+
 int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t errlen)
 {
     Psc__StatusRequest req = PSC__STATUS_REQUEST__INIT;
@@ -516,6 +547,7 @@ int ps_client_status(ps_client_t *pc, int ps, ps_status_t *st, char *err, size_t
         rc = pcl_op_error(&op, 1, "status", err, errlen);
     else
         rc = status_parse(&op, ps, st, err, errlen);
+    if (rc == 0) note_table_rows(pc, st);
     psc_rpc_op_clear(&op);
     return rc;
 }
@@ -531,6 +563,7 @@ int ps_client_status_all(ps_client_t *pc, ps_status_t *st, int *ok, char *err, s
     for (int i = 0; i < P; i++) {
         char e[256] = "";
         ok[i] = ops[i].code == PSC_RPC_OK && status_parse(&ops[i], i, &st[i], e, sizeof e) == 0;
+        if (ok[i]) note_table_rows(pc, &st[i]);
         if (!ok[i] && rc == 0) rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s", e);
     }
     pcl_clear_ops(ops, (size_t)P);

@@ -72,6 +72,7 @@ struct ps_client {
     psc_table_spec_t *tables;
     int ntables;
     int *table_part_ps; /* (ntables * num_ps) the PS of part k of table t */
+    int64_t *table_rows_seen; /* (ntables * num_ps) rows of part k of table t in the last Status seen (-1: none) */
     uint64_t table_seed;
     const ps_sparse_op_t *round_ops; /* ps_client_round_sparse: the next async round carries them */
     int round_nops;

@@ -24,8 +24,11 @@ void ps_client_set_tables(ps_client_t *pc, const psc_table_spec_t *tables, int n
 {
     free(pc->tables);
     free(pc->table_part_ps);
+    free(pc->table_rows_seen);
     pc->tables = n ? psc_xcalloc((size_t)n, sizeof *pc->tables) : NULL;
     pc->table_part_ps = n ? psc_xcalloc((size_t)n * (size_t)pc->num_ps, sizeof *pc->table_part_ps) : NULL;
+    pc->table_rows_seen = n ? psc_xcalloc((size_t)n * (size_t)pc->num_ps, sizeof *pc->table_rows_seen) : NULL;
+    for (size_t k = 0; k < (size_t)n * (size_t)pc->num_ps; k++) pc->table_rows_seen[k] = -1;
     if (n) {
         memcpy(pc->tables, tables, (size_t)n * sizeof *tables);
         memcpy(pc->table_part_ps, part_ps, (size_t)n * (size_t)pc->num_ps * sizeof *part_ps);

@@ -9,7 +9,8 @@
 # ps k mod 2), that the other ps keep their trained values, and how to avoid it.
 # Training completes with every process exiting 0, and global_step was not
 # reset: the step the workers continue at, and the final one, are at least the
-# one read before the kill.
+# one read before the kill. Then a recommendation model (1 worker): the WARN
+# also names the table part ps 1 held and the rows it had.
 source "$(dirname "$0")/lib.sh"
 require_dataset
 small_spec "$TMP/job.json" 2 5 ', "placement": {"strategy": "round_robin"}'
@@ -59,4 +60,36 @@ final=$(sed -n 's/.*evaluation on .* at global_step \([0-9]*\):.*/\1/p' "$TMP/wo
 echo "global_step: $before before the kill, ${again:-?} when the chief continued, ${final:-?} at the end"
 [ -n "$again" ] && [ "$again" -ge "$before" ] || fail "global_step was reset: ${again:-none} after the restart, $before before"
 [ -n "$final" ] && [ "$final" -ge "$before" ] || fail "final global_step ${final:-none} < $before before the kill"
-pass "a ps lost before any checkpoint: its shard re-initialized with a WARN naming its variables, the other kept"
+
+# ---- a recommendation model: the WARN also names the table part ps 1 held and its rows ----
+"$BIN/psc_gen_ctr" --out "$TMP/data" --train_rows 20000 --test_rows 1000 --files 1 --seed 4 \
+    --max_cardinality 100000 >"$TMP/gen.out" 2>&1 || fail "psc_gen_ctr failed"
+cat >"$TMP/ctr.json" <<JSON
+{"model": {"layers": [{"type": "embedding", "table": "emb", "features": ["C1","C2","C3","C4","C5","C6"]},
+    {"type": "dense", "units": 4, "activation": "relu"}, {"type": "interaction"}, {"type": "dense", "units": 1}],
+  "loss": "sigmoid_cross_entropy"},
+ "tables": [{"name": "emb", "rows": 1000000, "dim": 4}],
+ "optimizer": {"name": "adam", "learning_rate": 0.003},
+ "data": {"format": "criteo", "train": "$TMP/data/train-*.tsv", "test": "$TMP/data/test.tsv"},
+ "batch_size_per_replica": 32, "epochs": 1, "seed": 5}
+JSON
+mv "$TMP/worker0.log" "$TMP/worker0.log.dense"
+cluster 2 1
+start_ps 0; p0=$LAST_PID
+start_ps 1; p1=$LAST_PID
+wait_healthy "${PS_ADDR[0]}"; wait_healthy "${PS_ADDR[1]}"
+start_worker 0 "$TMP/ctr.json" --debug_step_delay_ms 10 --retry_secs 60; w0=$LAST_PID
+t=0
+until grep -q 'step [0-9]*[1-9][0-9] ' "$TMP/worker0.log" 2>/dev/null; do
+    sleep 0.1; t=$((t + 1)); [ $t -le 600 ] || fail "the CTR job did not reach step 10"
+done
+kill -9 "$p1"; wait_exit "$p1" 10
+mv "$TMP/ps1.log" "$TMP/ps1.log.killed-ctr"
+start_ps 1; p1=$LAST_PID
+wait_exit "$w0" 180; [ "$EXIT_CODE" = 0 ] || fail "the CTR chief exited $EXIT_CODE"
+grep -a 'WARN .*lost its shard and there is no checkpoint to restore' "$TMP/worker0.log" >"$TMP/warn2.txt" ||
+    fail "the CTR chief gave no WARN about a re-initialized shard"
+sed 's/^/  /' "$TMP/warn2.txt"
+grep -Eq 'and emptied its table parts emb part [01] of 2 \([1-9][0-9]* rows lost\)' "$TMP/warn2.txt" ||
+    fail "the WARN does not name the table part ps 1 held and its rows"
+pass "a ps lost before any checkpoint: its shard re-initialized with a WARN naming its variables and table parts, the other kept"
