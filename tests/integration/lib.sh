@@ -89,3 +89,17 @@ small_spec() {
  "batch_size_per_replica": 32, "epochs": $2, "seed": $3 ${4:-}}
 JSON
 }
+
+# small_tmpfs SIZE — mounts a tmpfs of SIZE (e.g. 192k, 16m) at $TMP/small, or skips (77) where
+# that is not permitted (needs root); on exit the daemons go first (a ps_server holds its store
+# open there), then the tmpfs, then the rest.
+small_tmpfs() {
+    mkdir -p "$TMP/small"
+    mount -t tmpfs -o "size=$1" tmpfs "$TMP/small" 2>/dev/null || skip "cannot mount a tmpfs (needs root)"
+    trap 'umount_small; cleanup' EXIT
+}
+umount_small() {
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    umount "$TMP/small" 2>/dev/null || umount -l "$TMP/small" 2>/dev/null || true
+}

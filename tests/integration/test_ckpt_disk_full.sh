@@ -14,14 +14,7 @@
 source "$(dirname "$0")/lib.sh"
 require_dataset
 
-mkdir -p "$TMP/small"
-mount -t tmpfs -o size=16m tmpfs "$TMP/small" 2>/dev/null || skip "cannot mount a tmpfs (needs root)"
-umount_small() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    umount "$TMP/small" 2>/dev/null || umount -l "$TMP/small" 2>/dev/null || true
-}
-trap 'umount_small; cleanup' EXIT
+small_tmpfs 16m
 
 small_spec "$TMP/job.json" 30 3 ', "checkpoint": {"keep": 3}'
 mapfile -t ports < <("$BIN/psc_free_port" 2)

@@ -723,21 +723,28 @@ static void test_checkpoint_kill9(void **state)
 
 /* ---- bad input ---- */
 
-/* Sends one Batch to ps 0 and returns its gRPC code; msg gets the message. */
-static int batch_call(const Psc__BatchRequest *req, char *msg, size_t msglen)
+/* Sends the len bytes of buf to ps 0 (method) and frees buf; returns the
+ * call's gRPC code, msg gets its message. */
+static int call_ps0(const char *method, uint8_t *buf, size_t len, char *msg, size_t msglen)
 {
-    size_t len = psc__batch_request__get_packed_size(req);
-    uint8_t *buf = malloc(len ? len : 1);
-    psc__batch_request__pack(req, buf);
     psc_rpc_channel_t *ch = psc_rpc_channel_create(ps[0].addr);
     psc_rpc_op_t op;
-    psc_rpc_call(ch, PSC_M_BATCH, buf, len, 30000, 0, &op);
+    psc_rpc_call(ch, method, buf, len, 30000, 0, &op);
     int code = op.code;
     snprintf(msg, msglen, "%s", op.msg);
     psc_rpc_op_clear(&op);
     psc_rpc_channel_destroy(ch);
     free(buf);
     return code;
+}
+
+/* Sends one Batch to ps 0 and returns its gRPC code; msg gets the message. */
+static int batch_call(const Psc__BatchRequest *req, char *msg, size_t msglen)
+{
+    size_t len = psc__batch_request__get_packed_size(req);
+    uint8_t *buf = malloc(len ? len : 1);
+    psc__batch_request__pack(req, buf);
+    return call_ps0(PSC_M_BATCH, buf, len, msg, msglen);
 }
 
 static int sparse_push(const char *name, const int64_t *ids, size_t nids, const void *vals, size_t vlen, char *msg,
@@ -809,15 +816,7 @@ static int raw_create(const char *job_id, int64_t rows, uint32_t dim, float a, f
     size_t len = psc__create_request__get_packed_size(&req);
     uint8_t *buf = malloc(len ? len : 1);
     psc__create_request__pack(&req, buf);
-    psc_rpc_channel_t *ch = psc_rpc_channel_create(ps[0].addr);
-    psc_rpc_op_t op;
-    psc_rpc_call(ch, PSC_M_CREATE, buf, len, 30000, 0, &op);
-    int code = op.code;
-    snprintf(msg, msglen, "%s", op.msg);
-    psc_rpc_op_clear(&op);
-    psc_rpc_channel_destroy(ch);
-    free(buf);
-    return code;
+    return call_ps0(PSC_M_CREATE, buf, len, msg, msglen);
 }
 
 /* A refused Create changes nothing: each bad table (rows 0, rows over 2^40,
