@@ -5,7 +5,7 @@
 #   ONLY='interaction|bag' tests/cuda_emu/mutate.sh [BUILD_DIR]
 #                                                 (only the mutations whose name matches the ERE)
 #
-# Injects one bug at a time into a COPY of worker/tower_cuda.cu (the source file
+# Injects one bug at a time into a COPY of worker/tower/tower_cuda.cu (the source file
 # is never touched), builds test_tower_cuda_emu against the copy (CMake's
 # PSC_CUDA_EMU_SRC, in BUILD_DIR), runs it, and prints a table: the mutation,
 # whether a test failed ("caught"), and which check saw it (the failed tests and
@@ -18,7 +18,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 B=${1:-$SRC/build-mutate}
 mkdir -p "$B/mutants"
 B=$(cd "$B" && pwd)
-ORIG=$SRC/worker/tower_cuda.cu
+ORIG=$SRC/worker/tower/tower_cuda.cu
 MUT=$B/mutants/tower_cuda.cu
 LOG=$B/mutants
 JOBS=${JOBS:-2}

@@ -1,5 +1,5 @@
 # rewrite_launches.cmake — the one source change the CUDA emulation needs:
-#   cmake -DIN=worker/tower_cuda.cu -DOUT=build/cuda_emu/tower_cuda_emu.cpp -P rewrite_launches.cmake
+#   cmake -DIN=worker/tower/tower_cuda.cu -DOUT=build/cuda_emu/tower_cuda_emu.cpp -P rewrite_launches.cmake
 # rewrites each kernel launch `name<<<config>>>(` into `EMU_LAUNCH(name, config)(`
 # (cuda_runtime.h of tests/cuda_emu); every other byte is kept, and a #line
 # directive keeps compiler messages and __FILE__ / __LINE__ on the original file.
