@@ -9,7 +9,7 @@
  * waits for jobs from psctl (runner.h) until SIGINT/SIGTERM (run_standalone);
  * then tears down whatever was built (teardown), on every path.
  */
-#include "ckpt_requests.h"
+#include "chief_mailbox.h"
 #include "control.h"
 #include "daemon.h"
 #include "evaluator.h"
@@ -22,7 +22,7 @@
 #include "runner.h"
 #include "security.h"
 #include "tf_config.h"
-#include "towers.h"
+#include "tower_group.h"
 #include "trainer.h"
 #include "wire.h"
 #include "worker_metrics.h"
@@ -119,7 +119,7 @@ typedef struct worker {
     char bind[300]; /* this task's listen address */
     psc_metrics_t *metrics;
     psc_rpc_server_t *server;
-    ckpt_requests_t *requests; /* psctl checkpoint requests: control parks them, the chief answers */
+    chief_mailbox_t *requests; /* psctl checkpoint requests: control parks them, the chief answers */
     failures_t *failures;      /* other tasks' failure reports (chief) and this task's abort */
     control_t *control;
     runner_t *runner; /* standalone mode */
@@ -183,7 +183,7 @@ static int parse_opt(worker_args_t *a, int c, const char *arg, const char *text)
         const tower_ops_t *backend;
         int devs[PSC_MAX_TOWERS], ndev;
         char derr[256];
-        int drc = towers_parse_devices(arg, &backend, devs, &ndev, derr, sizeof derr);
+        int drc = tower_group_parse_devices(arg, &backend, devs, &ndev, derr, sizeof derr);
         if (drc) { /* malformed: usage; well-formed but the GPUs are not there or not usable: configuration */
             fprintf(stderr, "worker: %s\n", derr);
             return drc == PSC_EINVAL ? PSC_EXIT_USAGE : PSC_EXIT_CONFIG;
@@ -299,7 +299,7 @@ static int serve(worker_t *w)
         return PSC_EXIT_SOFTWARE;
     }
     psc_rpc_server_add_service(w->server, "psc.Worker");
-    w->requests = ckpt_requests_create();
+    w->requests = chief_mailbox_create();
     w->failures = failures_create();
     w->control = control_create(w->is_chief, psc_cluster_addr(cl, psc_cluster_chief(cl)), w->requests, w->failures);
     control_register(w->control, w->server);
@@ -309,7 +309,7 @@ static int serve(worker_t *w)
     }
     to->cluster = cl;
     to->task = w->cfg.task;
-    to->ckpt_requests = w->requests;
+    to->chief_mailbox = w->requests;
     to->failures = w->failures;
     trainer_opts_defaults(to);
     return 0;
@@ -375,12 +375,12 @@ static int run_in_cluster(worker_t *w)
 static void teardown(worker_t *w)
 {
     /* parked requests are answered before the server's shutdown waits on them */
-    ckpt_requests_close(w->requests, "the worker is stopping");
+    chief_mailbox_close(w->requests, "the worker is stopping");
     if (w->server) psc_rpc_server_shutdown(w->server, 1000);
     runner_destroy(w->runner); /* cancels a running job and waits for it */
     psc_rpc_server_destroy(w->server);
     control_destroy(w->control);
-    ckpt_requests_destroy(w->requests);
+    chief_mailbox_destroy(w->requests);
     failures_destroy(w->failures);
     worker_metrics_destroy(w->args.trainer.metrics);
     psc_metrics_destroy(w->metrics);

@@ -2,7 +2,7 @@
  * process without RPC: the model, batch (batch_size_per_replica) and towers
  * (--devices as the worker's; default: every visible GPU, else one CPU tower)
  * of a job spec, timing what a worker does per step besides the push-pull:
- * towers_set_params + towers_train_step + towers_get_grads. Random inputs and
+ * tower_group_set_params + tower_group_train_step + tower_group_get_grads. Random inputs and
  * Keras-initialized parameters; 3 warm-up steps, then at least 20 steps and at
  * least the given seconds. tests/bench/bench_step.sh divides the examples/s
  * that a real worker logs by this program's number.
@@ -20,7 +20,7 @@
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"
-#include "towers.h"
+#include "tower_group.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -42,7 +42,7 @@ int main(int argc, char **argv)
     psc_job_spec_t spec;
     psc_var_desc_t *vars = NULL;
     int nvars = 0, rc;
-    towers_t *ts = NULL;
+    tower_group_t *ts = NULL;
     float *params = NULL, *grads = NULL, *x = NULL;
     int32_t *y = NULL;
     if ((rc = psc_job_spec_load(argv[1], &spec, err, sizeof err))) {
@@ -65,16 +65,16 @@ int main(int argc, char **argv)
     psc_rng_seed(&r, 7);
     for (int64_t i = 0; i < (int64_t)batch * features; i++) x[i] = (float)psc_rng_uniform(&r);
     for (int i = 0; i < batch; i++) y[i] = (int32_t)psc_rng_below(&r, 10);
-    if ((rc = towers_create(devices, &spec, vars, nvars, batch, &ts, err, sizeof err))) goto out;
+    if ((rc = tower_group_create(devices, &spec, vars, nvars, batch, &ts, err, sizeof err))) goto out;
 
     float loss = 0;
     int correct = 0, steps = 0;
     double t0 = 0, elapsed = 0;
     for (int i = 0;; i++) {
         if (i == 3) t0 = psc_now(); /* after 3 warm-up steps */
-        if ((rc = towers_set_params(ts, params)) ||
-            (rc = towers_train_step(ts, x, y, batch, (uint64_t)i, &loss, &correct)) ||
-            (rc = towers_get_grads(ts, grads))) {
+        if ((rc = tower_group_set_params(ts, params)) ||
+            (rc = tower_group_train_step(ts, x, y, batch, (uint64_t)i, &loss, &correct)) ||
+            (rc = tower_group_get_grads(ts, grads))) {
             snprintf(err, sizeof err, "step %d: %s", i, psc_strerror(rc));
             goto out;
         }
@@ -85,11 +85,11 @@ int main(int argc, char **argv)
         }
     }
     printf("bench_step_tower: %s: %lld parameters, batch %d on %s: %d steps, %.3f ms/step, %.0f examples/s\n",
-           argv[1], (long long)nparams, batch, towers_describe(ts), steps, 1e3 * elapsed / steps,
+           argv[1], (long long)nparams, batch, tower_group_describe(ts), steps, 1e3 * elapsed / steps,
            (double)batch * steps / elapsed);
 out:
     if (rc) fprintf(stderr, "bench_step_tower: %s: %s\n", argv[1], err[0] ? err : psc_strerror(rc));
-    towers_destroy(ts);
+    tower_group_destroy(ts);
     psc_job_spec_deinit(&spec);
     free(vars);
     free(params);

@@ -6,7 +6,7 @@
 #ifndef PSC_CTR_FIXTURE_H
 #define PSC_CTR_FIXTURE_H
 
-#include "ctr_data.h"
+#include "ctr_reader.h"
 #include "job_spec.h"
 #include "psc.h"
 

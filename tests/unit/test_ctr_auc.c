@@ -1,4 +1,4 @@
-/* test_ctr_auc — exact ROC AUC and log loss (worker/ctr_metrics.c).
+/* test_ctr_auc — exact ROC AUC and log loss (worker/ctr_eval.c).
  *
  * AUC: a hand-worked example with ties (the arithmetic in the comment), in
  * shuffled input order; all-equal scores give 0.5, a perfect ranking 1, the
@@ -11,7 +11,7 @@
  * The streaming accumulator over uneven batches equals the one-shot functions
  * exactly, also after a reset, and with a NaN logit its AUC is NaN.
  */
-#include "ctr_metrics.h"
+#include "ctr_eval.h"
 #include "psc.h"
 #include "rng.h"
 

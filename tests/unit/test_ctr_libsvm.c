@@ -14,7 +14,7 @@
  */
 #define PSC_CTR_FIXTURE_TESTS
 #include "ctr_fixture.h"
-#include "ctr_data.h"
+#include "ctr_reader.h"
 #include "psc.h"
 
 #include <math.h>

@@ -17,7 +17,7 @@
  */
 #define PSC_CTR_FIXTURE_TESTS
 #include "ctr_fixture.h"
-#include "ctr_data.h"
+#include "ctr_reader.h"
 #include "ctr_reader_internal.h"
 #include "psc.h"
 

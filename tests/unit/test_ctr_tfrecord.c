@@ -20,7 +20,7 @@
  */
 #include "bytes.h"
 #include "crc32c.h"
-#include "ctr_data.h"
+#include "ctr_reader.h"
 #include "ctr_reader_internal.h"
 #include "example.pb-c.h"
 #include "psc.h"

@@ -21,7 +21,7 @@
  * step (conv-pool-conv-pool-dense-dropout-dense) and reduce_grads of two towers
  * against the CPU's reduce; more than 32 classes (the loss kernel's lanes loop
  * over a row), layers without bias, batches over 512 examples; a worker's
- * towers (worker/towers.c) on gpu:0,gpu:1, gpu:0,gpu:0 and three towers on two
+ * towers (worker/tower_group.c) on gpu:0,gpu:1, gpu:0,gpu:0 and three towers on two
  * devices against one CPU tower on the whole batch. Also the argument checks
  * and a missing device. The CTR tower (tower_ctr.c) on both backends: DLRM with
  * a wide part on batches of 37 and 600 examples (on the second device where
@@ -38,7 +38,7 @@
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"
-#include "towers.h"
+#include "tower_group.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -613,19 +613,19 @@ static void test_before_first_step(void **state)
     pair_free(p);
 }
 
-/* ---- a worker's towers (worker/towers.c) on CUDA ---- */
+/* ---- a worker's towers (worker/tower_group.c) on CUDA ---- */
 
 /* Two steps of `devices`' towers on n examples against one CPU tower on the
  * whole batch: the size-weighted reduce_grads gives that tower's gradient, the
  * towers' dropout masks are its (each slice draws at its place in the batch),
  * and the loss, hits and evaluation are its. */
-static void towers_case(pair_t *p, const char *devices, const float *x, const int32_t *y, int n)
+static void tower_group_case(pair_t *p, const char *devices, const float *x, const int32_t *y, int n)
 {
-    towers_t *ts = NULL;
+    tower_group_t *ts = NULL;
     char err[256] = "", what[96];
-    if (towers_create(devices, &p->spec, p->vars, p->nvars, p->max_batch, &ts, err, sizeof err))
+    if (tower_group_create(devices, &p->spec, p->vars, p->nvars, p->max_batch, &ts, err, sizeof err))
         fail_msg("%s: %s", devices, err);
-    assert_string_equal(towers_describe(ts), devices);
+    assert_string_equal(tower_group_describe(ts), devices);
     for (uint64_t step = 0; step < 2; step++) {
         float lt = -1, lc = -2;
         int ct = -1, cc = -2;
@@ -633,27 +633,27 @@ static void towers_case(pair_t *p, const char *devices, const float *x, const in
         if (step)
             for (int64_t k = 0; k < p->nparams; k++) p->params[k] *= 0.9f;
         snprintf(what, sizeof what, "towers %s n=%d step %d", devices, n, (int)step);
-        assert_int_equal(towers_set_params(ts, p->params), 0);
+        assert_int_equal(tower_group_set_params(ts, p->params), 0);
         assert_int_equal(tower_set_params(p->cpu, p->params), 0);
-        assert_int_equal(towers_train_step(ts, x, y, n, 40 + step, &lt, &ct), 0);
+        assert_int_equal(tower_group_train_step(ts, x, y, n, 40 + step, &lt, &ct), 0);
         assert_int_equal(tower_train_step(p->cpu, x, y, n, 40 + step, &lc, &cc), 0);
-        assert_int_equal(towers_get_grads(ts, p->gcuda), 0);
+        assert_int_equal(tower_group_get_grads(ts, p->gcuda), 0);
         assert_int_equal(tower_get_grads(p->cpu, p->gcpu), 0);
         if (!(rel_err_scalar(lt, lc) <= TOL)) fail_msg("%s: loss towers %.7g, cpu %.7g", what, (double)lt, (double)lc);
         if (ct != cc) fail_msg("%s: correct towers %d, cpu %d", what, ct, cc);
         expect_grads_close(p, what);
         double st = 0, sc = 0;
         int et = 0, ec = 0;
-        assert_int_equal(towers_evaluate(ts, x, y, n, &st, &et), 0);
+        assert_int_equal(tower_group_evaluate(ts, x, y, n, &st, &et), 0);
         assert_int_equal(tower_evaluate(p->cpu, x, y, n, &sc, &ec), 0);
         if (!(rel_err_scalar(st, sc) <= TOL)) fail_msg("%s: evaluate loss towers %.9g, cpu %.9g", what, st, sc);
         if (et != ec) fail_msg("%s: evaluate correct towers %d, cpu %d", what, et, ec);
     }
     fprintf(stderr, "  %-40s n=%-3d matches one CPU tower\n", devices, n);
-    towers_destroy(ts);
+    tower_group_destroy(ts);
 }
 
-static void test_towers(void **state)
+static void test_tower_group(void **state)
 {
     (void)state;
     enum { B = 24, F = 8 * 8 * 2 };
@@ -681,9 +681,9 @@ static void test_towers(void **state)
                 continue;
             }
             memcpy(p->params, params0, (size_t)p->nparams * sizeof(float));
-            towers_case(p, cases[c], x, y, B);
+            tower_group_case(p, cases[c], x, y, B);
             memcpy(p->params, params0, (size_t)p->nparams * sizeof(float));
-            towers_case(p, cases[c], x, y, 7); /* uneven slices */
+            tower_group_case(p, cases[c], x, y, 7); /* uneven slices */
         }
     }
     cuda_emu_set_peer_access(1);
@@ -839,7 +839,7 @@ int main(void)
         cmocka_unit_test(test_reduce_grads),
         cmocka_unit_test(test_wide_big_no_bias),
         cmocka_unit_test(test_before_first_step),
-        cmocka_unit_test(test_towers),
+        cmocka_unit_test(test_tower_group),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_ctr_steps),
         cmocka_unit_test(test_emu_no_mistakes), /* a real GPU: nothing emulated, nothing to see */

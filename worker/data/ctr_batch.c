@@ -1,5 +1,5 @@
 /* ctr_batch.c — building a ctr_batch_t example by example (the record
- * parsers' side of ctr_reader_internal.h) and freeing it (ctr_data.h).
+ * parsers' side of ctr_reader_internal.h) and freeing it (ctr_reader.h).
  *
  * Its own file, not ctr_reader.c's: the reader uses the formats' tables and
  * the formats use these helpers, and one folder's files must not call each

@@ -1,4 +1,4 @@
-/* ctr_reader.c — the CTR data sets' reader (ctr_data.h): file lists, shards,
+/* ctr_reader.c — the CTR data sets' reader (ctr_reader.h): file lists, shards,
  * epochs, example caps and bad-record counting over the formats' record
  * parsers (ctr_reader_internal.h).
  *

@@ -5,7 +5,7 @@
 #ifndef PSC_CTR_READER_INTERNAL_H
 #define PSC_CTR_READER_INTERNAL_H
 
-#include "ctr_data.h"
+#include "ctr_reader.h"
 #include "psc.h"
 
 #include <stddef.h>

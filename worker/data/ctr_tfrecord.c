@@ -22,7 +22,7 @@
  * map, the last entry wins (protobuf's map semantics). A Feature with no list
  * set reads as an empty list of the declared kind.
  *
- * Mapping onto the example (ctr_data.h): the label is an int64 or float list
+ * Mapping onto the example (ctr_reader.h): the label is an int64 or float list
  * of one value, 0 or 1; a dense feature gives exactly `length` floats (int64
  * converted; each finite; log1p transform when the spec says) at its
  * dense_offset; a categorical feature gives a bag, in cat_index order, of

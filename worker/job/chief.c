@@ -1,7 +1,7 @@
 /* chief.c — see chief.h. */
 #include "chief.h"
 
-#include "ckpt_requests.h"
+#include "chief_mailbox.h"
 #include "evaluator.h"
 #include "failures.h"
 #include "fanout.h"
@@ -41,14 +41,14 @@ chief_t *chief_create(const chief_opts_t *o, ps_client_t *pc)
     c->pc = pc;
     c->committed_step = -1;
     snprintf(c->off_why, sizeof c->off_why, "checkpoints off: the schedule has not started");
-    ckpt_requests_open(o->requests);
+    chief_mailbox_open(o->requests);
     return c;
 }
 
 void chief_destroy(chief_t *c, const char *why)
 {
     if (!c) return;
-    ckpt_requests_close(c->o.requests, why);
+    chief_mailbox_close(c->o.requests, why);
     free(c);
 }
 
@@ -247,14 +247,14 @@ void chief_after_step(chief_t *c, int64_t global_step)
             c->last_time = psc_now();
         }
     }
-    if (!ckpt_requests_pending(c->o.requests)) return;
+    if (!chief_mailbox_pending(c->o.requests)) return;
     int rc = take(c, global_step, "requested", err, sizeof err);
     if (rc && wait_boundary(c, rc, err, &c->requested_tries)) return;
     if (rc) {
         count(c, 0, "requested", global_step, err);
         PSC_WARN("requested checkpoint at step %lld not taken: %s", (long long)global_step, err);
     }
-    ckpt_requests_answer(c->o.requests, rc, c->last_id, c->last_step, err);
+    chief_mailbox_answer(c->o.requests, rc, c->last_id, c->last_step, err);
 }
 
 /* ---- the end ---- */
@@ -458,13 +458,13 @@ int chief_finish(chief_t *c, int64_t global_step, chief_eval_fn eval, void *eval
                  trainer_result_t *res, char *err, size_t errlen)
 {
     int rc = final_checkpoint(c, global_step, err, errlen);
-    if (ckpt_requests_pending(c->o.requests)) { /* requests that came after the last step: the final checkpoint */
+    if (chief_mailbox_pending(c->o.requests)) { /* requests that came after the last step: the final checkpoint */
         char why[512] = "";
         int arc = rc;
         if (!c->enabled) arc = psc_seterr(why, sizeof why, PSC_ENOTREADY, "%s", c->off_why);
-        ckpt_requests_answer(c->o.requests, arc, c->last_id, c->last_step, arc == rc ? err : why);
+        chief_mailbox_answer(c->o.requests, arc, c->last_id, c->last_step, arc == rc ? err : why);
     }
-    ckpt_requests_close(c->o.requests, "training finished");
+    chief_mailbox_close(c->o.requests, "training finished");
     char eerr[512] = "";
     int erc = eval(eval_ctx, params, res, eerr, sizeof eerr);
     if (erc == PSC_ENOTFOUND) {

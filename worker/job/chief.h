@@ -18,7 +18,7 @@
 #ifndef PSC_CHIEF_H
 #define PSC_CHIEF_H
 
-#include "ckpt_requests.h"
+#include "chief_mailbox.h"
 #include "failures.h"
 #include "model_spec.h"
 #include "ps_client.h"
@@ -37,7 +37,7 @@ typedef struct chief_opts {
     const psc_cluster_t *cluster;
     double wait_workers_secs;    /* bound on waiting for the other replicas at the end */
     atomic_int *stop;            /* non-zero: stop waiting; may be NULL */
-    ckpt_requests_t *requests;   /* checkpoint requests from psctl (opened here, drained, closed); may be NULL */
+    chief_mailbox_t *requests;   /* checkpoint requests from psctl (opened here, drained, closed); may be NULL */
     trainer_progress_t *progress; /* checkpoint counters go here; may be NULL */
     struct worker_metrics *metrics; /* may be NULL */
     int shutdown_ps;             /* tell every PS to exit at the end (in-cluster mode) */

@@ -17,7 +17,7 @@
 struct control {
     int is_chief;
     char chief_addr[256];
-    ckpt_requests_t *requests;
+    chief_mailbox_t *requests;
     failures_t *failures;
     atomic_int *stop; /* in-cluster mode: the job's stop flag (a failing Cancel sets it) */
     /* standalone mode (set before the server starts) */
@@ -38,7 +38,7 @@ void control_set_standalone(control_t *c, runner_t *runner, const psc_cluster_t 
 
 void control_set_in_cluster(control_t *c, atomic_int *stop) { c->stop = stop; }
 
-control_t *control_create(int is_chief, const char *chief_addr, ckpt_requests_t *requests, failures_t *failures)
+control_t *control_create(int is_chief, const char *chief_addr, chief_mailbox_t *requests, failures_t *failures)
 {
     control_t *c = psc_xcalloc(1, sizeof *c);
     c->is_chief = is_chief;
@@ -65,7 +65,7 @@ static void h_checkpoint(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
                      c->chief_addr);
         return;
     }
-    ckpt_requests_park(c->requests, call); /* the chief's loop answers it (chief.c) */
+    chief_mailbox_park(c->requests, call); /* the chief's loop answers it (chief.c) */
 }
 
 /* ---- standalone mode ---- */

@@ -9,14 +9,14 @@
  * task's failure) and a failing Cancel (the chief stops a failed job).
  *
  * A Checkpoint request is parked in the mailbox given to control_create
- * (ckpt_requests.h), which the chief's training loop drains between two
+ * (chief_mailbox.h), which the chief's training loop drains between two
  * steps; control does not call the chief, nor the chief control.
  * Thread-safe (the handlers run on server threads).
  */
 #ifndef PSC_CONTROL_H
 #define PSC_CONTROL_H
 
-#include "ckpt_requests.h"
+#include "chief_mailbox.h"
 #include "failures.h"
 #include "rpc.h"
 #include "runner.h"
@@ -32,7 +32,7 @@ typedef struct control control_t;
  * its calls; failures: where ReportFailure files reports (the chief) and a
  * failing Cancel this task's abort (failures.h). Both the caller's; they must
  * outlive c. */
-control_t *control_create(int is_chief, const char *chief_addr, ckpt_requests_t *requests, failures_t *failures);
+control_t *control_create(int is_chief, const char *chief_addr, chief_mailbox_t *requests, failures_t *failures);
 /* In-cluster mode: a failing Cancel from the chief sets *stop (the job's flag). */
 void control_set_in_cluster(control_t *c, atomic_int *stop);
 /* After the server is down (what is parked belongs to the mailbox). NULL ok. */

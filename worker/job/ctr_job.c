@@ -2,12 +2,12 @@
 #include "ctr_job.h"
 
 #include "ctr_loader.h"
-#include "ctr_metrics.h"
+#include "ctr_eval.h"
 #include "log.h"
 #include "psc.h"
 #include "tower.h"
 #include "tower_ctr.h"
-#include "towers.h"
+#include "tower_group.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -57,7 +57,7 @@ int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t e
     j->max_batch = PSC_MAX(spec->batch_size, o->eval_batch);
     const tower_ops_t *be;
     int devs[64], ndev, rc;
-    if ((rc = towers_parse_devices(o->devices, &be, devs, &ndev, err, errlen))) goto fail;
+    if ((rc = tower_group_parse_devices(o->devices, &be, devs, &ndev, err, errlen))) goto fail;
     snprintf(j->backend, sizeof j->backend, "%s", be->name);
     j->device = devs[0];
     if (ndev > 1) PSC_INFO("a recommendation model runs one tower: %s %d", be->name, j->device);

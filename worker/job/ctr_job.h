@@ -10,7 +10,7 @@
  *
  * Evaluation (the chief at the end, psctl eval, the evaluator) runs the same
  * pull and a forward pass over the test files and reports exact ROC AUC and
- * log loss (ctr_metrics.h).
+ * log loss (ctr_eval.h).
  *
  * One thread (the training thread) uses a job.
  */

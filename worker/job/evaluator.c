@@ -10,7 +10,7 @@
 #include "psc.h"
 #include "tfevents.h"
 #include "tower.h"
-#include "towers.h"
+#include "tower_group.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,20 +24,20 @@ struct evaluator_ctx {
     int nvars, nplaced;
     float *params;
     dataset_t test;
-    towers_t *towers;
+    tower_group_t *towers;
     ps_client_t *pc;
     int batch;
     ctr_job_t *ctr; /* a recommendation model: its test files, tower and rows */
 };
 
-int evaluator_eval_dataset(towers_t *towers, const dataset_t *set, int batch, trainer_result_t *res)
+int evaluator_eval_dataset(tower_group_t *towers, const dataset_t *set, int batch, trainer_result_t *res)
 {
     double loss_sum = 0;
     int64_t correct_total = 0;
     for (int64_t i = 0; i < set->n; i += batch) {
         int n = (int)PSC_MIN((int64_t)batch, set->n - i);
         int correct = 0;
-        int rc = towers_evaluate(towers, set->x + i * set->features, set->y + i, n, &loss_sum, &correct);
+        int rc = tower_group_evaluate(towers, set->x + i * set->features, set->y + i, n, &loss_sum, &correct);
         if (rc) return rc;
         correct_total += correct;
     }
@@ -53,7 +53,7 @@ void evaluator_ctx_destroy(evaluator_ctx_t *e)
     if (!e) return;
     ctr_job_destroy(e->ctr);
     ps_client_destroy(e->pc);
-    towers_destroy(e->towers);
+    tower_group_destroy(e->towers);
     dataset_deinit(&e->test);
     free(e->params);
     free(e->vars);
@@ -87,8 +87,8 @@ int evaluator_ctx_create(const trainer_opts_t *o, evaluator_ctx_t **out, char *e
         return 0;
     }
     if ((rc = dataset_load(spec->test_path, spec->test_examples, &e->test, err, errlen))) goto fail;
-    if ((rc = towers_create(o->devices, spec, e->vars, e->nvars, e->batch, &e->towers, err, errlen))) goto fail;
-    towers_set_cpu_threads(e->towers, o->blas_threads, o->cluster, o->task);
+    if ((rc = tower_group_create(o->devices, spec, e->vars, e->nvars, e->batch, &e->towers, err, errlen))) goto fail;
+    tower_group_set_cpu_threads(e->towers, o->blas_threads, o->cluster, o->task);
     *out = e;
     return 0;
 fail:
@@ -106,7 +106,7 @@ int evaluator_ctx_run(evaluator_ctx_t *e, uint64_t ckpt, trainer_result_t *res, 
     int rc = ckpt ? ps_client_pull_checkpoint(e->pc, ckpt, e->params, err, errlen)
                   : ps_client_pull(e->pc, e->params, step, err, errlen);
     if (rc) return rc;
-    if ((rc = towers_set_params(e->towers, e->params)))
+    if ((rc = tower_group_set_params(e->towers, e->params)))
         return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
     if ((rc = evaluator_eval_dataset(e->towers, &e->test, e->batch, res)))
         return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));

@@ -7,14 +7,14 @@
 #define PSC_EVALUATOR_H
 
 #include "dataset.h"
-#include "towers.h"
+#include "tower_group.h"
 #include "trainer.h"
 
 #include <stdint.h>
 
 /* Evaluates the towers' current parameters on a whole data set in batches of
  * `batch`: res->test_accuracy, test_loss (mean), test_examples, evaluated. */
-int evaluator_eval_dataset(towers_t *towers, const dataset_t *set, int batch, trainer_result_t *res);
+int evaluator_eval_dataset(tower_group_t *towers, const dataset_t *set, int batch, trainer_result_t *res);
 
 typedef struct evaluator_ctx evaluator_ctx_t;
 

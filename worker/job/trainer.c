@@ -22,7 +22,7 @@
 #include "rng.h"
 #include "tfevents.h"
 #include "tower.h"
-#include "towers.h"
+#include "tower_group.h"
 #include "wire.h"
 #include "worker_metrics.h"
 
@@ -86,7 +86,7 @@ typedef struct run {
     int64_t nparams;
     dataset_t train, test;
     dataset_loader_t *loader;
-    towers_t *towers;
+    tower_group_t *towers;
     ctr_job_t *ctr;            /* a recommendation model (loss sigmoid_cross_entropy): its data, tower and rows */
     int eval_batch;
     ps_client_t *pc;
@@ -158,9 +158,9 @@ static int setup_dense(run_t *r, char *err, size_t errlen)
         return psc_seterr(err, errlen, PSC_ECONFIG, "data %s has %d features per example; model.input_shape wants %d",
                           spec->train_path, r->train.features, features);
     if (r->is_chief && (rc = dataset_load(spec->test_path, spec->test_examples, &r->test, err, errlen))) return rc;
-    if ((rc = towers_create(o->devices, spec, r->vars, r->nvars, r->eval_batch, &r->towers, err, errlen))) return rc;
-    towers_set_cpu_threads(r->towers, o->blas_threads, o->cluster, o->task);
-    PSC_INFO("towers: %s (%d), batch %d split across them", towers_describe(r->towers), towers_count(r->towers),
+    if ((rc = tower_group_create(o->devices, spec, r->vars, r->nvars, r->eval_batch, &r->towers, err, errlen))) return rc;
+    tower_group_set_cpu_threads(r->towers, o->blas_threads, o->cluster, o->task);
+    PSC_INFO("towers: %s (%d), batch %d split across them", tower_group_describe(r->towers), tower_group_count(r->towers),
              spec->batch_size);
     return 0;
 }
@@ -245,7 +245,7 @@ static int setup(run_t *r, char *err, size_t errlen)
                            .cluster = o->cluster,
                            .wait_workers_secs = o->wait_workers_secs,
                            .stop = o->stop,
-                           .requests = o->ckpt_requests,
+                           .requests = o->chief_mailbox,
                            .progress = o->progress,
                            .metrics = o->metrics,
                            .shutdown_ps = o->shutdown_ps,
@@ -346,8 +346,8 @@ static int compute(run_t *r, int *batches, int *examples)
         int correct, rc;
         uint64_t seed = psc_seed_mix(r->spec->seed,
                                      (uint64_t)(r->rank * 1000003 + r->res->steps * r->per_step + *batches));
-        if ((rc = towers_train_step(r->towers, b.x, b.y, b.n, seed, &loss, &correct)) ||
-            (rc = towers_get_grads(r->towers, r->grads)))
+        if ((rc = tower_group_train_step(r->towers, b.x, b.y, b.n, seed, &loss, &correct)) ||
+            (rc = tower_group_get_grads(r->towers, r->grads)))
             return rc;
         if (r->per_step > 1) {
             if (*batches == 0)
@@ -448,7 +448,7 @@ static int train_step(run_t *r, char *err, size_t errlen)
     int batches, examples, rc;
     if (r->ctr) {
         if ((rc = compute_ctr(r, &batches, &examples, err, errlen))) return rc;
-    } else if ((rc = towers_set_params(r->towers, r->params)) || (rc = compute(r, &batches, &examples))) {
+    } else if ((rc = tower_group_set_params(r->towers, r->params)) || (rc = compute(r, &batches, &examples))) {
         return psc_seterr(err, errlen, rc, "tower step %lld failed (%s)", (long long)r->res->steps, psc_strerror(rc));
     }
     if (batches == 0) return 1;
@@ -507,7 +507,7 @@ static int eval_model(void *ctx, float *params, trainer_result_t *res, char *err
 {
     run_t *r = ctx;
     if (r->ctr) return ctr_job_evaluate(r->ctr, params, res, err, errlen);
-    int rc = towers_set_params(r->towers, params);
+    int rc = tower_group_set_params(r->towers, params);
     if (rc == 0) rc = evaluator_eval_dataset(r->towers, &r->test, r->eval_batch, res);
     return rc ? psc_seterr(err, errlen, rc, "%s", psc_strerror(rc)) : 0;
 }
@@ -573,7 +573,7 @@ static void teardown(run_t *r, int rc)
     psc_tfevents_close(r->tb);
     ps_client_destroy(r->pc); /* after a push-pull in flight ends, before its buffers are freed */
     dataset_loader_destroy(r->loader);
-    towers_destroy(r->towers);
+    tower_group_destroy(r->towers);
     dataset_deinit(&r->train);
     dataset_deinit(&r->test);
     free(r->params);

@@ -48,7 +48,7 @@ typedef struct trainer_opts {
     int batch_bytes;          /* ps_client_set_batch_bytes (-1: the default, PSC_BATCH_TENSOR_BYTES) */
     int shutdown_ps;          /* chief: tell every PS to exit at the end (in-cluster mode) */
     atomic_int *stop;         /* set to non-zero (any thread) to stop early (SIGTERM, a cancel); may be NULL */
-    struct ckpt_requests *ckpt_requests; /* chief: psctl checkpoint requests (ckpt_requests.h); may be NULL */
+    struct chief_mailbox *chief_mailbox; /* chief: psctl checkpoint requests (chief_mailbox.h); may be NULL */
     trainer_progress_t *progress; /* may be NULL */
     const char *logdir;       /* chief and evaluator: TensorBoard event files here (NULL: none) */
     struct worker_metrics *metrics; /* Prometheus series (worker_metrics.h); NULL: off */

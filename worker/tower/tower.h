@@ -71,7 +71,7 @@ struct tower {
 extern const tower_ops_t tower_cpu_ops;
 extern const tower_ops_t tower_cuda_ops; /* defined only when the build has CUDA */
 /* Threads each CPU-tower op may use (n >= 1): OpenBLAS's and oneDNN's
- * (OpenMP's, applied on whichever thread runs a tower's op); towers.c sets 1
+ * (OpenMP's, applied on whichever thread runs a tower's op); tower_group.c sets 1
  * when several CPU towers run side by side. Any thread, any time. */
 void tower_cpu_set_threads(int n);
 /* Stops OpenBLAS's thread pool (started when the library loaded, before main()
@@ -102,7 +102,7 @@ static inline int tower_train_step(tower_t *t, const float *x, const int32_t *y,
 {
     return t->ops->train_step(t, x, y, n, seed, 0, loss, correct);
 }
-/* A step on examples first .. first + n - 1 of a batch (towers.c's slices). */
+/* A step on examples first .. first + n - 1 of a batch (tower_group.c's slices). */
 static inline int tower_train_step_at(tower_t *t, const float *x, const int32_t *y, int n, uint64_t seed,
                                       int64_t first, float *loss, int *correct)
 {

@@ -1,4 +1,4 @@
-/* ctr_metrics.h — the click-through models' test metrics: exact ROC AUC and
+/* ctr_eval.h — the click-through models' test metrics: exact ROC AUC and
  * log loss, one-shot over arrays and streamed over a test set's batches.
  *
  * AUC is the probability that a random positive scores above a random
@@ -23,8 +23,8 @@
  * Thread-safety: the functions are pure over their arguments; a ctr_eval_t is
  * owned by one thread at a time.
  */
-#ifndef PSC_CTR_METRICS_H
-#define PSC_CTR_METRICS_H
+#ifndef PSC_CTR_EVAL_H
+#define PSC_CTR_EVAL_H
 
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-/* ctr_metrics.c — exact ROC AUC and log loss (ctr_metrics.h).
+/* ctr_eval.c — exact ROC AUC and log loss (ctr_eval.h).
  *
  * AUC: each float score becomes a 32-bit key whose unsigned order is the
  * float order (flip all bits of a negative float, set the sign bit of a
@@ -11,7 +11,7 @@
  * half the ties). 2U is summed in uint64, exact below 2^32 examples (2U <=
  * n^2 / 2 < 2^63); beyond that the long double sum is used.
  */
-#include "ctr_metrics.h"
+#include "ctr_eval.h"
 
 #include "psc.h"
 

@@ -1,4 +1,4 @@
-/* ckpt_requests.h — the mailbox between psc.Worker/Checkpoint (control.c) and
+/* chief_mailbox.h — the mailbox between psc.Worker/Checkpoint (control.c) and
  * the chief's training loop (chief.c): checkpoint requests from psctl wait
  * here, parked (no server thread waits), until the training thread takes them
  * between two steps and answers them all at once.
@@ -11,32 +11,32 @@
  * Thread-safe: server threads park, the training thread answers, main()
  * closes and destroys.
  */
-#ifndef PSC_CKPT_REQUESTS_H
-#define PSC_CKPT_REQUESTS_H
+#ifndef PSC_CHIEF_MAILBOX_H
+#define PSC_CHIEF_MAILBOX_H
 
 #include "rpc.h"
 
 #include <stdint.h>
 
-typedef struct ckpt_requests ckpt_requests_t;
+typedef struct chief_mailbox chief_mailbox_t;
 
-ckpt_requests_t *ckpt_requests_create(void);
+chief_mailbox_t *chief_mailbox_create(void);
 /* Fails what is still parked with UNAVAILABLE ("the worker is stopping");
  * after the server is down. NULL ok. */
-void ckpt_requests_destroy(ckpt_requests_t *q);
-/* Takes a Checkpoint call: parks it until ckpt_requests_answer or _close, or,
+void chief_mailbox_destroy(chief_mailbox_t *q);
+/* Takes a Checkpoint call: parks it until chief_mailbox_answer or _close, or,
  * when the mailbox is closed, fails it at once with FAILED_PRECONDITION and
  * the reason. The call is the mailbox's from here on. */
-void ckpt_requests_park(ckpt_requests_t *q, psc_rpc_call_t *call);
+void chief_mailbox_park(chief_mailbox_t *q, psc_rpc_call_t *call);
 /* Number of requests parked (0 for NULL). */
-int ckpt_requests_pending(ckpt_requests_t *q);
+int chief_mailbox_pending(chief_mailbox_t *q);
 /* Answers every parked request: rc 0 with the checkpoint (id, step), else the
  * failure msg with psc_rpc_status_of(rc) (the PS's own code, relayed). NULL ok. */
-void ckpt_requests_answer(ckpt_requests_t *q, int rc, uint64_t id, int64_t step, const char *msg);
+void chief_mailbox_answer(chief_mailbox_t *q, int rc, uint64_t id, int64_t step, const char *msg);
 /* Accepts requests again (a new job started). NULL ok. */
-void ckpt_requests_open(ckpt_requests_t *q);
+void chief_mailbox_open(chief_mailbox_t *q);
 /* Fails the parked requests and every later one with FAILED_PRECONDITION and
  * msg (copied) until the next open. NULL ok. */
-void ckpt_requests_close(ckpt_requests_t *q, const char *msg);
+void chief_mailbox_close(chief_mailbox_t *q, const char *msg);
 
 #endif

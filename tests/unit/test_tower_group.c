@@ -1,4 +1,4 @@
-/* test_towers — a worker's towers (worker/towers.c): the --devices syntax, and
+/* test_tower_group — a worker's towers (worker/tower_group.c): the --devices syntax, and
  * the invariant of in-graph replication: T towers on slices of a batch, their
  * gradients averaged by slice size, give the gradient one tower computes on the
  * whole batch (and the same loss, hits and evaluation), for even and uneven
@@ -9,7 +9,7 @@
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"
-#include "towers.h"
+#include "tower_group.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -28,13 +28,13 @@ static void test_parse_devices(void **state)
     const tower_ops_t *b;
     int devs[PSC_MAX_TOWERS], n;
     char err[256];
-    assert_int_equal(towers_parse_devices("cpu", &b, devs, &n, err, sizeof err), 0);
+    assert_int_equal(tower_group_parse_devices("cpu", &b, devs, &n, err, sizeof err), 0);
     assert_ptr_equal(b, &tower_cpu_ops);
     assert_int_equal(n, 1);
-    assert_int_equal(towers_parse_devices("cpu,cpu,cpu", &b, devs, &n, err, sizeof err), 0);
+    assert_int_equal(tower_group_parse_devices("cpu,cpu,cpu", &b, devs, &n, err, sizeof err), 0);
     assert_int_equal(n, 3);
     /* auto: every visible GPU, else one CPU tower */
-    assert_int_equal(towers_parse_devices(NULL, &b, devs, &n, err, sizeof err), 0);
+    assert_int_equal(tower_group_parse_devices(NULL, &b, devs, &n, err, sizeof err), 0);
     const tower_ops_t *cuda = tower_backend_find("cuda");
     if (cuda && cuda->device_count() > 0) {
         assert_ptr_equal(b, cuda);
@@ -43,22 +43,22 @@ static void test_parse_devices(void **state)
         assert_ptr_equal(b, &tower_cpu_ops);
         assert_int_equal(n, 1);
     }
-    assert_int_not_equal(towers_parse_devices("tpu", &b, devs, &n, err, sizeof err), 0);
+    assert_int_not_equal(tower_group_parse_devices("tpu", &b, devs, &n, err, sizeof err), 0);
     assert_non_null(strstr(err, "\"tpu\""));
-    assert_int_not_equal(towers_parse_devices("gpu:x", &b, devs, &n, err, sizeof err), 0);
-    assert_int_not_equal(towers_parse_devices("gpu:-1", &b, devs, &n, err, sizeof err), 0);
-    assert_int_not_equal(towers_parse_devices(",", &b, devs, &n, err, sizeof err), 0);
+    assert_int_not_equal(tower_group_parse_devices("gpu:x", &b, devs, &n, err, sizeof err), 0);
+    assert_int_not_equal(tower_group_parse_devices("gpu:-1", &b, devs, &n, err, sizeof err), 0);
+    assert_int_not_equal(tower_group_parse_devices(",", &b, devs, &n, err, sizeof err), 0);
     assert_int_not_equal(
-        towers_parse_devices("cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu", &b, devs, &n, err,
+        tower_group_parse_devices("cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu", &b, devs, &n, err,
                              sizeof err),
         0);
     assert_non_null(strstr(err, "at most"));
     if (!cuda || cuda->device_count() == 0) {
         /* asking for a GPU that is not there is an error, never a silent CPU run */
-        assert_int_not_equal(towers_parse_devices("gpu:0", &b, devs, &n, err, sizeof err), 0);
-        assert_int_not_equal(towers_parse_devices("gpu", &b, devs, &n, err, sizeof err), 0);
+        assert_int_not_equal(tower_group_parse_devices("gpu:0", &b, devs, &n, err, sizeof err), 0);
+        assert_int_not_equal(tower_group_parse_devices("gpu", &b, devs, &n, err, sizeof err), 0);
     } else {
-        assert_int_not_equal(towers_parse_devices("cpu,gpu:0", &b, devs, &n, err, sizeof err), 0);
+        assert_int_not_equal(tower_group_parse_devices("cpu,gpu:0", &b, devs, &n, err, sizeof err), 0);
         assert_non_null(strstr(err, "mixed"));
     }
 }
@@ -84,17 +84,17 @@ typedef struct run {
 static void run_towers(const char *devices, const psc_job_spec_t *spec, const psc_var_desc_t *vars, int nvars,
                        const float *params, int64_t nparams, const float *x, const int32_t *y, int n, run_t *out)
 {
-    towers_t *ts;
+    tower_group_t *ts;
     char err[256];
-    assert_int_equal(towers_create(devices, spec, vars, nvars, 16, &ts, err, sizeof err), 0);
-    assert_int_equal(towers_set_params(ts, params), 0);
-    assert_int_equal(towers_train_step(ts, x, y, n, 99, &out->loss, &out->correct), 0);
+    assert_int_equal(tower_group_create(devices, spec, vars, nvars, 16, &ts, err, sizeof err), 0);
+    assert_int_equal(tower_group_set_params(ts, params), 0);
+    assert_int_equal(tower_group_train_step(ts, x, y, n, 99, &out->loss, &out->correct), 0);
     out->grads = malloc((size_t)nparams * sizeof(float));
-    assert_int_equal(towers_get_grads(ts, out->grads), 0);
+    assert_int_equal(tower_group_get_grads(ts, out->grads), 0);
     out->eval_loss = 0;
     out->eval_correct = 0;
-    assert_int_equal(towers_evaluate(ts, x, y, n, &out->eval_loss, &out->eval_correct), 0);
-    towers_destroy(ts);
+    assert_int_equal(tower_group_evaluate(ts, x, y, n, &out->eval_loss, &out->eval_correct), 0);
+    tower_group_destroy(ts);
 }
 
 static void test_replication_invariant(void **state)
@@ -159,8 +159,8 @@ static void test_batch_too_small_for_towers(void **state)
     psc_var_desc_t *vars;
     int nvars;
     assert_int_equal(psc_model_variables(&spec, &vars, &nvars, err, sizeof err), 0);
-    towers_t *ts;
-    assert_int_not_equal(towers_create("cpu,cpu,cpu", &spec, vars, nvars, 2, &ts, err, sizeof err), 0);
+    tower_group_t *ts;
+    assert_int_not_equal(tower_group_create("cpu,cpu,cpu", &spec, vars, nvars, 2, &ts, err, sizeof err), 0);
     assert_non_null(strstr(err, "3 towers"));
     free(vars);
     psc_job_spec_deinit(&spec);

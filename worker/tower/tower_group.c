@@ -1,4 +1,4 @@
-/* towers.c — see towers.h.
+/* tower_group.c — see tower_group.h.
  *
  * Tower 0 runs on the calling thread; towers 1..T-1 each have a thread that
  * waits for a job (a generation counter under one mutex), runs it on its own
@@ -6,7 +6,7 @@
  * the tower's slice; the caller runs its own part, then waits for the others.
  * Nothing is allocated per step.
  */
-#include "towers.h"
+#include "tower_group.h"
 
 #include "cpu_share.h"
 
@@ -21,7 +21,7 @@
 enum job_kind { JOB_NONE, JOB_SET_PARAMS, JOB_TRAIN, JOB_EVAL, JOB_EXIT };
 
 typedef struct slot {
-    towers_t *ts;
+    tower_group_t *ts;
     int index;
     tower_t *tower;
     pthread_t thread;
@@ -33,7 +33,7 @@ typedef struct slot {
     int rc;
 } slot_t;
 
-struct towers {
+struct tower_group {
     const tower_ops_t *backend;
     int count;
     int features;
@@ -52,7 +52,7 @@ struct towers {
     uint64_t seed;
 };
 
-int towers_parse_devices(const char *devices, const tower_ops_t **backend, int *devs, int *ndev, char *err,
+int tower_group_parse_devices(const char *devices, const tower_ops_t **backend, int *devs, int *ndev, char *err,
                          size_t errlen)
 {
     const tower_ops_t *cuda = tower_backend_find("cuda");
@@ -129,7 +129,7 @@ int towers_parse_devices(const char *devices, const tower_ops_t **backend, int *
 }
 
 /* Runs the current job's part of one slot. */
-static void run_slot(towers_t *ts, slot_t *s)
+static void run_slot(tower_group_t *ts, slot_t *s)
 {
     s->rc = 0;
     switch (ts->kind) {
@@ -158,7 +158,7 @@ static void run_slot(towers_t *ts, slot_t *s)
 static void *slot_thread(void *arg)
 {
     slot_t *s = arg;
-    towers_t *ts = s->ts;
+    tower_group_t *ts = s->ts;
     uint64_t seen = 0;
     for (;;) {
         pthread_mutex_lock(&ts->lock);
@@ -175,7 +175,7 @@ static void *slot_thread(void *arg)
 }
 
 /* Runs a job on every tower (tower 0 here) and waits for all. Returns the first error. */
-static int run_job(towers_t *ts, enum job_kind kind)
+static int run_job(tower_group_t *ts, enum job_kind kind)
 {
     ts->kind = kind;
     if (ts->count > 1) {
@@ -197,7 +197,7 @@ static int run_job(towers_t *ts, enum job_kind kind)
 }
 
 /* Splits n examples into the towers' contiguous slices. */
-static void split(towers_t *ts, int n)
+static void split(tower_group_t *ts, int n)
 {
     int off = 0;
     for (int i = 0; i < ts->count; i++) {
@@ -208,16 +208,16 @@ static void split(towers_t *ts, int n)
     }
 }
 
-int towers_create(const char *devices, const psc_job_spec_t *spec, const psc_var_desc_t *vars, int nvars,
-                  int max_batch, towers_t **out, char *err, size_t errlen)
+int tower_group_create(const char *devices, const psc_job_spec_t *spec, const psc_var_desc_t *vars, int nvars,
+                  int max_batch, tower_group_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     const tower_ops_t *backend;
     int devs[PSC_MAX_TOWERS], ndev, rc;
-    if ((rc = towers_parse_devices(devices, &backend, devs, &ndev, err, errlen))) return rc;
+    if ((rc = tower_group_parse_devices(devices, &backend, devs, &ndev, err, errlen))) return rc;
     if (max_batch < ndev)
         return psc_seterr(err, errlen, PSC_EINVAL, "batch of %d examples cannot feed %d towers", max_batch, ndev);
-    towers_t *ts = psc_xcalloc(1, sizeof *ts);
+    tower_group_t *ts = psc_xcalloc(1, sizeof *ts);
     ts->backend = backend;
     pthread_mutex_init(&ts->lock, NULL);
     pthread_cond_init(&ts->go, NULL);
@@ -233,7 +233,7 @@ int towers_create(const char *devices, const psc_job_spec_t *spec, const psc_var
         s->ts = ts;
         s->index = i;
         if ((rc = backend->create(spec, vars, nvars, per_tower, devs[i], &s->tower, err, errlen))) {
-            towers_destroy(ts);
+            tower_group_destroy(ts);
             return rc;
         }
         ts->count = i + 1;
@@ -243,13 +243,13 @@ int towers_create(const char *devices, const psc_job_spec_t *spec, const psc_var
             at += (size_t)snprintf(ts->describe + at, sizeof ts->describe - at, "%sgpu:%d", i ? "," : "", devs[i]);
         if (at >= sizeof ts->describe) at = sizeof ts->describe - 1;
     }
-    for (int i = 1; i < ts->count; i++) /* towers_destroy cannot tell a started slot from another: fatal */
+    for (int i = 1; i < ts->count; i++) /* tower_group_destroy cannot tell a started slot from another: fatal */
         PSC_ASSERT(psc_thread_start(&ts->slots[i].thread, slot_thread, &ts->slots[i], "tower", err, errlen) == 0);
     *out = ts;
     return 0;
 }
 
-void towers_destroy(towers_t *ts)
+void tower_group_destroy(tower_group_t *ts)
 {
     if (!ts) return;
     if (ts->count > 1 && ts->slots[1].thread) {
@@ -267,10 +267,10 @@ void towers_destroy(towers_t *ts)
     free(ts);
 }
 
-int towers_count(const towers_t *ts) { return ts->count; }
-const char *towers_describe(const towers_t *ts) { return ts->describe; }
+int tower_group_count(const tower_group_t *ts) { return ts->count; }
+const char *tower_group_describe(const tower_group_t *ts) { return ts->describe; }
 
-void towers_set_cpu_threads(towers_t *ts, int blas_threads, const psc_cluster_t *cluster, psc_task_t self)
+void tower_group_set_cpu_threads(tower_group_t *ts, int blas_threads, const psc_cluster_t *cluster, psc_task_t self)
 {
     if (ts->backend != &tower_cpu_ops) return;
     char why[224];
@@ -278,7 +278,7 @@ void towers_set_cpu_threads(towers_t *ts, int blas_threads, const psc_cluster_t 
     if (n > 0) {
         snprintf(why, sizeof why, "%d (--blas_threads)", n);
     } else if (ts->count > 1) {
-        return; /* towers_create gave each of them 1 */
+        return; /* tower_group_create gave each of them 1 */
     } else {
         n = cpu_share_default_threads(cluster, self, why, sizeof why);
     }
@@ -286,13 +286,13 @@ void towers_set_cpu_threads(towers_t *ts, int blas_threads, const psc_cluster_t 
     PSC_INFO("CPU tower threads: %s", why);
 }
 
-int towers_set_params(towers_t *ts, const float *params)
+int tower_group_set_params(tower_group_t *ts, const float *params)
 {
     ts->params = params;
     return run_job(ts, JOB_SET_PARAMS);
 }
 
-int towers_train_step(towers_t *ts, const float *x, const int32_t *y, int n, uint64_t seed, float *loss,
+int tower_group_train_step(tower_group_t *ts, const float *x, const int32_t *y, int n, uint64_t seed, float *loss,
                       int *correct)
 {
     if (n < 1) return PSC_EINVAL;
@@ -319,9 +319,9 @@ int towers_train_step(towers_t *ts, const float *x, const int32_t *y, int n, uin
     return ts->backend->reduce_grads(ts->slots[0].tower, ts->active, ts->weights, used);
 }
 
-int towers_get_grads(towers_t *ts, float *grads) { return tower_get_grads(ts->slots[0].tower, grads); }
+int tower_group_get_grads(tower_group_t *ts, float *grads) { return tower_get_grads(ts->slots[0].tower, grads); }
 
-int towers_evaluate(towers_t *ts, const float *x, const int32_t *y, int n, double *loss_sum, int *correct)
+int tower_group_evaluate(tower_group_t *ts, const float *x, const int32_t *y, int n, double *loss_sum, int *correct)
 {
     if (n < 1) return 0;
     ts->x = x;

@@ -1,4 +1,4 @@
-/* ctr_data.h — the user's own files for recommendation (CTR) models: Criteo's
+/* ctr_reader.h — the user's own files for recommendation (CTR) models: Criteo's
  * click-log TSV, LibSVM and TFRecord files of tf.Example protos, read as a
  * stream (several files per data set, each plain or gzip; a data set larger
  * than memory works), cut into batches of examples.
@@ -23,8 +23,8 @@
  *
  * Threads: a reader is used by one thread.
  */
-#ifndef PSC_CTR_DATA_H
-#define PSC_CTR_DATA_H
+#ifndef PSC_CTR_READER_H
+#define PSC_CTR_READER_H
 
 #include "job_spec.h"
 

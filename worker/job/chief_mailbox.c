@@ -1,7 +1,7 @@
-/* ckpt_requests.c — see ckpt_requests.h. A list of parked calls under one
+/* chief_mailbox.c — see chief_mailbox.h. A list of parked calls under one
  * mutex; calls are completed outside it (psc_rpc_fail/reply never wait, but
  * nothing is held while gRPC runs). */
-#include "ckpt_requests.h"
+#include "chief_mailbox.h"
 
 #include "psc.h"
 #include "psc.pb-c.h"
@@ -15,16 +15,16 @@ typedef struct waiting {
     struct waiting *next;
 } waiting_t;
 
-struct ckpt_requests {
+struct chief_mailbox {
     pthread_mutex_t lock;
     waiting_t *waiting; /* newest first */
     int npending;
     char closed[256]; /* non-empty: refusing, with this reason */
 };
 
-ckpt_requests_t *ckpt_requests_create(void)
+chief_mailbox_t *chief_mailbox_create(void)
 {
-    ckpt_requests_t *q = psc_xcalloc(1, sizeof *q);
+    chief_mailbox_t *q = psc_xcalloc(1, sizeof *q);
     /* no request outlives its job: closed until a job opens it (chief.c) */
     snprintf(q->closed, sizeof q->closed, "no job has run on this cluster yet");
     pthread_mutex_init(&q->lock, NULL);
@@ -32,7 +32,7 @@ ckpt_requests_t *ckpt_requests_create(void)
 }
 
 /* Takes every parked call out of the list. */
-static waiting_t *take_all(ckpt_requests_t *q)
+static waiting_t *take_all(chief_mailbox_t *q)
 {
     pthread_mutex_lock(&q->lock);
     waiting_t *all = q->waiting;
@@ -52,7 +52,7 @@ static void fail_all(waiting_t *w, int code, const char *msg)
     }
 }
 
-void ckpt_requests_destroy(ckpt_requests_t *q)
+void chief_mailbox_destroy(chief_mailbox_t *q)
 {
     if (!q) return;
     fail_all(take_all(q), PSC_RPC_UNAVAILABLE, "the worker is stopping");
@@ -60,7 +60,7 @@ void ckpt_requests_destroy(ckpt_requests_t *q)
     free(q);
 }
 
-void ckpt_requests_park(ckpt_requests_t *q, psc_rpc_call_t *call)
+void chief_mailbox_park(chief_mailbox_t *q, psc_rpc_call_t *call)
 {
     pthread_mutex_lock(&q->lock);
     if (q->closed[0]) {
@@ -78,7 +78,7 @@ void ckpt_requests_park(ckpt_requests_t *q, psc_rpc_call_t *call)
     pthread_mutex_unlock(&q->lock);
 }
 
-int ckpt_requests_pending(ckpt_requests_t *q)
+int chief_mailbox_pending(chief_mailbox_t *q)
 {
     if (!q) return 0;
     pthread_mutex_lock(&q->lock);
@@ -87,7 +87,7 @@ int ckpt_requests_pending(ckpt_requests_t *q)
     return n;
 }
 
-void ckpt_requests_answer(ckpt_requests_t *q, int rc, uint64_t id, int64_t step, const char *msg)
+void chief_mailbox_answer(chief_mailbox_t *q, int rc, uint64_t id, int64_t step, const char *msg)
 {
     if (!q) return;
     waiting_t *all = take_all(q);
@@ -107,7 +107,7 @@ void ckpt_requests_answer(ckpt_requests_t *q, int rc, uint64_t id, int64_t step,
     }
 }
 
-void ckpt_requests_open(ckpt_requests_t *q)
+void chief_mailbox_open(chief_mailbox_t *q)
 {
     if (!q) return;
     pthread_mutex_lock(&q->lock);
@@ -115,7 +115,7 @@ void ckpt_requests_open(ckpt_requests_t *q)
     pthread_mutex_unlock(&q->lock);
 }
 
-void ckpt_requests_close(ckpt_requests_t *q, const char *msg)
+void chief_mailbox_close(chief_mailbox_t *q, const char *msg)
 {
     if (!q) return;
     pthread_mutex_lock(&q->lock);
