@@ -40,7 +40,7 @@
  * Threads: blocks of BLOCK_ROWS rows are drawn and formatted on --threads
  * threads, then written in order by the main thread.
  */
-#include "ctr_metrics.h"
+#include "ctr_eval.h"
 #include "psc.h"
 #include "rng.h"
 
