@@ -14,7 +14,11 @@
 # From the sources outside tests/ (an awk brace matcher, comments, strings and
 # preprocessor lines left out):
 #   (c) no function over MAX_FUNC lines (opening brace to closing brace, both
-#       counted) and no .c/.h/.cu file over MAX_FILE lines.
+#       counted) and no .c/.h/.cu file over MAX_FILE lines;
+#   (d) the rooms: a program's folder keeps at most MAX_FLAT source files beside
+#       main.c (a family of files goes into a subfolder: worker/tower/,
+#       ps_server/store/, ...), and a private header (*_internal.h) is
+#       included only by the files of its own subfolder.
 # Objects are found under the CMake targets' object folders
 # (BUILD/CMakeFiles/<target>.dir/...); an object whose source no longer exists is
 # stale and skipped. Exit 0 when all holds, 1 with every finding listed, 2 when
@@ -23,6 +27,7 @@ set -u
 
 MAX_FUNC=${MAX_FUNC:-120}
 MAX_FILE=${MAX_FILE:-1000}
+MAX_FLAT=${MAX_FLAT:-8}
 
 BIN=${1:-${PSC_BIN:-}}
 SRC=${PSC_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -211,16 +216,41 @@ while read -r f; do
 done <"$tmp/srcs"
 nsize=$(wc -l <"$tmp/size_report")
 
+# ---- rooms: files beside main.c, private headers ----
+: >"$tmp/room_report"
+for prog in ps_server worker client; do
+    [ -d "$SRC/$prog" ] || continue
+    flat=$(cd "$SRC/$prog" && find . -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) ! -name main.c | wc -l)
+    if [ "$flat" -gt "$MAX_FLAT" ]; then
+        echo "  ROOM $prog/: $flat source files beside main.c (at most $MAX_FLAT: give a family a subfolder)" >>"$tmp/room_report"
+    fi
+done
+while read -r f; do
+    grep -o '#include "[A-Za-z0-9_]*_internal\.h"' "$SRC/$f" 2>/dev/null | sed 's/#include "\(.*\)"/\1/' |
+        while read -r h; do
+            home=$(cd "$SRC" && find common ps_server worker client -name "$h" 2>/dev/null | head -1)
+            [ -n "$home" ] || continue
+            if [ "$(dirname "$home")" != "$(dirname "$f")" ]; then
+                echo "  PRIVATE $f includes $home, private to $(dirname "$home")/" >>"$tmp/room_report"
+            fi
+        done
+done <"$tmp/srcs"
+nroom=$(wc -l <"$tmp/room_report")
+
 nsym=$(cat "$tmp/sym_bad")
 cat "$tmp/sym_report"
 if [ "$nsize" -gt 0 ]; then
     echo "(c) over the size limits (functions over $MAX_FUNC lines, files over $MAX_FILE): $nsize"
     sort "$tmp/size_report"
 fi
-total=$((nsym + nsize))
+if [ "$nroom" -gt 0 ]; then
+    echo "(d) outside the rooms: $nroom"
+    sort "$tmp/room_report"
+fi
+total=$((nsym + nsize + nroom))
 if [ "$total" -gt 0 ]; then
     echo "check_layout: FAILED: $total finding(s) ($nobj objects, $nsrc source files checked)"
     exit 1
 fi
-echo "check_layout: OK ($nobj objects: no cycle within a folder, no symbol across programs; $nsrc source files: no function over $MAX_FUNC lines, no file over $MAX_FILE)"
+echo "check_layout: OK ($nobj objects: no cycle within a folder, no symbol across programs; $nsrc source files: no function over $MAX_FUNC lines, no file over $MAX_FILE, every family in its room)"
 exit 0
