@@ -211,6 +211,7 @@ int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
     /* a checkpoint's batch is flushed right after its write (flush_after_prepare):
      * the memtable and the WAL stay small, and the WAL's preallocation with them */
     rocksdb_options_set_write_buffer_size(db->opts, CKPT_WRITE_BUFFER);
+    if (getenv("MEAS_TFS")) rocksdb_options_set_target_file_size_base(db->opts, strtoull(getenv("MEAS_TFS"), 0, 0));
     char *rerr = NULL;
     db->rdb = rocksdb_open(db->opts, dir, &rerr);
     if (rerr || !db->rdb) {

@@ -35,8 +35,8 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__CreateRequest *r = psc__create_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "CreateRequest", len);
+    Psc__CreateRequest *r;
+    SVC_DECODE(r, psc__create_request__unpack, "CreateRequest");
     psc_optim_config_t opt;
     int rc = psc_optim_from_pb(r->optimizer, &opt, err, sizeof err);
     store_var_spec_t *specs = psc_xcalloc(r->n_vars ? r->n_vars : 1, sizeof *specs);
@@ -120,7 +120,10 @@ static void assign_apply(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
     ps_service_t *svc = arg;
     char err[512];
     chunk_req_t cr;
-    if (svc_chunk_decode(req, len, &cr)) return svc_fail_undecodable(svc, call, "Chunk", len);
+    if (svc_chunk_decode(req, len, &cr)) {
+        svc_fail_undecodable(svc, call, "Chunk", len);
+        return;
+    }
     Psc__Chunk *c = cr.c;
     int rc = store_assign(svc->store, c->name, c->offset, c->data.data, c->data.len, c->total, err, sizeof err);
     if (rc != 0)
@@ -142,8 +145,8 @@ static void h_ready(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__ReadyRequest *r = psc__ready_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "ReadyRequest", len);
+    Psc__ReadyRequest *r;
+    SVC_DECODE(r, psc__ready_request__unpack, "ReadyRequest");
     int rc = store_set_ready(svc->store, r->job_id, err, sizeof err);
     if (rc != 0) {
         svc_fail(svc, call, rc, "%s", err);
@@ -160,8 +163,8 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__PullRequest *r = psc__pull_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "PullRequest", len);
+    Psc__PullRequest *r;
+    SVC_DECODE(r, psc__pull_request__unpack, "PullRequest");
     /* a checkpoint's tensor names (a variable's plus a slot's suffix) are the longest */
     if (r->length > PSC_CHUNK_BYTES || strlen(r->name) > PSC_TENSOR_NAME_MAX) {
         if (r->length > PSC_CHUNK_BYTES)
@@ -215,7 +218,8 @@ static void push_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t le
     chunk_in_t in;
     if (svc_chunk_in_decode(iov, niov, len, &in)) {
         svc_chunk_in_free(&in);
-        return svc_fail_undecodable(svc, call, "Chunk", len);
+        svc_fail_undecodable(svc, call, "Chunk", len);
+        return;
     }
     Psc__Chunk *c = in.cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
@@ -263,7 +267,8 @@ static void push_pull_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size
     chunk_in_t in;
     if (svc_chunk_in_decode(iov, niov, len, &in)) {
         svc_chunk_in_free(&in);
-        return svc_fail_undecodable(svc, call, "Chunk", len);
+        svc_fail_undecodable(svc, call, "Chunk", len);
+        return;
     }
     Psc__Chunk *c = in.cr.c;
     ps_metrics_add_push_bytes(svc->metrics, c->data.len);
@@ -348,8 +353,8 @@ static void h_step(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
 static void step_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_service_t *svc, int fenced)
 {
     char err[512];
-    Psc__StepRequest *r = psc__step_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "StepRequest", len);
+    Psc__StepRequest *r;
+    SVC_DECODE(r, psc__step_request__unpack, "StepRequest");
     if (fenced && (r->increment != 0 || r->count > 0)) {
         if (!svc_fence_enter(svc, call, req, len, step_apply)) {
             psc__step_request__free_unpacked(r, NULL);
@@ -406,8 +411,8 @@ static void step_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_se
 static void h_worker_done(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
-    Psc__WorkerDoneRequest *r = psc__worker_done_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "WorkerDoneRequest", len);
+    Psc__WorkerDoneRequest *r;
+    SVC_DECODE(r, psc__worker_done_request__unpack, "WorkerDoneRequest");
     if (r->worker >= PSC_MAX_REPLICAS) {
         svc_reject(svc, call, PSC_EINVAL, "worker %u out of range", r->worker);
     } else {
@@ -431,8 +436,8 @@ static void h_worker_done(psc_rpc_call_t *call, const uint8_t *req, size_t len, 
 static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
-    Psc__StatusRequest *r = psc__status_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "StatusRequest", len);
+    Psc__StatusRequest *r;
+    SVC_DECODE(r, psc__status_request__unpack, "StatusRequest");
     psc__status_request__free_unpacked(r, NULL);
 
     Psc__StatusReply rep = PSC__STATUS_REPLY__INIT;
@@ -512,8 +517,8 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
 static void h_shutdown(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
-    Psc__ShutdownRequest *r = psc__shutdown_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "ShutdownRequest", len);
+    Psc__ShutdownRequest *r;
+    SVC_DECODE(r, psc__shutdown_request__unpack, "ShutdownRequest");
     PSC_INFO("shutdown requested by %s: %s", psc_rpc_call_peer(call), r->reason[0] ? r->reason : "(no reason)");
     psc__shutdown_request__free_unpacked(r, NULL);
     Psc__ShutdownReply rep = PSC__SHUTDOWN_REPLY__INIT;

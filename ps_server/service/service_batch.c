@@ -291,8 +291,8 @@ static int batch_pulls(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
  * again when it runs), one that only reads does not. */
 static void batch_run(psc_rpc_call_t *call, const uint8_t *req, size_t len, ps_service_t *svc, int fenced)
 {
-    Psc__BatchRequest *r = psc__batch_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "BatchRequest", len);
+    Psc__BatchRequest *r;
+    SVC_DECODE(r, psc__batch_request__unpack, "BatchRequest");
     /* a sparse pull creates rows: it changes the model as a push does */
     if (fenced && (r->n_push || r->n_sparse_push || r->n_sparse_pull ||
                    (r->step && (r->step->increment != 0 || r->step->count > 0)))) {

@@ -60,8 +60,8 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__SaveRequest *r = psc__save_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "SaveRequest", len);
+    Psc__SaveRequest *r;
+    SVC_DECODE(r, psc__save_request__unpack, "SaveRequest");
     if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
     double t0 = psc_now();
     /* async, one cut: the chief's Fence (service_fence.c) holds every PS
@@ -128,8 +128,8 @@ void svc_h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *ar
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__CommitRequest *r = psc__commit_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "CommitRequest", len);
+    Psc__CommitRequest *r;
+    SVC_DECODE(r, psc__commit_request__unpack, "CommitRequest");
     if (no_checkpoints(svc, call)) goto out;
     int rc = r->discard ? ckpt_discard(svc->ckpt, r->id, err, sizeof err)
                         : ckpt_commit(svc->ckpt, r->id, r->keep ? (int)r->keep : 1, err, sizeof err);
@@ -169,8 +169,8 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__RestoreRequest *r = psc__restore_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "RestoreRequest", len);
+    Psc__RestoreRequest *r;
+    SVC_DECODE(r, psc__restore_request__unpack, "RestoreRequest");
     if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
     ckpt_info_t info;
     int rc = ckpt_get_info(svc->ckpt, r->id, &info, err, sizeof err);
@@ -209,8 +209,8 @@ void svc_h_list_checkpoints(psc_rpc_call_t *call, const uint8_t *req, size_t len
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__ListCheckpointsRequest *r = psc__list_checkpoints_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "ListCheckpointsRequest", len);
+    Psc__ListCheckpointsRequest *r;
+    SVC_DECODE(r, psc__list_checkpoints_request__unpack, "ListCheckpointsRequest");
     Psc__ListCheckpointsReply rep = PSC__LIST_CHECKPOINTS_REPLY__INIT;
     ckpt_info_t *infos = NULL;
     int n = 0;
@@ -258,8 +258,8 @@ out:
 void svc_h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
-    Psc__ReleaseRequest *r = psc__release_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "ReleaseRequest", len);
+    Psc__ReleaseRequest *r;
+    SVC_DECODE(r, psc__release_request__unpack, "ReleaseRequest");
     char have[17] = "";
     store_is_ready(svc->store, have);
     if (r->job_id[0] && have[0] && strcmp(have, r->job_id) != 0) {
@@ -323,8 +323,8 @@ void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Pul
 void svc_h_fence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
-    Psc__FenceRequest *r = psc__fence_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "FenceRequest", len);
+    Psc__FenceRequest *r;
+    SVC_DECODE(r, psc__fence_request__unpack, "FenceRequest");
     char have[17] = "";
     store_is_ready(svc->store, have);
     if (!have[0] || strcmp(have, r->job_id) != 0) {
@@ -355,8 +355,8 @@ out:
 void svc_h_unfence(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
-    Psc__UnfenceRequest *r = psc__unfence_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "UnfenceRequest", len);
+    Psc__UnfenceRequest *r;
+    SVC_DECODE(r, psc__unfence_request__unpack, "UnfenceRequest");
     Psc__UnfenceReply rep = PSC__UNFENCE_REPLY__INIT;
     rep.released = svc_fence_release(svc, r->id, &rep.held_ms, &rep.parked);
     psc__unfence_request__free_unpacked(r, NULL);

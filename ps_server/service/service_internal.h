@@ -4,7 +4,8 @@
  * Layers (each file calls only the ones below it; none calls back up):
  *   service.c         registration, life cycle, the data-path handlers
  *   service_ckpt.c    Save, Commit, Restore, ListCheckpoints, Release, Fence,
- *   service_batch.c   Unfence, checkpoint pulls; Batch
+ *                     Unfence, checkpoint pulls
+ *   service_batch.c   Batch
  *   service_fence.c   the checkpoint fence (admission, parking, replay)
  *   service_park.c    sync parking and the reaper thread
  *   service_chunk.c   Chunk request decoding and bfloat16 widening
@@ -104,6 +105,16 @@ void svc_reject(ps_service_t *svc, psc_rpc_call_t *call, int rc, const char *fmt
     __attribute__((format(printf, 4, 5)));
 /* svc_reject for a request that did not parse. */
 void svc_fail_undecodable(ps_service_t *svc, psc_rpc_call_t *call, const char *what, size_t len);
+/* A handler's first line: r = unpack(NULL, len, req) (protobuf-c's unpack of
+ * message `name`), or the call answered INVALID_ARGUMENT and the handler
+ * returns. Uses the handler's svc, call, req and len. */
+#define SVC_DECODE(r, unpack, name)                                                                                   \
+    do {                                                                                                               \
+        if (!((r) = unpack(NULL, len, req))) {                                                                         \
+            svc_fail_undecodable(svc, call, name, len);                                                                \
+            return;                                                                                                    \
+        }                                                                                                              \
+    } while (0)
 /* Room for a Chunk reply header in front of the payload (reply layout: [pad][header][payload]). */
 size_t svc_reply_header_bound(const char *name);
 /* Packs the Chunk header right before the len payload bytes at buf + bound

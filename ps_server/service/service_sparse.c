@@ -243,8 +243,8 @@ void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void
 {
     ps_service_t *svc = arg;
     char err[512];
-    Psc__TableRowsRequest *r = psc__table_rows_request__unpack(NULL, len, req);
-    if (!r) return svc_fail_undecodable(svc, call, "TableRowsRequest", len);
+    Psc__TableRowsRequest *r;
+    SVC_DECODE(r, psc__table_rows_request__unpack, "TableRowsRequest");
     int dim = 0;
     int rc = store_sparse_check(svc->store, r->table, "", 0, NULL, 0, &dim, NULL, err, sizeof err);
     if (rc) {

@@ -292,7 +292,7 @@ static void run_table(bench_var_t *v, unsigned paths, int max_threads, int round
             }
 }
 
-static void print_cell(const double gbs[NPATHS][2], enum path p, int nt)
+static void print_cell(double gbs[NPATHS][2], enum path p, int nt)
 {
     if (gbs[p][nt] == 0)
         printf(" %14s", "-");
