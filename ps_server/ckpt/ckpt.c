@@ -300,6 +300,7 @@ static int reopen(ckpt_db_t *db, char *err, size_t errlen)
     db->rdb = rocksdb_open(db->opts, db->dir, &e);
     int rc = 0;
     if (db->rdb) {
+        { uint64_t bg = 99; rocksdb_property_int(db->rdb, "rocksdb.background-errors", &bg); PSC_INFO("MEAS bg after open %llu", (unsigned long long)bg); }
         PSC_INFO("checkpoint store %s reopened after a failed write (%s): checkpoints are written again", db->dir,
                  db->write_failed);
         free(db->write_failed);

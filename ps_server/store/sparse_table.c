@@ -44,6 +44,8 @@
  */
 #include "sparse_table.h"
 
+#include "nonfinite.h"
+
 #include "optim.h"
 #include "psc.h"
 #include "rng.h"
@@ -117,38 +119,6 @@ static inline unsigned char *rec_at(const sparse_table_t *t, const shard_t *sh, 
 /* The values of a record (after its int64 t; 8-byte aligned: blocks come from
  * malloc, strides are multiples of 8). */
 static inline float *rec_values(unsigned char *rec) { return (float *)(void *)(rec + 8); }
-
-#define EXP_BITS 0x7f800000u
-
-/* Bit 31 set when one of the m floats at p (any alignment) is not finite: its
- * exponent bits are all ones exactly when (u & exp) + one carries into bit 31. */
-static inline uint32_t nonfinite_bits(const unsigned char *p, size_t m)
-{
-    uint32_t acc = 0;
-    for (size_t i = 0; i < m; i++) {
-        uint32_t u;
-        memcpy(&u, p + 4 * i, 4);
-        acc |= (u & EXP_BITS) + 0x00800000u;
-    }
-    return acc & 0x80000000u;
-}
-
-/* Index of the first non-finite float among n at p (any alignment), or n.
- * Blocks of 16 (a constant trip count: the OR vectorizes); only a block with
- * a bad value is looked at again. */
-static size_t first_nonfinite(const unsigned char *p, size_t n)
-{
-    for (size_t b = 0; b < n; b += 16) {
-        size_t m = PSC_MIN((size_t)16, n - b);
-        if (!(m == 16 ? nonfinite_bits(p + 4 * b, 16) : nonfinite_bits(p + 4 * b, m))) continue;
-        for (size_t i = 0; i < m; i++) {
-            uint32_t u;
-            memcpy(&u, p + 4 * (b + i), 4);
-            if ((u & EXP_BITS) == EXP_BITS) return b + i;
-        }
-    }
-    return n;
-}
 
 /* ---- shards ---- */
 
@@ -536,7 +506,7 @@ int sparse_table_check_ids(const sparse_table_t *t, const void *ids, size_t n, i
 int sparse_table_check_grads(const sparse_table_t *t, const void *ids, const void *grads, size_t n, char *err,
                              size_t errlen)
 {
-    size_t dim = (size_t)t->cfg.dim, bad = first_nonfinite(grads, n * dim);
+    size_t dim = (size_t)t->cfg.dim, bad = nonfinite_first(grads, n * dim);
     if (bad == n * dim) return 0;
     float f;
     memcpy(&f, (const unsigned char *)grads + 4 * bad, 4);
@@ -779,7 +749,7 @@ int sparse_table_put(sparse_table_t *t, int64_t id, const void *rec, size_t len,
     memcpy(&rt, p, 8);
     if (rt < 0)
         return psc_seterr(err, errlen, PSC_ECORRUPT, "record of id %" PRId64 " has t = %" PRId64 " < 0", id, rt);
-    size_t nf = (len - 8) / 4, bad = first_nonfinite(p + 8, nf);
+    size_t nf = (len - 8) / 4, bad = nonfinite_first(p + 8, nf);
     if (bad < nf)
         return psc_seterr(err, errlen, PSC_ECORRUPT,
                           "record of id %" PRId64 ": float %zu (%s, element %zu) is not finite", id, bad,

@@ -35,6 +35,8 @@
 #include "store.h"
 #include "store_internal.h"
 
+#include "nonfinite.h"
+
 #include "bytes.h"
 
 #include "optim.h"
@@ -68,118 +70,6 @@ void store_shape_str(char *buf, size_t len, int rank, const int64_t *shape)
     for (int d = 0; d < rank && at < len; d++)
         at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, d ? ", " : "", shape[d]);
     if (at < len) snprintf(buf + at, len - at, rank == 1 ? ",)" : ")");
-}
-
-/* Index of the first non-finite float among n at p (any alignment), or n. The
- * scan tests exponent bits on integer loads: an exponent of all ones (Inf,
- * NaN) plus one carries into bit 31; no finite value's does. The lanes are
- * GCC/Clang vector values (4 x uint32) in four independent accumulators, so
- * they stay in registers at any optimization level and the scan runs at
- * memory speed. (An array of 8 lanes, which -O2 kept on the stack, made every
- * iteration wait for a store-to-load forward: ~10 GB/s, slower than Adam's
- * update itself; tests/bench/NOTES.md.) Only a chunk that has a bad value is
- * scanned again to find where. */
-/* The finiteness scan: a float is non-finite when its exponent bits are all
- * ones; (u & exp) + one carries into bit 31 exactly then, so OR-ing that over
- * a block and testing bit 31 checks 4 (SSE2) or 8 (AVX2) floats an
- * instruction, with the lanes kept in registers (NOTES.md change 2). The AVX2
- * copy is chosen at run time like optim.c's, and halves the scan of a chunk
- * that is in cache (a request just received). */
-typedef uint32_t scan_v4u __attribute__((vector_size(16)));
-#define SCAN_EXP 0x7f800000u
-#define SCAN_ONE 0x00800000u
-
-/* The OR of (u & exp) + one over nb blocks of 16 floats. */
-static uint32_t scan_blocks_base(const unsigned char *b, size_t nb)
-{
-    const scan_v4u exp = {SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP};
-    const scan_v4u one = {SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE};
-    scan_v4u a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (size_t i = 0; i < nb; i++) {
-        scan_v4u u0, u1, u2, u3;
-        memcpy(&u0, b + 64 * i, 16);
-        memcpy(&u1, b + 64 * i + 16, 16);
-        memcpy(&u2, b + 64 * i + 32, 16);
-        memcpy(&u3, b + 64 * i + 48, 16);
-        a0 |= (u0 & exp) + one;
-        a1 |= (u1 & exp) + one;
-        a2 |= (u2 & exp) + one;
-        a3 |= (u3 & exp) + one;
-    }
-    a0 |= a1 | a2 | a3;
-    return a0[0] | a0[1] | a0[2] | a0[3];
-}
-
-#if defined(__x86_64__)
-typedef uint32_t scan_v8u __attribute__((vector_size(32)));
-
-/* The same over nb blocks of 32 floats, 8 a lane. */
-__attribute__((target("avx2"))) static uint32_t scan_blocks_avx2(const unsigned char *b, size_t nb)
-{
-    const scan_v8u exp = {SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP, SCAN_EXP};
-    const scan_v8u one = {SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE, SCAN_ONE};
-    scan_v8u a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (size_t i = 0; i < nb; i++) {
-        scan_v8u u0, u1, u2, u3;
-        memcpy(&u0, b + 128 * i, 32);
-        memcpy(&u1, b + 128 * i + 32, 32);
-        memcpy(&u2, b + 128 * i + 64, 32);
-        memcpy(&u3, b + 128 * i + 96, 32);
-        a0 |= (u0 & exp) + one;
-        a1 |= (u1 & exp) + one;
-        a2 |= (u2 & exp) + one;
-        a3 |= (u3 & exp) + one;
-    }
-    a0 |= a1 | a2 | a3;
-    return a0[0] | a0[1] | a0[2] | a0[3] | a0[4] | a0[5] | a0[6] | a0[7];
-}
-#endif
-
-/* The index of the first non-finite float of the n at p (any alignment), or n. */
-static size_t first_nonfinite(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint32_t bad;
-    size_t done;
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2")) {
-        bad = scan_blocks_avx2(b, n / 32);
-        done = 32 * (n / 32);
-    } else
-#endif
-    {
-        bad = scan_blocks_base(b, n / 16);
-        done = 16 * (n / 16);
-    }
-    for (size_t i = done; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, b + 4 * i, 4);
-        bad |= (u & SCAN_EXP) + SCAN_ONE;
-    }
-    if (!(bad & 0x80000000u)) return n;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, b + 4 * i, 4);
-        if ((u & SCAN_EXP) == SCAN_EXP) return i;
-    }
-    return n;
-}
-
-/* first_nonfinite over n floats held in segments split anywhere (a float may
- * straddle segments): the index of the first non-finite one, or n. */
-static int scan_run(void *arg, const unsigned char *p, size_t m, size_t e)
-{
-    size_t bad = first_nonfinite(p, m);
-    if (bad == m) return 0;
-    *(size_t *)arg = e + bad;
-    return 1;
-}
-
-static size_t first_nonfinite_iov(const psc_iov_t *g, int ng, size_t n)
-{
-    size_t at = n;
-    psc_iov_float_runs(g, ng, n, scan_run, &at);
-    return at;
 }
 
 static size_t iov_bytes(const psc_iov_t *g, int ng)
@@ -357,99 +247,6 @@ void store_reset(store_t *s)
 }
 
 /* ---- create ---- */
-
-/* A schedule's own checks (the job spec's parser checks them too; a Create
- * from elsewhere must not get a rate that is not finite and > 0). */
-static int check_schedule(const psc_lr_schedule_t *l, char *err, size_t errlen)
-{
-#define BAD(...) psc_seterr(err, errlen, PSC_EINVAL, __VA_ARGS__)
-    switch (l->kind) {
-    case PSC_LR_CONSTANT: return 0;
-    case PSC_LR_EXPONENTIAL:
-        if (l->decay_steps <= 0) return BAD("exponential_decay decay_steps %" PRId64 " must be > 0", l->decay_steps);
-        if (!(l->decay_rate > 0) || !isfinite(l->decay_rate))
-            return BAD("exponential_decay decay_rate %g must be finite and > 0", (double)l->decay_rate);
-        return 0;
-    case PSC_LR_PIECEWISE:
-        if (l->nboundaries < 1 || l->nboundaries > PSC_LR_MAX_BOUNDARIES)
-            return BAD("piecewise_constant has %d boundaries (1..%d)", l->nboundaries, PSC_LR_MAX_BOUNDARIES);
-        for (int i = 0; i <= l->nboundaries; i++) {
-            if (!(l->values[i] > 0) || !isfinite(l->values[i]))
-                return BAD("piecewise_constant values[%d] %g must be finite and > 0", i, (double)l->values[i]);
-            if (i && i < l->nboundaries && l->boundaries[i] <= l->boundaries[i - 1])
-                return BAD("piecewise_constant boundaries must increase (boundaries[%d])", i);
-        }
-        return 0;
-    case PSC_LR_COSINE:
-        if (l->decay_steps <= 0) return BAD("cosine_decay decay_steps %" PRId64 " must be > 0", l->decay_steps);
-        if (!(l->alpha >= 0 && l->alpha <= 1)) return BAD("cosine_decay alpha %g must be in [0, 1]", (double)l->alpha);
-        if (l->warmup_steps < 0) return BAD("cosine_decay warmup_steps %" PRId64 " must be >= 0", l->warmup_steps);
-        if (!(l->warmup_target >= 0) || !isfinite(l->warmup_target))
-            return BAD("cosine_decay warmup_target %g must be finite and >= 0", (double)l->warmup_target);
-        return 0;
-    }
-    return BAD("unknown learning-rate schedule %d", (int)l->kind);
-#undef BAD
-}
-
-int store_check_optim(const psc_optim_config_t *o, char *err, size_t errlen)
-{
-#define BAD(...) psc_seterr(err, errlen, PSC_EINVAL, __VA_ARGS__)
-    if (o->kind < PSC_OPT_SGD || o->kind > PSC_OPT_FTRL) return BAD("unknown optimizer kind %d", (int)o->kind);
-    if (!(o->learning_rate > 0) || !isfinite(o->learning_rate))
-        return BAD("optimizer learning_rate %g must be finite and > 0", (double)o->learning_rate);
-    switch (o->kind) {
-    case PSC_OPT_SGD: break;
-    case PSC_OPT_MOMENTUM:
-    case PSC_OPT_RMSPROP:
-        if (!(o->momentum >= 0) || !isfinite(o->momentum))
-            return BAD("optimizer momentum %g must be finite and >= 0", (double)o->momentum);
-        if (o->kind == PSC_OPT_RMSPROP) {
-            if (!(o->decay >= 0 && o->decay <= 1))
-                return BAD("rmsprop decay (rho) %g must be in [0, 1]", (double)o->decay);
-            if (!(o->epsilon >= 0) || !isfinite(o->epsilon))
-                return BAD("rmsprop epsilon %g must be finite and >= 0", (double)o->epsilon);
-        }
-        break;
-    case PSC_OPT_ADAGRAD:
-    case PSC_OPT_FTRL:
-        if (!(o->initial_accumulator_value > 0) || !isfinite(o->initial_accumulator_value))
-            return BAD("%s initial_accumulator_value %g must be finite and > 0", psc_optim_name(o->kind),
-                       (double)o->initial_accumulator_value);
-        if (o->kind == PSC_OPT_FTRL) {
-            if (!(o->learning_rate_power <= 0) || !isfinite(o->learning_rate_power))
-                return BAD("ftrl learning_rate_power %g must be finite and <= 0", (double)o->learning_rate_power);
-            if (!(o->l1 >= 0) || !isfinite(o->l1) || !(o->l2 >= 0) || !isfinite(o->l2))
-                return BAD("ftrl l1 %g and l2 %g must be finite and >= 0", (double)o->l1, (double)o->l2);
-        }
-        break;
-    case PSC_OPT_ADAM:
-        if (!(o->beta1 >= 0 && o->beta1 < 1)) return BAD("adam beta1 %g must be in [0, 1)", (double)o->beta1);
-        if (!(o->beta2 >= 0 && o->beta2 < 1)) return BAD("adam beta2 %g must be in [0, 1)", (double)o->beta2);
-        if (!(o->epsilon >= 0) || !isfinite(o->epsilon))
-            return BAD("adam epsilon %g must be finite and >= 0", (double)o->epsilon);
-        break;
-    }
-    return check_schedule(&o->schedule, err, errlen);
-#undef BAD
-}
-
-int store_optim_same(const psc_optim_config_t *a, const psc_optim_config_t *b)
-{
-    const psc_lr_schedule_t *x = &a->schedule, *y = &b->schedule;
-    int same = a->kind == b->kind && a->learning_rate == b->learning_rate && a->momentum == b->momentum &&
-               !a->use_nesterov == !b->use_nesterov && a->beta1 == b->beta1 && a->beta2 == b->beta2 &&
-               a->epsilon == b->epsilon && a->initial_accumulator_value == b->initial_accumulator_value &&
-               a->decay == b->decay && a->learning_rate_power == b->learning_rate_power && a->l1 == b->l1 &&
-               a->l2 == b->l2 && x->kind == y->kind && x->decay_steps == y->decay_steps &&
-               x->decay_rate == y->decay_rate && !x->staircase == !y->staircase && x->nboundaries == y->nboundaries &&
-               x->alpha == y->alpha && x->warmup_steps == y->warmup_steps && x->warmup_target == y->warmup_target;
-    for (int i = 0; same && i < x->nboundaries && i < PSC_LR_MAX_BOUNDARIES; i++)
-        same = x->boundaries[i] == y->boundaries[i] && x->values[i] == y->values[i];
-    if (same && x->kind == PSC_LR_PIECEWISE && x->nboundaries >= 0 && x->nboundaries <= PSC_LR_MAX_BOUNDARIES)
-        same = x->values[x->nboundaries] == y->values[x->nboundaries];
-    return same;
-}
 
 /* Checks one spec on its own. *bytes receives the value size. */
 static int check_spec(const store_var_spec_t *v, uint64_t *bytes, char *err, size_t errlen)
@@ -673,7 +470,7 @@ static int check_chunk_iov(const store_var_t *v, const char *what, uint64_t offs
     if (len && (!ng || iov_bytes(g, ng) != len))
         return psc_seterr(err, errlen, PSC_EINVAL, "%s: %s chunk has no data", v->name, what);
     if (!v->is_step) {
-        size_t bad = first_nonfinite_iov(g, ng, len / 4);
+        size_t bad = nonfinite_first_iov(g, ng, len / 4);
         if (bad < len / 4)
             return psc_seterr(err, errlen, PSC_EINVAL, "%s: %s has a non-finite value at index %" PRIu64, v->name,
                               what, offset / 4 + bad);
