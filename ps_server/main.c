@@ -171,7 +171,11 @@ static int ps_start(const ps_opts_t *o, ps_daemon_t *d)
 {
     char err[512];
     d->store = store_create();
-    d->svc = ps_service_create(d->store, d->cfg.task.index, on_shutdown_rpc, NULL);
+    d->svc = ps_service_create(d->store, d->cfg.task.index, on_shutdown_rpc, NULL, err, sizeof err);
+    if (!d->svc) {
+        fprintf(stderr, "ps_server: %s\n", err);
+        return PSC_EXIT_SOFTWARE;
+    }
     ps_service_set_checkpoints(d->svc, d->ckpt, (int)o->save_delay_ms);
     d->metrics = o->df.metrics_port ? psc_metrics_create() : NULL;
     ps_service_set_metrics(d->svc, d->metrics);

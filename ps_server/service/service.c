@@ -527,7 +527,8 @@ static void h_shutdown(psc_rpc_call_t *call, const uint8_t *req, size_t len, voi
     if (svc->on_shutdown) svc->on_shutdown(svc->shutdown_arg);
 }
 
-ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdown)(void *), void *arg)
+ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdown)(void *), void *arg, char *err,
+                                size_t errlen)
 {
     ps_service_t *svc = psc_xcalloc(1, sizeof *svc);
     svc->store = store;
@@ -542,7 +543,10 @@ ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdo
     pthread_mutex_init(&svc->reaper_lock, NULL);
     pthread_cond_init(&svc->reaper_cond, NULL);
     svc_fence_init(&svc->fence);
-    svc_reaper_start(svc, svc_fence_tick); /* the fence's replay runs on the reaper */
+    if (svc_reaper_start(svc, svc_fence_tick, err, errlen)) { /* the fence's replay runs on the reaper */
+        ps_service_destroy(svc);
+        return NULL;
+    }
     return svc;
 }
 

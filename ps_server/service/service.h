@@ -17,8 +17,10 @@
 typedef struct ps_service ps_service_t;
 
 /* on_shutdown(arg) is called (from a server thread, after the reply is sent)
- * when a Shutdown RPC arrives; it should make main() stop the daemon. */
-ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdown)(void *), void *arg);
+ * when a Shutdown RPC arrives; it should make main() stop the daemon. NULL
+ * with err set when its reaper thread cannot start. */
+ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdown)(void *), void *arg, char *err,
+                                size_t errlen);
 void ps_service_destroy(ps_service_t *svc); /* NULL ok; after the server is down */
 /* Answers every parked reply (sync replicas) with UNAVAILABLE and parks none
  * from now on: call before shutting the server down, whose shutdown waits for

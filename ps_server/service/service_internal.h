@@ -183,7 +183,7 @@ void svc_fail_parked(ps_service_t *svc, int draining, int rc, const char *msg);
  * now) (the fence's replay, handed down by service.c), then the sync
  * timeouts of the parked replies. Start once (aborts when no thread can be
  * started: ps_service_create has no error path); stop joins it. */
-void svc_reaper_start(ps_service_t *svc, void (*tick)(ps_service_t *svc, double now));
+int svc_reaper_start(ps_service_t *svc, void (*tick)(ps_service_t *svc, double now), char *err, size_t errlen);
 void svc_reaper_stop(ps_service_t *svc);
 void svc_reaper_kick(ps_service_t *svc);
 

@@ -266,13 +266,13 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-void svc_reaper_start(ps_service_t *svc, void (*tick)(ps_service_t *svc, double now))
+int svc_reaper_start(ps_service_t *svc, void (*tick)(ps_service_t *svc, double now), char *err, size_t errlen)
 {
     PSC_ASSERT(!svc->reaper_running);
     svc->reaper_tick = tick;
-    /* fatal: the service cannot run without it, and ps_service_create has no error path */
-    PSC_ASSERT(psc_thread_start(&svc->reaper, reaper_main, svc, "reaper", NULL, 0) == 0);
-    svc->reaper_running = 1;
+    int rc = psc_thread_start(&svc->reaper, reaper_main, svc, "reaper", err, errlen);
+    if (rc == 0) svc->reaper_running = 1;
+    return rc;
 }
 
 void svc_reaper_stop(ps_service_t *svc)

@@ -156,7 +156,7 @@ static void call_in_segments(struct psc_rpc_server *server, int m, psc_rpc_call_
 static void run(const uint8_t *data, size_t size)
 {
     store_t *store = store_create();
-    ps_service_t *svc = ps_service_create(store, 0, noop, NULL);
+    ps_service_t *svc = ps_service_create(store, 0, noop, NULL, NULL, 0);
     struct psc_rpc_server server = {.n = 0};
     ps_service_register(svc, &server);
     psc_rpc_call_t *calls[MAX_CALLS];
@@ -481,7 +481,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     const char *dir = getenv("PSC_FUZZ_WRITE_SEEDS");
     if (!dir) return 0;
     store_t *store = store_create();
-    ps_service_t *svc = ps_service_create(store, 0, noop, NULL);
+    ps_service_t *svc = ps_service_create(store, 0, noop, NULL, NULL, 0);
     ps_service_register(svc, &seed_server);
     seed_model(0);
     seed_release();

@@ -201,7 +201,7 @@ static void test_rpc_observed(void **state)
     (void)state;
     psc_metrics_t *m = psc_metrics_create();
     store_t *s = store_create();
-    ps_service_t *svc = ps_service_create(s, 0, NULL, NULL);
+    ps_service_t *svc = ps_service_create(s, 0, NULL, NULL, NULL, 0);
     ps_service_set_metrics(svc, m);
     char err[256];
     psc_rpc_server_t *server = psc_rpc_server_create("127.0.0.1:0", 2, err, sizeof err);

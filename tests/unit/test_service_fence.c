@@ -65,7 +65,7 @@ static void ps_start(int sync)
     assert_non_null(mkdtemp(g.dir));
     assert_int_equal(ckpt_open(g.dir, &g.db, err, sizeof err), 0);
     g.store = store_create();
-    g.svc = ps_service_create(g.store, 0, NULL, NULL);
+    g.svc = ps_service_create(g.store, 0, NULL, NULL, NULL, 0);
     ps_service_set_checkpoints(g.svc, g.db, 0);
     g.server = psc_rpc_server_create("127.0.0.1:0", 2, err, sizeof err);
     assert_non_null(g.server);

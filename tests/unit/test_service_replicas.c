@@ -59,7 +59,7 @@ static void ps_start(int sync)
     char err[512];
     memset(&g, 0, sizeof g);
     g.store = store_create();
-    g.svc = ps_service_create(g.store, 0, NULL, NULL);
+    g.svc = ps_service_create(g.store, 0, NULL, NULL, NULL, 0);
     g.server = psc_rpc_server_create("127.0.0.1:0", 2, err, sizeof err);
     assert_non_null(g.server);
     ps_service_register(g.svc, g.server);

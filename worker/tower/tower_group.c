@@ -36,6 +36,7 @@ typedef struct slot {
 struct tower_group {
     const tower_ops_t *backend;
     int count;
+    int threads; /* slots 1 .. threads have a running thread (slot 0 runs on the caller's) */
     int features;
     char describe[256];
     slot_t slots[PSC_MAX_TOWERS];
@@ -243,8 +244,13 @@ int tower_group_create(const char *devices, const psc_job_spec_t *spec, const ps
             at += (size_t)snprintf(ts->describe + at, sizeof ts->describe - at, "%sgpu:%d", i ? "," : "", devs[i]);
         if (at >= sizeof ts->describe) at = sizeof ts->describe - 1;
     }
-    for (int i = 1; i < ts->count; i++) /* tower_group_destroy cannot tell a started slot from another: fatal */
-        PSC_ASSERT(psc_thread_start(&ts->slots[i].thread, slot_thread, &ts->slots[i], "tower", err, errlen) == 0);
+    for (int i = 1; i < ts->count; i++) {
+        if ((rc = psc_thread_start(&ts->slots[i].thread, slot_thread, &ts->slots[i], "tower", err, errlen))) {
+            tower_group_destroy(ts); /* joins the ones started */
+            return rc;
+        }
+        ts->threads = i;
+    }
     *out = ts;
     return 0;
 }
@@ -252,13 +258,13 @@ int tower_group_create(const char *devices, const psc_job_spec_t *spec, const ps
 void tower_group_destroy(tower_group_t *ts)
 {
     if (!ts) return;
-    if (ts->count > 1 && ts->slots[1].thread) {
+    if (ts->threads > 0) {
         pthread_mutex_lock(&ts->lock);
         ts->kind = JOB_EXIT;
         ts->generation++;
         pthread_cond_broadcast(&ts->go);
         pthread_mutex_unlock(&ts->lock);
-        for (int i = 1; i < ts->count; i++) pthread_join(ts->slots[i].thread, NULL);
+        for (int i = 1; i <= ts->threads; i++) pthread_join(ts->slots[i].thread, NULL);
     }
     for (int i = 0; i < ts->count; i++) tower_destroy(ts->slots[i].tower);
     pthread_mutex_destroy(&ts->lock);
