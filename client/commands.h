@@ -24,7 +24,7 @@ typedef struct psctl_cli {
 } psctl_cli_t;
 
 /* Runs a command; `arg` is its argument (NULL unless takes_arg). Returns
- * psctl's exit status after printing the outcome (README "psctl"). */
+ * psctl's exit status after printing the outcome (docs/running.md, psctl). */
 typedef int (*psctl_command_fn)(const psctl_cli_t *c, const char *arg);
 
 typedef struct psctl_command {

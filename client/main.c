@@ -70,7 +70,7 @@ static void usage(FILE *f)
             "  --chief HOST:PORT     the chief's address (default: from the cluster)\n"
             "  --timeout_secs S      deadline of each call to the cluster (default 30; checkpoint and eval 300)\n"
             "  --tls_ca FILE, --tls_cert FILE, --tls_key FILE, --tls_server_name NAME, --auth_token_file FILE\n"
-            "                        TLS and the shared token, as for the daemons (see the README, Security)\n"
+            "                        TLS and the shared token, as for the daemons (docs/operations.md, Security)\n"
             "  --log_level LEVEL     debug shows gRPC's own log lines (default info: psc's messages only)\n"
             "  --help, --version\n"
             "Exit codes: 0 done, 1 job failed or refused, 64 usage, 69 unreachable, 77 token or certificate refused,\n"

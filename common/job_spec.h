@@ -1,4 +1,4 @@
-/* job_spec.h — the Keras-like JSON job specification (see README "Job spec").
+/* job_spec.h — the Keras-like JSON job specification (docs/job-spec.md, psc-job(5)).
  *
  * Parsing is strict: unknown keys and wrong types are errors naming the key
  * ("job spec: model.layers[2].units: expected a positive integer"). Defaults are
@@ -21,7 +21,7 @@ enum psc_layer_type {
     PSC_LAYER_CONV2D,
     PSC_LAYER_MAX_POOL2D,
     PSC_LAYER_DROPOUT,
-    /* recommendation (CTR) models, loss sigmoid_cross_entropy (README "Recommendation models") */
+    /* recommendation (CTR) models, loss sigmoid_cross_entropy (docs/recommendation.md) */
     PSC_LAYER_EMBEDDING,   /* categorical features -> one pooled row of a table each */
     PSC_LAYER_INTERACTION, /* DLRM's pairwise dot products of the bottom output and the pooled rows */
     PSC_LAYER_CONCAT,      /* the bottom output (or the dense features) and the pooled rows side by side */
@@ -42,7 +42,7 @@ enum psc_dense_transform { PSC_TRANSFORM_NONE = 0, PSC_TRANSFORM_LOG1P /* log(1 
 #define PSC_MAX_FEATURES 128
 
 /* One input feature of a criteo / libsvm / tfrecord data set (data.features;
- * for criteo and libsvm the parser fills the list in: see README). */
+ * for criteo and libsvm the parser fills the list in: see docs/recommendation.md). */
 typedef struct psc_feature_spec {
     char name[64];              /* criteo: label, I1..I13, C1..C26; libsvm: label, features */
     enum psc_feature_role role;

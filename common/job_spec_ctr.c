@@ -1,8 +1,8 @@
 /* job_spec_ctr.c — what a recommendation (CTR) model's spec ties together:
  * model.loss with data.format, model.input_shape with the dense features, and
  * the embedding and wide layers' "table" and "features" with the top-level
- * tables and the data's features (see job_spec_internal.h, README
- * "Recommendation models: the job spec").
+ * tables and the data's features (see job_spec_internal.h and
+ * docs/recommendation.md, "The job spec of a recommendation model").
  *
  * Design: job_spec.c parses every layer's type and name; the lookup layers'
  * own keys are read here, after the tables and the data, because they name

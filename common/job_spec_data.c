@@ -1,5 +1,5 @@
-/* job_spec_data.c — the job spec's "data" section (see job_spec.h and README
- * "Job spec"): the format, the files, how replicas shard them, the bad-record
+/* job_spec_data.c — the job spec's "data" section (see job_spec.h and
+ * docs/job-spec.md): the format, the files, how replicas shard them, the bad-record
  * limit and the features; and, at a task's start, the check that the files of
  * a criteo, libsvm or tfrecord data set can be read.
  *
@@ -116,7 +116,7 @@ static void set_feature(psc_feature_spec_t *F, const char *name, enum psc_featur
     F->transform = tr;
 }
 
-/* Criteo's and LIBSVM's own features (README "Recommendation models"). */
+/* Criteo's and LIBSVM's own features (docs/recommendation.md). */
 static void builtin_features(psc_job_spec_t *s)
 {
     char name[16];
@@ -276,7 +276,7 @@ static int parse_record_data(const jspec_ctx_t *c, const json_t *o, psc_job_spec
     } else {
         if (json_object_get(o, "features"))
             return jspec_fail(c, "data.features",
-                              "only data.format tfrecord declares its features (%s's are fixed: see README)",
+                              "only data.format tfrecord declares its features (%s's are fixed: see docs/recommendation.md)",
                               jspec_format_names[s->data_format]);
         builtin_features(s);
     }

@@ -1,6 +1,6 @@
 /* job_spec_optim.c — the job spec's "optimizer" objects (with their
  * learning-rate "schedule") and its sparse embedding "tables" (see job_spec.h,
- * table.h and README "Job spec").
+ * table.h and docs/job-spec.md).
  *
  * Design: one parser for every optimizer object, at the top level and in each
  * table, so a table's optimizer is checked exactly like the job's. An

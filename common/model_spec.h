@@ -8,7 +8,7 @@
  * tables are the spec's "tables", not model variables), its outputs are flat
  * (1, 1, n) (an embedding layer F * dim, a wide layer 1, the interaction or
  * concat its join width) and psc_model_check enforces its structure rules
- * (README "Recommendation models: the job spec").
+ * (docs/recommendation.md, "The job spec of a recommendation model").
  * Thread-safety: pure functions of their arguments.
  */
 #ifndef PSC_MODEL_SPEC_H

@@ -1,7 +1,7 @@
 /* model_spec_ctr.c — the walk of a recommendation (CTR) model, loss
  * sigmoid_cross_entropy: its variables, its layers' output widths and its
- * structure rules (model_spec_internal.h; README "Recommendation models: the
- * job spec"; worker/tower_ctr.h computes what this describes).
+ * structure rules (model_spec_internal.h; docs/recommendation.md, "The job
+ * spec of a recommendation model"; worker/tower/tower_ctr.h computes what this describes).
  *
  * Design: such a model is not a chain. The dense layers before the join (the
  * interaction or concat layer) are the bottom MLP over the num_dense dense

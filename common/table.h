@@ -59,8 +59,8 @@ static inline uint64_t psc_fnv1a64(const void *data, size_t len)
     return h;
 }
 
-/* The stable hash of categorical values into a table's rows (README
- * "Recommendation models"): key k of the feature whose name hashes to
+/* The stable hash of categorical values into a table's rows
+ * (docs/recommendation.md): key k of the feature whose name hashes to
  * name_hash = psc_fnv1a64(name) becomes row
  *   splitmix64_finalizer(k ^ name_hash) mod rows,
  * so one value of two features that share a table lands on different rows. */

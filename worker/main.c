@@ -62,7 +62,7 @@ static void usage(FILE *f)
             "  --job TYPE               chief | worker | evaluator (default from TF_CONFIG)\n"
             "  --task_index N           index of this task\n"
             "  --port P                 port of this task's health service (default: its address's port)\n"
-            "  --job_spec FILE          the job (JSON, see README \"Job spec\"): in-cluster mode, train it and exit;\n"
+            "  --job_spec FILE          the job (JSON, see psc-job(5), docs/job-spec.md): in-cluster mode, train it and exit;\n"
             "                           without it, standalone-client mode: wait for jobs from psctl. Checked\n"
             "                           whole at start (model, cluster, data files): a bad one exits 78\n"
             "  --wait_model_secs S      non-chief: how long to wait for the chief's model (default 120)\n"
@@ -292,7 +292,7 @@ static int serve(worker_t *w)
             return PSC_EXIT_UNAVAILABLE;
         }
     }
-    /* the role label: "chief" for worker 0 acting as chief too (README "Metrics") */
+    /* the role label: "chief" for worker 0 acting as chief too (docs/operations.md, Metrics) */
     to->metrics = worker_metrics_create(w->metrics, psc_job_type_name(w->is_chief ? PSC_JOB_CHIEF : w->cfg.task.type));
     if (!(w->server = psc_rpc_server_create(w->bind, 1, err, sizeof err))) {
         fprintf(stderr, "worker: %s\n", err);

@@ -25,11 +25,50 @@
 #include "wire.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+/* A Create's sync spec as a store config, every value checked (the store's
+ * store_set_sync checks them too, but only after the variables and tables
+ * exist: a refused Create must leave nothing behind). 0 or PSC_EINVAL. */
+static int create_sync_of(const Psc__SyncSpec *p, store_sync_cfg_t *c, char *err, size_t errlen)
+{
+    c->replicas_to_aggregate = (int)PSC_MIN(p->replicas_to_aggregate, (uint32_t)PSC_MAX_REPLICAS + 1);
+    c->total_num_replicas = (int)PSC_MIN(p->total_num_replicas, (uint32_t)PSC_MAX_REPLICAS + 1);
+    c->timeout_secs = p->timeout_secs;
+    if (c->total_num_replicas < 1 || c->total_num_replicas > PSC_MAX_REPLICAS)
+        return psc_seterr(err, errlen, PSC_EINVAL, "sync.total_num_replicas must be 1..%d, got %u", PSC_MAX_REPLICAS,
+                          p->total_num_replicas);
+    if (c->replicas_to_aggregate < 1)
+        return psc_seterr(err, errlen, PSC_EINVAL, "sync.replicas_to_aggregate must be >= 1, got %u",
+                          p->replicas_to_aggregate);
+    if (!(c->timeout_secs > 0) || !isfinite(c->timeout_secs))
+        return psc_seterr(err, errlen, PSC_EINVAL, "sync.timeout_secs must be finite and > 0, got %g",
+                          c->timeout_secs);
+    return 0;
+}
+
+/* Sync mode already on (the job's variables exist) with another config than
+ * want: PSC_EEXISTS naming the field, before the Create adds any table. */
+static int create_sync_conflict(store_t *s, const store_sync_cfg_t *want, char *err, size_t errlen)
+{
+    store_sync_cfg_t have;
+    if (!store_get_sync(s, &have)) return 0;
+    if (have.replicas_to_aggregate != want->replicas_to_aggregate)
+        return psc_seterr(err, errlen, PSC_EEXISTS, "sync mode is on with replicas_to_aggregate %d; refusing %d",
+                          have.replicas_to_aggregate, want->replicas_to_aggregate);
+    if (have.total_num_replicas != want->total_num_replicas)
+        return psc_seterr(err, errlen, PSC_EEXISTS, "sync mode is on with total_num_replicas %d; refusing %d",
+                          have.total_num_replicas, want->total_num_replicas);
+    if (have.timeout_secs != want->timeout_secs)
+        return psc_seterr(err, errlen, PSC_EEXISTS, "sync mode is on with timeout_secs %g; refusing %g",
+                          have.timeout_secs, want->timeout_secs);
+    return 0;
+}
 
 static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
@@ -56,26 +95,21 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     }
     int created = 0;
     store_sync_cfg_t sync = {0};
-    if (rc == 0 && r->sync) {
-        sync.replicas_to_aggregate = (int)PSC_MIN(r->sync->replicas_to_aggregate, (uint32_t)PSC_MAX_REPLICAS + 1);
-        sync.total_num_replicas = (int)PSC_MIN(r->sync->total_num_replicas, (uint32_t)PSC_MAX_REPLICAS + 1);
-        sync.timeout_secs = r->sync->timeout_secs;
-        if (sync.total_num_replicas < 1 || sync.total_num_replicas > PSC_MAX_REPLICAS)
-            rc = psc_seterr(err, sizeof err, PSC_EINVAL, "sync.total_num_replicas must be 1..%d, got %u",
-                            PSC_MAX_REPLICAS, r->sync->total_num_replicas);
-    }
+    if (rc == 0 && r->sync) rc = create_sync_of(r->sync, &sync, err, sizeof err);
     sparse_table_cfg_t *tables = NULL;
     if (rc == 0) rc = svc_tables_from_pb(r, &opt, &tables, err, sizeof err);
     /* every check before anything is created: a refused Create leaves nothing behind */
     if (rc == 0) rc = store_check_tables(specs, (int)r->n_vars, tables, (int)r->n_tables, err, sizeof err);
-    int validated = rc == 0;
+    int counted = rc == 0; /* a refusal from here on is the store's, which counts it */
     if (rc == 0) {
         rc = store_create_vars(svc->store, r->job_id, &opt, specs, (int)r->n_vars, &created, err, sizeof err);
+        /* vars just created have no sync mode; existing ones may conflict: refused before a table is added */
+        if (rc == 0 && r->sync && (rc = create_sync_conflict(svc->store, &sync, err, sizeof err))) counted = 0;
         if (rc == 0) rc = store_create_tables(svc->store, r->job_id, tables, (int)r->n_tables, err, sizeof err);
         if (rc == 0 && r->sync) rc = store_set_sync(svc->store, &sync, err, sizeof err);
         if (rc == PSC_EMISMATCH) rc = PSC_EEXISTS; /* a create that conflicts with what exists */
     }
-    if (rc != 0 && !validated) {
+    if (rc != 0 && !counted) {
         svc_reject(svc, call, rc, "%s", err);
     } else if (rc != 0) {
         svc_fail(svc, call, rc, "%s", err); /* the store counted it */

@@ -3,7 +3,7 @@
  * Pull from a checkpoint, and Release.
  *
  * Design: ckpt.h holds the format, the chief drives the two phases
- * (worker/trainer.c); the fence itself is service_fence.c's. Invariants: a
+ * (worker/job/trainer.c); the fence itself is service_fence.c's. Invariants: a
  * handler file: it calls down into the fence, parking and reply helpers,
  * never into service.c or another handler file. A refusal that is the
  * cluster's state (no --checkpoint_dir, another job) is not counted as

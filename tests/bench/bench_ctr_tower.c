@@ -2,7 +2,7 @@
  * job, alone in one process without PS or RPC: the job spec's model, batch
  * (batch_size_per_replica) and training data, read by the worker's own input
  * pipeline (ctr_loader: shard 0 of 1, prefetch 2, the spec's shuffle) and run
- * through one "cpu" CTR tower, as worker/ctr_job.c does per step:
+ * through one "cpu" CTR tower, as worker/job/ctr_job.c does per step:
  *
  *   timed:     ctr_loader_next (waits only when the prefetch thread is behind)
  *              + tower_ctr_set_params + tower_ctr_train_step + tower_ctr_get_grads

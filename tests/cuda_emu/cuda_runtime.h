@@ -1,6 +1,6 @@
 /* cuda_runtime.h — the CUDA runtime, emulated on the CPU for tests (README
  * "Towers", and emu_runtime.cpp). It stands in for the toolkit's
- * header when the build compiles worker/tower_cuda.cu as C++ with g++: the build
+ * header when the build compiles worker/tower/tower_cuda.cu as C++ with g++: the build
  * rewrites each `kernel<<<grid, block, shmem, stream>>>(args)` into
  * `EMU_LAUNCH(kernel, grid, block, shmem, stream)(args)` and nothing else.
  *

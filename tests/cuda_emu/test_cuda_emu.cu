@@ -3,7 +3,7 @@
  * with __syncthreads, warp shuffles, atomicAdd, cuBLAS's column-major GEMM) and
  * that every mistake it claims to catch is caught: the call fails with an error code and
  * one "cuda emu: MISTAKE" line is counted. Written in CUDA C (this file goes
- * through the same launch rewrite as worker/tower_cuda.cu); it needs the
+ * through the same launch rewrite as worker/tower/tower_cuda.cu); it needs the
  * emulation's controls (cuda_emu.h), so it runs only on the emulation.
  */
 #include <cublas_v2.h>

@@ -1,4 +1,4 @@
-/* fuzz_idx — libFuzzer target: IDX image/label files (worker/dataset.c),
+/* fuzz_idx — libFuzzer target: IDX image/label files (worker/data/dataset.c),
  * plain; the input is split into an images file and a labels file. */
 #include "dataset.h"
 

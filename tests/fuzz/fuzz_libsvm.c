@@ -1,4 +1,4 @@
-/* fuzz_libsvm — libFuzzer target: LIBSVM lines (worker/ctr_libsvm.c) read
+/* fuzz_libsvm — libFuzzer target: LIBSVM lines (worker/data/ctr_libsvm.c) read
  * from the input as one file (ctr_file_open_mem: a small buffer, so lines
  * cross every refill) into batches, until the end or a hard error; bad
  * records are dropped as the reader drops them, every seventh record is

@@ -1,5 +1,5 @@
 /* fuzz_ps_service — libFuzzer target: the ps_server's request handlers
- * (ps_server/service.c, service_batch.c, service_ckpt.c) with their validation and the store
+ * (ps_server/service/service.c, service_batch.c, service_ckpt.c) with their validation and the store
  * behind them, driven by a sequence of requests as the network would deliver
  * them. The RPC layer is replaced by the fake below (this file defines the
  * rpc.h functions the handlers use, so common/rpc.c is not linked): a call
@@ -413,8 +413,11 @@ static void seed_sparse(void)
     memset(&g[5], 0xff, 4); /* NaN */
     sp.values.len = sizeof g;
     SEED(PSC_M_BATCH, psc__batch_request, &br);
-    sl.table = (char *)"dense/bias"; /* a sparse pull of a dense variable */
     br.n_sparse_push = 0;
+    sl.read_only = 1; /* an evaluation's pull: rows read, none created */
+    SEED(PSC_M_BATCH, psc__batch_request, &br);
+    sl.read_only = 0;
+    sl.table = (char *)"dense/bias"; /* a sparse pull of a dense variable */
     SEED(PSC_M_BATCH, psc__batch_request, &br);
     Psc__StatusRequest sr = PSC__STATUS_REQUEST__INIT;
     SEED(PSC_M_STATUS, psc__status_request, &sr);

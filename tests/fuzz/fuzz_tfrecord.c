@@ -1,5 +1,5 @@
 /* fuzz_tfrecord — libFuzzer target: TFRecord files of tf.Example protos
- * (worker/ctr_tfrecord.c), read from memory (ctr_file_open_mem) against a
+ * (worker/data/ctr_tfrecord.c), read from memory (ctr_file_open_mem) against a
  * fixed feature spec with features of every role and kind.
  *
  * The first byte says how the rest is read. Even: as the file itself

@@ -785,8 +785,19 @@ static void expect(int code, const char *msg, int want, const char *needle)
 
 /* One Create to ps 0, as an independent client would send it: global_step and
  * "w" (4 floats), one table "emb" (1 part) with rows, dim and a uniform
- * initializer [a, b). The gRPC status code; msg its message. */
-static int raw_create(const char *job_id, int64_t rows, uint32_t dim, float a, float b, char *msg, size_t msglen)
+ * initializer [a, b) unless no_table, and sync when non-NULL. */
+typedef struct create_args {
+    const char *job;
+    int64_t rows;
+    uint32_t dim;
+    float a, b;
+    int no_table;
+    const Psc__SyncSpec *sync;
+} create_args_t;
+
+/* Sends c's Create: the gRPC status code; msg its message; *created the
+ * reply's `created` (0 when refused). */
+static int raw_create(const create_args_t *c, int *created, char *msg, size_t msglen)
 {
     Psc__OptimizerSpec opt = PSC__OPTIMIZER_SPEC__INIT;
     psc_optim_to_pb(&sgd1, &opt);
@@ -800,43 +811,99 @@ static int raw_create(const char *job_id, int64_t rows, uint32_t dim, float a, f
     Psc__VarSpec *vars[2] = {&step, &w};
     Psc__TableSpec t = PSC__TABLE_SPEC__INIT;
     t.name = "emb";
-    t.rows = rows;
-    t.dim = dim;
+    t.rows = c->rows;
+    t.dim = c->dim;
     t.num_parts = 1;
-    t.init_a = a;
-    t.init_b = b;
+    t.init_a = c->a;
+    t.init_b = c->b;
     Psc__TableSpec *tp = &t;
     Psc__CreateRequest req = PSC__CREATE_REQUEST__INIT;
-    req.job_id = (char *)job_id;
+    req.job_id = (char *)c->job;
     req.optimizer = &opt;
     req.n_vars = 2;
     req.vars = vars;
-    req.n_tables = 1;
+    req.n_tables = c->no_table ? 0 : 1;
     req.tables = &tp;
+    req.sync = (Psc__SyncSpec *)c->sync;
     size_t len = psc__create_request__get_packed_size(&req);
     uint8_t *buf = malloc(len ? len : 1);
     psc__create_request__pack(&req, buf);
-    return call_ps0(PSC_M_CREATE, buf, len, msg, msglen);
+    psc_rpc_channel_t *ch = psc_rpc_channel_create(ps[0].addr);
+    psc_rpc_op_t op;
+    psc_rpc_call(ch, PSC_M_CREATE, buf, len, 30000, 0, &op);
+    int code = op.code;
+    snprintf(msg, msglen, "%s", op.msg);
+    *created = 0;
+    if (code == PSC_RPC_OK) {
+        Psc__CreateReply *rep = psc__create_reply__unpack(NULL, op.reply_len, op.reply);
+        assert_non_null(rep);
+        *created = rep->created;
+        psc__create_reply__free_unpacked(rep, NULL);
+    }
+    psc_rpc_op_clear(&op);
+    psc_rpc_channel_destroy(ch);
+    free(buf);
+    return code;
 }
 
 /* A refused Create changes nothing: each bad table (rows 0, rows over 2^40,
- * dim 0, a uniform initializer with min > max) is refused naming it, and
- * another job's good Create then succeeds (no variables of the refused job
- * were left behind to make it ALREADY_EXISTS). */
+ * dim 0, a uniform initializer with min > max) and each bad sync spec
+ * (replicas_to_aggregate 0, timeout 0) is refused naming it; then another
+ * job's good Create succeeds (no variables of the refused job were left
+ * behind to make it ALREADY_EXISTS), and after a Release so does the same
+ * job's, creating its variables (created = 1: none were left). A Create whose
+ * sync spec conflicts with the job's is refused before it adds a table: the
+ * same table of another dim is then created without a mismatch. */
 static void test_refused_create(void **state)
 {
     (void)state;
     release_all(1);
     const char *job = "00000000000000d7";
     char msg[512];
-    expect(raw_create(job, 0, 4, -1, 1, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "rows 0");
-    expect(raw_create(job, PSC_TABLE_MAX_ROWS + 1, 4, -1, 1, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT,
-           "2^40");
-    expect(raw_create(job, 1000, 0, -1, 1, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "dim 0");
-    expect(raw_create(job, 1000, 4, 1, -1, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "minval <= maxval");
+    int created = 0;
+    const struct {
+        int64_t rows;
+        uint32_t dim;
+        float a, b;
+        const char *needle;
+    } bad[] = {{0, 4, -1, 1, "rows 0"},
+               {PSC_TABLE_MAX_ROWS + 1, 4, -1, 1, "2^40"},
+               {1000, 0, -1, 1, "dim 0"},
+               {1000, 4, 1, -1, "minval <= maxval"}};
+    for (size_t i = 0; i < PSC_ARRAY_LEN(bad); i++) {
+        create_args_t c = {job, bad[i].rows, bad[i].dim, bad[i].a, bad[i].b, 0, NULL};
+        expect(raw_create(&c, &created, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, bad[i].needle);
+    }
+    Psc__SyncSpec sync = PSC__SYNC_SPEC__INIT;
+    sync.replicas_to_aggregate = 0;
+    sync.total_num_replicas = 1;
+    sync.timeout_secs = 30;
+    create_args_t c = {job, 1000, 4, -1, 1, 0, &sync};
+    expect(raw_create(&c, &created, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "replicas_to_aggregate");
+    sync.replicas_to_aggregate = 1;
+    sync.timeout_secs = 0;
+    expect(raw_create(&c, &created, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "timeout_secs");
+    sync.timeout_secs = 30;
+
     /* another job's Create: refused with ALREADY_EXISTS if the refused ones had left job d7's variables */
-    int code = raw_create("00000000000000d8", 1000, 4, -1, 1, msg, sizeof msg);
+    create_args_t other = {"00000000000000d8", 1000, 4, -1, 1, 0, NULL};
+    int code = raw_create(&other, &created, msg, sizeof msg);
     if (code != PSC_RPC_OK) fprintf(stderr, "the good Create after the refused ones: %d %s\n", code, msg);
+    assert_int_equal(code, PSC_RPC_OK);
+    assert_int_equal(created, 1);
+    release_all(1);
+    /* the refused job itself: its variables are created now, not found from before */
+    c.no_table = 1;
+    assert_int_equal(raw_create(&c, &created, msg, sizeof msg), PSC_RPC_OK);
+    assert_int_equal(created, 1);
+    /* a conflicting sync spec with a new table: refused, and the table not added */
+    Psc__SyncSpec other_sync = sync;
+    other_sync.timeout_secs = 60;
+    create_args_t conflict = {job, 1000, 4, -1, 1, 0, &other_sync};
+    expect(raw_create(&conflict, &created, msg, sizeof msg), msg, PSC_RPC_ALREADY_EXISTS, "timeout_secs");
+    create_args_t dim8 = {job, 1000, 8, -1, 1, 0, &sync}; /* a mismatch if dim 4's had been left */
+    code = raw_create(&dim8, &created, msg, sizeof msg);
+    if (code != PSC_RPC_OK) fprintf(stderr, "the table after the conflicting Create: %d %s\n", code, msg);
     assert_int_equal(code, PSC_RPC_OK);
     release_all(1);
 }

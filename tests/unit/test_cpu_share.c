@@ -1,4 +1,4 @@
-/* test_cpu_share — a CPU tower's default threads (worker/cpu_share.h).
+/* test_cpu_share — a CPU tower's default threads (worker/tower/cpu_share.h).
  *
  * The cgroup quota is read from cgroup trees the test writes under a temporary
  * directory: v2 (cpu.max, a limit on an ancestor, "max", a namespaced "/"), v1

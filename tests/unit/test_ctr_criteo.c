@@ -1,4 +1,4 @@
-/* test_ctr_criteo — the Criteo TSV format (worker/ctr_criteo.c) through the
+/* test_ctr_criteo — the Criteo TSV format (worker/data/ctr_criteo.c) through the
  * reader, on small hand-written files (plain and gzip, in a mkdtemp folder).
  *
  * Fields: every value read back exactly (dense = logf(1 + max(x, 0)) for the

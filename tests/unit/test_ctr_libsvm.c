@@ -1,4 +1,4 @@
-/* test_ctr_libsvm — the LIBSVM format (worker/ctr_libsvm.c) through the
+/* test_ctr_libsvm — the LIBSVM format (worker/data/ctr_libsvm.c) through the
  * reader, on small hand-written files (plain and gzip, in a mkdtemp folder).
  *
  * Lines: labels 0/1/-1/+1 and "1.0", "-1.0", "0.0", "+0" (-1 is 0); pairs in

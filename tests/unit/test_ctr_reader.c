@@ -1,4 +1,4 @@
-/* test_ctr_reader — the CTR reader's core (worker/ctr_reader.c, ctr_file.c,
+/* test_ctr_reader — the CTR reader's core (worker/data/ctr_reader.c, ctr_file.c,
  * ctr_batch.c), on small files written in a mkdtemp folder.
  *
  * Files: lines (empty, CRLF, 600 KB, a last one without '\n'), their numbers

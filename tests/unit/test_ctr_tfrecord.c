@@ -1,4 +1,4 @@
-/* test_ctr_tfrecord — the TFRecord reader of tf.Example protos (worker/ctr_tfrecord.c).
+/* test_ctr_tfrecord — the TFRecord reader of tf.Example protos (worker/data/ctr_tfrecord.c).
  *
  * Records are written here: Examples packed by protobuf-c, framed by this
  * file's own writer (length, masked CRC-32C, data, masked CRC-32C), read from

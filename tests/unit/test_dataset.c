@@ -1,4 +1,4 @@
-/* test_dataset — the IDX reader and the loader (worker/dataset.c).
+/* test_dataset — the IDX reader and the loader (worker/data/dataset.c).
  *
  * IDX: small files written here (plain and gzipped, in a mkdtemp directory) read
  * back exactly; .gz preferred when both exist; `limit`; bad magic, truncation

@@ -69,9 +69,9 @@ static void test_data_errors(void **state)
     expect_exact(ctr(buf, sizeof buf, CRITEO ", \"bad_record_limit\": 1.5", TOP, ""),
                  "data.bad_record_limit: expected a non-negative integer, got 1.5");
     expect_exact(ctr(buf, sizeof buf, CRITEO ", \"features\": []", TOP, ""),
-                 "data.features: only data.format tfrecord declares its features (criteo's are fixed: see README)");
+                 "data.features: only data.format tfrecord declares its features (criteo's are fixed: see docs/recommendation.md)");
     expect_exact(ctr(buf, sizeof buf, LIBSVM ", \"features\": []", CONCAT ", " LOGIT, ""),
-                 "data.features: only data.format tfrecord declares its features (libsvm's are fixed: see README)");
+                 "data.features: only data.format tfrecord declares its features (libsvm's are fixed: see docs/recommendation.md)");
     /* the keys of every format */
     expect_exact(ctr(buf, sizeof buf, CRITEO ", \"train_examples\": -1", TOP, ""),
                  "data.train_examples: expected a non-negative integer, got -1");

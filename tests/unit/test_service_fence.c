@@ -1,5 +1,5 @@
 /* test_service_fence — the checkpoint fence of an asynchronous ps_server
- * (ps_server/service_fence.c), through the real RPC server on 127.0.0.1 with
+ * (ps_server/service/service_fence.c), through the real RPC server on 127.0.0.1 with
  * two polling threads, a store and a RocksDB checkpoint store:
  *  - pushes of every kind (Push, PushPull, Assign, Step, Batch) that arrive
  *    while the PS is fenced are not applied, do not hold the server's threads

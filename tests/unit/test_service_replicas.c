@@ -1,6 +1,6 @@
 /* test_service_replicas — what a ps_server keeps per replica, through the
  * real RPC server on 127.0.0.1 with two polling threads and a store:
- * The parked replies of a sync PS (ps_server/service_park.c, R = N = 3):
+ * The parked replies of a sync PS (ps_server/service/service_park.c, R = N = 3):
  *  - three replicas push-pull the same chunk step after step from three
  *    threads, so at every step up to two replies park and the last replica's
  *    gradient applies the step and answers them from another server thread,

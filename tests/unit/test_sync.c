@@ -1,4 +1,4 @@
-/* test_sync — the sync-replica accumulator of one chunk (ps_server/sync.h).
+/* test_sync — the sync-replica accumulator of one chunk (ps_server/store/sync.h).
  *
  * The stale / current / ahead verdicts; the first add copies (no zeroing pass),
  * later adds sum, and the mean divides by the number of batches (count 2 +

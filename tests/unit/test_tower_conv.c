@@ -1,4 +1,4 @@
-/* test_tower_conv — the CPU backend's convolutions (oneDNN, worker/tower_cpu_dnnl.c)
+/* test_tower_conv — the CPU backend's convolutions (oneDNN, worker/tower/tower_cpu_dnnl.c)
  * and GEMM against references in double, through the CPU kernel table.
  *
  * conv_fwd (bias or none; linear, relu, tanh, sigmoid), conv_bwd_data and

@@ -1,5 +1,5 @@
-/* test_tower_cpu — the CPU tower (worker/tower_cpu.c) and the shared tower code
- * (worker/tower.c).
+/* test_tower_cpu — the CPU tower (worker/tower/tower_cpu.c) and the shared tower code
+ * (worker/tower/tower.c).
  *
  * Gradients: every layer type and activation against central finite differences
  * of the loss, on small models whose every variable gets sampled parameters

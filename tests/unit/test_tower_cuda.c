@@ -1,5 +1,5 @@
-/* test_tower_cuda — the CUDA tower (worker/tower_cuda.cu) against the CPU tower
- * (worker/tower_cpu.c), the reference, as ggml's test-backend-ops does: the
+/* test_tower_cuda — the CUDA tower (worker/tower/tower_cuda.cu) against the CPU tower
+ * (worker/tower/tower_cpu.c), the reference, as ggml's test-backend-ops does: the
  * same model, parameters, batch and dropout seed on both, and every result
  * compared. Skipped (exit 77) when the build has no CUDA backend or no GPU is
  * visible.

@@ -1,4 +1,4 @@
-/* test_tower_embed — the CTR tower (worker/tower_ctr.c) on the CPU backend: the
+/* test_tower_embed — the CTR tower (worker/tower/tower_ctr.c) on the CPU backend: the
  * embedding bags, DLRM's interaction, concat, the wide part and the sigmoid
  * cross-entropy.
  *

@@ -63,7 +63,7 @@ int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t e
     if (ndev > 1) PSC_INFO("a recommendation model runs one tower: %s %d", be->name, j->device);
     /* the CTR tower's GEMMs are small (batch x a few hundred x tens): OpenBLAS's
      * threads only spin on the cores the PS and the loader need, and one
-     * thread is faster alone too (README, Performance) */
+     * thread is faster alone too (docs/performance.md) */
     tower_cpu_set_threads(o->blas_threads > 0 ? o->blas_threads : 1);
     int T = spec->num_tables;
     j->cap_rows = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *j->cap_rows);

@@ -1,5 +1,5 @@
 /* failures.h — how a job learns that one of its tasks failed, and how it ends
- * then (README "Failure handling").
+ * then (docs/checkpoints-and-failures.md "What ends a job").
  *
  * A task whose job stops on an error a restart cannot fix (a bad record past
  * data.bad_record_limit, an unreadable file, a spec it refuses, a tower it

@@ -3,14 +3,14 @@ PyTorch peers train on exactly psc's data and start from exactly psc's weights.
 
   - psc_rng (common/rng.c): splitmix64 seeding xoshiro256**, psc_seed_mix,
     rejection-sampled psc_rng_below; Python ints masked to 64 bits.
-  - The IDX reader (worker/dataset.c): PREFIX-images-idx3-ubyte[.gz] and
+  - The IDX reader (worker/data/dataset.c): PREFIX-images-idx3-ubyte[.gz] and
     PREFIX-labels-idx1-ubyte[.gz], header checked, pixels as float32
     pixel * (1.0f / 255.0f), the first `limit` examples when limit > 0.
-  - Sharding and shuffling (worker/dataset.c's loader): replica r of W takes
+  - Sharding and shuffling (worker/data/dataset.c's loader): replica r of W takes
     examples r, r + W, ...; each epoch puts them back in that order and
     Fisher-Yates shuffles them with a psc_rng seeded by psc_seed_mix(seed,
     epoch); batches of batch_size, the epoch's last one short.
-  - The initialization (worker/tower.c): variable i of the model (global_step
+  - The initialization (worker/tower/tower.c): variable i of the model (global_step
     is 0) draws from psc_rng(psc_seed_mix(seed, i)); kernels glorot_uniform
     (a conv kernel (kh, kw, in, out) counts kh*kw in both fans), biases 0.
 
@@ -116,7 +116,7 @@ def load_idx(prefix, limit=0):
 
 def epoch_order(n, shard, num_shards, seed, epoch, shuffle=True):
     """The example indices replica `shard` of `num_shards` visits in `epoch`
-    (0-based), as worker/dataset.c's shuffle_epoch orders them."""
+    (0-based), as worker/data/dataset.c's shuffle_epoch orders them."""
     order = list(range(shard, n, num_shards))
     if shuffle:
         r = PscRng(seed_mix(seed, epoch))
