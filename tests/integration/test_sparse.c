@@ -25,7 +25,11 @@
  *     the last checkpoint on both PS and exactly its rows come back,
  *     bit-exact (the later rows start afresh); the next checkpoint is a base;
  *   - bad sparse requests get their gRPC status and message, change nothing
- *     (rows, versions) and the PS keeps serving.
+ *     (rows, versions) and the PS keeps serving; a read-only pull (evaluation)
+ *     of unseen ids reads their initial values and creates no row (Status);
+ *   - a refused Create (a bad table or sync spec, a sync spec that conflicts
+ *     with the job's) leaves nothing behind: the same job's next Create
+ *     creates its variables, and a table it did not add can be declared anew.
  */
 #include "it_util.h"
 #include "optim_pb.h"

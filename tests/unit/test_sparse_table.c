@@ -3,7 +3,9 @@
  * Ids: range, part (mod and div strategies), duplicates, too many
  * (PSC_ENOMEM, the wire's RESOURCE_EXHAUSTED); gradients: a non-finite one is refused naming its id. Rows
  * appear when first touched with psc_table_row_init's values (table.h), bit
- * for bit, with t = 0 and the optimizer's initial slots. Every sparse
+ * for bit, with t = 0 and the optimizer's initial slots; a read-only pull
+ * (sparse_table_read, evaluation) reads the same values, trained or initial,
+ * and creates no row, marks none for export and changes no record. Every sparse
  * optimizer (SGD, Momentum and Nesterov, Adagrad, LazyAdam, RMSProp, FTRL at
  * two learning-rate powers) runs several steps, each pushing a different
  * subset of rows at a different learning rate (never the config's), against a
@@ -375,6 +377,58 @@ static void test_read_creates_no_row(void **state)
     sparse_table_get_stats(t, &st);
     assert_int_equal(st.rows, 4);
     free(raw);
+    sparse_table_destroy(t);
+}
+
+/* A read-only pull of a big request (heap batches, every shard), on part 1
+ * of 2 with an optimizer with slots: every id, trained or not, duplicates
+ * included, reads what a creating pull then gives; no row is created, none
+ * is marked for the next incremental export, and no record changes. */
+static void test_read_big_request(void **state)
+{
+    (void)state;
+    psc_optim_config_t adam = {
+        .kind = PSC_OPT_ADAM, .learning_rate = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f};
+    sparse_table_cfg_t c = cfg_of(PSC_TABLE_MAX_ROWS, 2, 1, PSC_PART_MOD, 3, adam);
+    sparse_table_t *t = make(&c);
+    enum { NT = 500, N = 3000 };
+    int64_t *trained = malloc(NT * sizeof *trained), *ids = malloc(N * sizeof *ids);
+    float *g = malloc(NT * 3 * sizeof *g), *got = malloc(N * 3 * sizeof *got), *want = malloc(N * 3 * sizeof *want);
+    assert_true(trained && ids && g && got && want);
+    for (int i = 0; i < NT; i++) {
+        trained[i] = 2 * (int64_t)i * 7919 + 1; /* odd: part 1 */
+        for (int d = 0; d < 3; d++) g[3 * i + d] = 0.25f * (float)(d + 1);
+    }
+    push(t, trained, NT, g, 0.01, NULL);
+    for (int i = 0; i < N; i++) /* every 3rd a trained row, the rest new, each id twice */
+        ids[i] = i % 3 == 0 ? trained[(i / 3) % NT] : 2 * ((int64_t)1 << 38) + 2 * (int64_t)(i / 2) + 1;
+    uint64_t mark;
+    rows_t base = export_rows(t, 0, 1, &mark);
+    assert_int_equal(base.n, NT);
+    unsigned char *raw;
+    const void *p = pack_ids(ids, N, &raw);
+    assert_int_equal(sparse_table_read(t, p, N, got), 0);
+    sparse_table_stats_t st;
+    sparse_table_get_stats(t, &st);
+    assert_int_equal(st.rows, NT);
+    rows_t delta = export_rows(t, mark, 1, NULL);
+    assert_int_equal(delta.n, 0); /* nothing for the next checkpoint */
+    rows_free(&delta);
+    rows_t again = export_rows(t, 0, 1, NULL);
+    assert_int_equal(again.n, base.n);
+    assert_memory_equal(again.recs, base.recs, base.n * base.len); /* records untouched */
+    rows_free(&again);
+    rows_free(&base);
+    pull(t, ids, N, want);
+    assert_memory_equal(got, want, (size_t)N * 3 * sizeof *got);
+    sparse_table_get_stats(t, &st);
+    assert_true(st.rows > NT);
+    free(raw);
+    free(trained);
+    free(ids);
+    free(g);
+    free(got);
+    free(want);
     sparse_table_destroy(t);
 }
 
@@ -1019,6 +1073,7 @@ int main(void)
         cmocka_unit_test(test_check_grads),
         cmocka_unit_test(test_rows_appear_initialized),
         cmocka_unit_test(test_read_creates_no_row),
+        cmocka_unit_test(test_read_big_request),
         cmocka_unit_test(test_sparse_optimizers),
         cmocka_unit_test(test_concurrent_pushes),
         cmocka_unit_test(test_export_incremental),

@@ -30,30 +30,38 @@ static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t
 /* The variables named in a partial re-initialization's warning; the rest are counted. */
 #define PS_CLIENT_REINIT_NAMES 20
 
-/* Some PS hold the model and the others lost it, with no checkpoint to restore:
- * the lost shards start again from initial values while the surviving ones keep
- * their training (throwing that away too would lose more). The model is then a
- * mix, so each lost PS gets one WARN naming its variables; its bit is set in
- * origin->reinitialized_ps (the first 64 PS) and origin->reinitialized counts them. */
-/* ", and emptied its table parts emb part 1 of 2 (12,345 rows lost), ..."
- * for the table parts ps held (their rows as the last Status showed them);
- * "" when it held none. */
+/* ", and emptied its table parts emb part 1 of 2 (12345 rows lost), ..."
+ * for the table parts ps held (their rows as the last Status of a ready PS
+ * showed them, "its rows lost" when none was seen since; past the buffer,
+ * "and N more"). "" when it held none. */
 static void table_parts_lost(const ps_client_t *pc, int ps, char *out, size_t len)
 {
     size_t at = 0;
-    int n = 0;
+    int n = 0, more = 0;
     out[0] = '\0';
     for (int t = 0; t < pc->ntables; t++)
-        for (int k = 0; k < pc->num_ps && at + 96 < len; k++) {
+        for (int k = 0; k < pc->num_ps; k++) {
             if (pc->table_part_ps[t * pc->num_ps + k] != ps) continue;
             int64_t rows = pc->table_rows_seen[t * pc->num_ps + k];
             char lost[48] = "its rows lost";
             if (rows >= 0) snprintf(lost, sizeof lost, "%lld rows lost", (long long)rows);
+            if (at + 200 >= len) { /* room for the longest item (a name < 64 bytes: < 180) and " and N more" */
+                more++;
+                continue;
+            }
             at += (size_t)snprintf(out + at, len - at, "%s%s part %d of %d (%s)",
-                                   n++ ? ", " : ", and emptied its table parts ", pc->tables[t].name, k, pc->num_ps, lost);
+                                   n++ ? ", " : ", and emptied its table parts ", pc->tables[t].name, k, pc->num_ps,
+                                   lost);
         }
+    if (more) snprintf(out + at, len - at, " and %d more", more);
 }
 
+/* Some PS hold the model and the others lost it, with no checkpoint to restore:
+ * the lost shards start again from initial values while the surviving ones keep
+ * their training (throwing that away too would lose more). The model is then a
+ * mix, so each lost PS gets one WARN naming its variables and table parts; its
+ * bit is set in origin->reinitialized_ps (the first 64 PS) and
+ * origin->reinitialized counts them. */
 static void warn_partial_reinit(const ps_client_t *pc, const int *ready, int nready, ps_model_origin_t *origin)
 {
     char kept[128];
@@ -82,8 +90,8 @@ static void warn_partial_reinit(const ps_client_t *pc, const int *ready, int nre
         PSC_WARN("ps %d lost its shard and there is no checkpoint to restore: re-initialized its %d variable%s "
                  "(%s%s)%s to initial values, while ps %s%s keep%s trained values: the model is now a mix; to avoid "
                  "this, give every ps a --checkpoint_dir and checkpoint early (checkpoint.every_steps in the job spec)",
-                 i, n, n == 1 ? "" : "s", names, more, parts, kept, nready > PS_CLIENT_REINIT_NAMES ? " and others" : "",
-                 nready == 1 ? "s its" : " their");
+                 i, n, n == 1 ? "" : "s", names, more, parts, kept,
+                 nready > PS_CLIENT_REINIT_NAMES ? " and others" : "", nready == 1 ? "s its" : " their");
     }
 }
 
@@ -244,6 +252,10 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
     /* 2b, 3. Else initial values where the model is missing, then ready. */
     if ((rc = assign_initial(pc, ready, init_params, err, errlen)) == 0)
         rc = mark_ready(pc, job_id, ready, err, errlen);
+    /* the re-initialized parts start empty: a count seen before says nothing
+     * of a later loss (kept until now, so a retried restore warns with it again) */
+    for (int k = 0; rc == 0 && k < pc->ntables * pc->num_ps; k++)
+        if (!ready[pc->table_part_ps[k]]) pc->table_rows_seen[k] = -1;
 out:
     free(ready);
     return rc;
@@ -526,9 +538,11 @@ static int status_parse(const psc_rpc_op_t *op, int ps, ps_status_t *st, char *e
 }
 
 /* Remembers the rows of each table part ps holds (the WARN of a lost shard
- * names them). */
+ * names them). Only from a PS whose model is ready: one being declared again
+ * (a restore retried after its Create) holds empty parts, not what it lost. */
 static void note_table_rows(ps_client_t *pc, const ps_status_t *st)
 {
+    if (!st->ready) return;
     for (int i = 0; i < st->ntables; i++)
         for (int t = 0; t < pc->ntables; t++)
             if (!strcmp(pc->tables[t].name, st->tables[i].name) && st->tables[i].part >= 0 &&
