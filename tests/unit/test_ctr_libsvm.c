@@ -4,7 +4,7 @@
  * Lines: labels 0/1/-1/+1 and "1.0", "-1.0", "0.0", "+0" (-1 is 0); pairs in
  * line order with repeats; spaces and tabs, leading and trailing; a comment
  * (after pairs, after the label alone, glued to a value) and comment lines,
- * which are skipped (svmlight's); a label alone gives
+ * which are skipped (svmlight's), by record sharding too; a label alone gives
  * an empty bag; uint64's largest index; exponents, negative and zero values;
  * CRLF; the batch's off array exactly. Bad lines: each message exact with its
  * FILE:LINE (label, empty line, missing ':', bad or too large
@@ -146,6 +146,41 @@ static void test_libsvm_comment_lines(void **state)
                        "label \"2\" is not 0, 1, -1 or +1");
 }
 
+/* Record sharding passes over comment lines too: they are no records, so
+ * replica r of 2 gets records r, r+2, ... of the five, whichever lines the
+ * comments take. */
+static void test_libsvm_comment_lines_sharded(void **state)
+{
+    (void)state;
+    char path[512], *files[1] = {path}, err[1024];
+    ctr_fix_write_str("sharded_comments.svm", "# header\n1 1:1\n0 2:1\n# mid\n1 3:1\n  # x\n\t#\n0 4:1\n1 5:1\n# end\n",
+                      0, path, sizeof path);
+    psc_job_spec_t s;
+    psc_feature_spec_t feats[2];
+    ctr_fix_libsvm_spec(&s, feats);
+    s.train_files = files;
+    s.num_train_files = 1;
+    s.shard = PSC_SHARD_RECORD;
+    static const uint64_t want[2][3] = {{1, 3, 5}, {2, 4, 0}};
+    for (int shard = 0; shard < 2; shard++) {
+        ctr_reader_t *r = NULL;
+        assert_int_equal(ctr_reader_open(&s, 0, shard, 2, s.seed, 0, &r, err, sizeof err), 0);
+        ctr_batch_t b = {0};
+        int n = ctr_reader_next(r, &b, 8, NULL, err, sizeof err);
+        if (n < 0) fail_msg("replica %d: %s", shard, err);
+        assert_int_equal(n, shard == 0 ? 3 : 2);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(b.off[i + 1] - b.off[i], 1);
+            assert_int_equal(b.keys[b.off[i]], want[shard][i]);
+            assert_true(b.label[i] == (want[shard][i] % 2 ? 1.0f : 0.0f));
+        }
+        assert_int_equal(ctr_reader_next(r, &b, 8, NULL, err, sizeof err), 0);
+        assert_int_equal(ctr_reader_skipped(r), 0);
+        ctr_batch_free(&b);
+        ctr_reader_close(r);
+    }
+}
+
 static void test_libsvm_bad_pairs(void **state)
 {
     (void)state;
@@ -268,7 +303,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_libsvm_lines),          cmocka_unit_test(test_libsvm_gzip),
         cmocka_unit_test(test_libsvm_crlf),           cmocka_unit_test(test_libsvm_bad_labels),
-        cmocka_unit_test(test_libsvm_comment_lines),
+        cmocka_unit_test(test_libsvm_comment_lines),  cmocka_unit_test(test_libsvm_comment_lines_sharded),
         cmocka_unit_test(test_libsvm_bad_pairs),      cmocka_unit_test(test_libsvm_bad_record_limit),
         cmocka_unit_test(test_libsvm_values_as_strtof), cmocka_unit_test(test_libsvm_spec_check),
     };

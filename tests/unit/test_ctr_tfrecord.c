@@ -346,7 +346,8 @@ static void test_tfrecord_lists(void **state)
 }
 
 /* A float label; a fixed categorical absent; a Feature with no list set for a
- * variable one; a name given twice (the last wins). */
+ * variable one; a name given twice (the last wins); a fixed categorical with
+ * an empty list or no list set (an empty bag, as when absent). */
 static void test_tfrecord_absent_and_repeated(void **state)
 {
     (void)state;
@@ -373,10 +374,14 @@ static void test_tfrecord_absent_and_repeated(void **state)
     tf_t e[] = {{"label", K_F32, 1, .f32 = {1.0f}}, {"d", K_F32, 2, .f32 = {3, 4}}, {"i", K_I64, 1, .i64 = {1}},
                 {"b", K_BYTES, 0, .i64 = {0}},      {"c", K_I64, 1, .i64 = {5}}};
     add_example(&in, e, 5);
+    e[3].kind = K_NONE; /* and so is a Feature with no list set */
+    add_example(&in, e, 5);
     rd_open(&r, &in);
     if (rd_next(&r) != 1) fail_msg("an empty list for a fixed-length feature: %s", r.err);
-    const int64_t off2[] = {0, 0, 1, 1}; /* b empty, c one id, v absent */
-    for (int k = 0; k < 4; k++) assert_int_equal(r.b.off[k], off2[k]);
+    if (rd_next(&r) != 1) fail_msg("no list for a fixed-length feature: %s", r.err);
+    assert_int_equal(rd_next(&r), 0);
+    const int64_t off2[] = {0, 0, 1, 1, 1, 2, 2}; /* each: b empty, c one id, v absent */
+    for (int k = 0; k < 7; k++) assert_int_equal(r.b.off[k], off2[k]);
     rd_close(&r);
     free(in.p);
 }

@@ -5,7 +5,8 @@
  * idx a non-negative decimal integer (uint64); val a finite float (strtof).
  * The pairs become the one categorical feature's bag ("features"): (idx, val)
  * in line order, repeats kept. A line that is only a label gives an empty
- * bag; an empty line (or one that is only a comment) is a bad record.
+ * bag; an empty line is a bad record. A comment line (a '#' after nothing but
+ * spaces, svmlight's) is skipped: no record, for record sharding either.
  *
  * Parsing walks the line once by hand; a value goes through strtof only
  * when it is not a short plain decimal (fast_float: the same float, faster).

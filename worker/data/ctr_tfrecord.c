@@ -28,9 +28,10 @@
  * dense_offset; a categorical feature gives a bag, in cat_index order, of
  * (value as uint64, 1) for an int64 list or (FNV-1a-64 of the bytes, 1) for a
  * bytes list: exactly `length` values when fixed, any number when variable
- * (length 0). An absent categorical feature is an empty bag; an absent label
- * or dense feature, or any value that breaks these rules, is a bad record
- * whose message names the feature.
+ * (length 0). An absent categorical feature is an empty bag, and so is an
+ * empty list, even of a fixed-length one (TF's parsing and many writers treat
+ * it as missing); an absent label or dense feature, or any value that breaks
+ * these rules, is a bad record whose message names the feature.
  *
  * Threads: no shared state; each call uses only its arguments.
  */
@@ -74,7 +75,7 @@ static int frame_header(ctr_file_t *f, uint64_t *len, char *err, size_t errlen)
     if (stored != computed && ctr_file_record_offset(f) == 0 && h[0] == 0x78 && ((h[0] << 8) | h[1]) % 31 == 0)
         return psc_seterr(err, errlen, PSC_EIO,
                           "%s: looks compressed with ZLIB (TFRecordOptions compression_type \"ZLIB\"), which is not "
-                          "supported: write it uncompressed or with GZIP (a .gz name)",
+                          "supported: write it uncompressed or with GZIP",
                           ctr_file_path(f));
     if (stored != computed)
         return psc_seterr(err, errlen, PSC_EIO,
