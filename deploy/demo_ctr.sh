@@ -30,7 +30,6 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$data" ] || data="$build/ctr-data"
-[ -x "$build/psc_gen_ctr" ] || { echo "demo_ctr.sh: no psc_gen_ctr in $build (run make build)" >&2; exit 69; }
 if [ ! -s "$data/planted.txt" ]; then
     # Never delete or overwrite what this script did not write: generate only into a new or
     # empty directory, or into one it marked as its own (a generation cut short).
@@ -40,6 +39,7 @@ if [ ! -s "$data/planted.txt" ]; then
             "to deploy/local_cluster.sh instead)" >&2
         exit 73
     fi
+    [ -x "$build/psc_gen_ctr" ] || { echo "demo_ctr.sh: no psc_gen_ctr in $build (run make build)" >&2; exit 69; }
     echo "demo_ctr.sh: generating synthetic Criteo-format data in $data" >&2
     mkdir -p "$data"
     : >"$data/.psc-demo-ctr"

@@ -20,6 +20,10 @@
  *   compaction.
  * - Chains are computed over one scan of every manifest (ckpt_format.c): a
  *   store holds tens of checkpoints, and the scan reads only their manifests.
+ * - A full disk: each write is refused unless the disk holds what it and the
+ *   compaction after it may take (space_wanted); a write, flush or background
+ *   job that RocksDB fails anyway is logged, and the next write that finds
+ *   room reopens the store (reopen), no restart.
  *
  * Invariants: a "m/<id>" key exists iff its tensors and rows were written with
  * it; the tensor entries of a manifest are exactly the "t/<id>/" keys of that
@@ -197,6 +201,20 @@ int ckpt_scan_manifests(ckpt_view_t *v, ckpt_scan_item_t **out, int *nout, char 
 
 /* ---- open / close ---- */
 
+/* The store's RocksDB options (ckpt_internal.h says why each). */
+static rocksdb_options_t *store_options(void)
+{
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(o, 1);
+    rocksdb_options_set_keep_log_file_num(o, 10);
+    rocksdb_options_set_info_log_level(o, CKPT_ROCKSDB_LOG_LEVEL);
+    /* a checkpoint's batch is flushed right after its write (flush_now): the
+     * memtable and the WAL stay small, and the WAL's preallocation with them */
+    rocksdb_options_set_write_buffer_size(o, CKPT_WRITE_BUFFER);
+    rocksdb_options_set_target_file_size_base(o, CKPT_TABLE_FILE);
+    return o;
+}
+
 int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -205,13 +223,7 @@ int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
     if (e) return psc_seterr(err, errlen, PSC_EIO, "cannot create checkpoint dir %s: %s", dir, strerror(e));
     ckpt_db_t *db = psc_xcalloc(1, sizeof *db);
     db->dir = psc_xstrdup(dir);
-    db->opts = rocksdb_options_create();
-    rocksdb_options_set_create_if_missing(db->opts, 1);
-    rocksdb_options_set_keep_log_file_num(db->opts, 10);
-    /* a checkpoint's batch is flushed right after its write (flush_after_prepare):
-     * the memtable and the WAL stay small, and the WAL's preallocation with them */
-    rocksdb_options_set_write_buffer_size(db->opts, CKPT_WRITE_BUFFER);
-    if (getenv("MEAS_TFS")) rocksdb_options_set_target_file_size_base(db->opts, strtoull(getenv("MEAS_TFS"), 0, 0));
+    db->opts = store_options();
     char *rerr = NULL;
     db->rdb = rocksdb_open(db->opts, dir, &rerr);
     if (rerr || !db->rdb) {
@@ -249,47 +261,79 @@ void ckpt_close(ckpt_db_t *db)
 
 /* ---- writing ---- */
 
+static uint64_t free_bytes(const ckpt_db_t *db)
+{
+    struct statvfs fs;
+    return statvfs(db->dir, &fs) == 0 ? (uint64_t)fs.f_bavail * fs.f_frsize : UINT64_MAX;
+}
+
 /* Under wlock: RocksDB's background errors (a memtable flush or a compaction
- * that failed: a full disk) are logged here, where the PS's log shows them,
- * and make the store reopen before its next write (a RocksDB that hit one
- * takes no more writes). */
+ * that failed: a full disk) are logged here, where the PS's log shows them
+ * (RocksDB's own LOG takes no warnings: CKPT_ROCKSDB_LOG_LEVEL), and make the
+ * store reopen before its next write (a RocksDB that hit one takes no more
+ * writes). Called before each write, after each flush and after the
+ * compaction of deleted checkpoints. */
 static void check_background(ckpt_db_t *db)
 {
     uint64_t n = 0;
     if (!db->rdb || rocksdb_property_int(db->rdb, "rocksdb.background-errors", &n) != 0 || n <= db->bg_errors) return;
-    PSC_ERROR("checkpoint store %s: RocksDB reported %" PRIu64 " background error%s (a flush or compaction failed, "
-              "e.g. no space left on device; the LOG file in that directory has RocksDB's own message); the next "
-              "checkpoint reopens the store once there is room",
-              db->dir, n - db->bg_errors, n - db->bg_errors == 1 ? "" : "s");
+    uint64_t avail = free_bytes(db);
+    PSC_ERROR("checkpoint store %s: RocksDB reported %" PRIu64 " background error%s: a flush or compaction of the "
+              "store failed (%" PRIu64 " KiB free there now: no space left on device?); committed checkpoints are "
+              "kept, and the next checkpoint reopens the store once there is room",
+              db->dir, n - db->bg_errors, n - db->bg_errors == 1 ? "" : "s", avail == UINT64_MAX ? 0 : avail >> 10);
     db->bg_errors = n;
     if (!db->write_failed) db->write_failed = psc_xstrdup("a RocksDB background flush or compaction failed");
 }
 
-/* Under wlock: what writing `need` bytes of batch takes on disk, with room to
- * spare. Measured (test_ckpt_disk_full): the WAL takes the batch once, the
- * flush that follows writes it again as a table file, and RocksDB
- * preallocates its next WAL file (1.1 x CKPT_WRITE_BUFFER); a new MANIFEST and
- * OPTIONS file after a reopen take a few KiB. */
-static uint64_t space_wanted(size_t need) { return 2 * (uint64_t)need + CKPT_WRITE_BUFFER + CKPT_WRITE_BUFFER / 10 + (1u << 20); }
-
-static int check_space(ckpt_db_t *db, size_t need, const char *what, uint64_t id, char *err, size_t errlen)
+/* What writing a batch of `need` bytes to a store whose table files hold
+ * `live` bytes may take on disk at its peak. Measured on real stores (RocksDB
+ * 7.8, these options; docs/checkpoints-and-failures.md has the numbers):
+ * - the write: the batch goes to the WAL and, at flush_now, to a table file
+ *   (2 x need; the WAL is deleted after the flush);
+ * - the compaction it sets off (RocksDB's at 4 level-0 files, or the one of
+ *   the checkpoints keep-last-K deletes) rewrites every table file, since each
+ *   checkpoint's keys span the key space ("m/", "r/", "t/" of its id); the old
+ *   files go only once the new ones are written (live + need);
+ * - preallocation: the next WAL file (1.1 x CKPT_WRITE_BUFFER) and the table
+ *   file a compaction writes (1.1 x CKPT_TABLE_FILE);
+ * - 1 MiB for a new MANIFEST, OPTIONS and LOG after a reopen.
+ * The write and the compaction do not overlap (the WAL is gone first), so
+ * 2 x need + live covers both with `need` to spare. */
+static uint64_t space_wanted(uint64_t need, uint64_t live)
 {
-    struct statvfs fs;
-    if (db->no_space_check || statvfs(db->dir, &fs) != 0) return 0;
-    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize, want = space_wanted(need);
-    if (avail >= want) return 0;
-    return psc_seterr(err, errlen, PSC_EIO,
-                      "checkpoint %" PRIu64 ": %s needs about %" PRIu64 " KiB in %s, which has %" PRIu64
-                      " KiB free (no space left on device): free space there or give this ps_server a "
-                      "bigger --checkpoint_dir",
-                      id, what, want >> 10, db->dir, avail >> 10);
+    return 2 * need + live + (uint64_t)CKPT_WRITE_BUFFER * 11 / 10 + (uint64_t)CKPT_TABLE_FILE * 11 / 10 + (1u << 20);
 }
 
-/* Under wlock, after a failed write: RocksDB 7.8 must not be written again
+/* Under wlock: refuses a write of `need` bytes that the disk may not hold.
+ * A checkpoint's data (compacts: 1) asks for the compaction headroom too; a
+ * commit or a deletion (a few bytes) does not, so that a full disk can still
+ * discard what fills it. */
+static int check_space(ckpt_db_t *db, size_t need, int compacts, const char *what, uint64_t id, char *err,
+                       size_t errlen)
+{
+    uint64_t avail = free_bytes(db), live = 0;
+    if (db->no_space_check || avail == UINT64_MAX) return 0;
+    if (compacts && db->rdb && rocksdb_property_int(db->rdb, "rocksdb.live-sst-files-size", &live) != 0) live = 0;
+    uint64_t want = space_wanted(need, compacts ? live : 0);
+    if (avail >= want) return 0;
+    return psc_seterr(err, errlen, PSC_EIO,
+                      "checkpoint %" PRIu64 ": %s needs about %" PRIu64 " KiB in %s (%s), which has %" PRIu64
+                      " KiB free (no space left on device): free space there or give this ps_server a "
+                      "bigger --checkpoint_dir",
+                      id, what, want >> 10, db->dir,
+                      compacts ? "twice the checkpoint and room for RocksDB to rewrite the store's files"
+                               : "its write-ahead log",
+                      avail >> 10);
+}
+
+/* Under wlock, before the first write after a failed one (or a background
+ * error), once check_space found room: RocksDB 7.8 must not be written again
  * through a handle whose write failed (its WAL writer asserts on the next
- * sync) and has no resume in its C API, so the store is closed and opened
+ * append) and has no resume in its C API, so the store is closed and opened
  * again, once every snapshot reader is done (db->life). Committed
- * checkpoints are untouched: they were synced before. When the open fails
+ * checkpoints are untouched: they were synced before, and the open replays
+ * the WAL only up to the failed write. When the open fails (still no room)
  * the store is opened read-only (restores and listings go on) and the next
  * write tries again. */
 static int reopen(ckpt_db_t *db, char *err, size_t errlen)
@@ -300,7 +344,6 @@ static int reopen(ckpt_db_t *db, char *err, size_t errlen)
     db->rdb = rocksdb_open(db->opts, db->dir, &e);
     int rc = 0;
     if (db->rdb) {
-        { uint64_t bg = 99; rocksdb_property_int(db->rdb, "rocksdb.background-errors", &bg); PSC_INFO("MEAS bg after open %llu", (unsigned long long)bg); }
         PSC_INFO("checkpoint store %s reopened after a failed write (%s): checkpoints are written again", db->dir,
                  db->write_failed);
         free(db->write_failed);
@@ -324,13 +367,13 @@ void ckpt_debug_skip_space_check(ckpt_db_t *db) { db->no_space_check = 1; }
 /* Under wlock: writes b synced. A full disk is refused before RocksDB sees
  * it; a write that fails anyway is logged, and the store reopens before the
  * next write, once the disk has room again. */
-static int write_batch(ckpt_db_t *db, rocksdb_writebatch_t *b, const char *what, uint64_t id, char *err,
-                       size_t errlen)
+static int write_batch(ckpt_db_t *db, rocksdb_writebatch_t *b, int compacts, const char *what, uint64_t id,
+                       char *err, size_t errlen)
 {
     size_t need = 0;
     rocksdb_writebatch_data(b, &need);
     check_background(db);
-    int rc = check_space(db, need, what, id, err, errlen);
+    int rc = check_space(db, need, compacts, what, id, err, errlen);
     if (rc) return rc;
     if (db->write_failed && (rc = reopen(db, err, errlen))) return rc;
     char *e = NULL;
@@ -353,7 +396,10 @@ static int flush_now(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
     char *e = NULL;
     rocksdb_flush(db->rdb, fo, &e);
     rocksdb_flushoptions_destroy(fo);
-    if (!e) return 0;
+    if (!e) {
+        check_background(db);
+        return 0;
+    }
     int rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint %" PRIu64 ": flushing it to a table file in %s failed: %s",
                         id, db->dir, e);
     PSC_ERROR("%s; the next checkpoint reopens the store once there is room", err);
@@ -377,6 +423,7 @@ static void batch_delete_ckpt(rocksdb_writebatch_t *b, uint64_t id)
  * the files the tombstones cover. Not under wlock: it may take a while. */
 static void compact_deleted(ckpt_db_t *db, const uint64_t *ids, int n)
 {
+    if (n == 0) return;
     pthread_rwlock_rdlock(&db->life);
     for (int i = 0; i < n && db->rdb; i++) {
         char lo[CKPT_RANGE_KEY_LEN + 1], hi[CKPT_RANGE_KEY_LEN + 1];
@@ -386,6 +433,12 @@ static void compact_deleted(ckpt_db_t *db, const uint64_t *ids, int n)
         rocksdb_compact_range(db->rdb, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
     }
     pthread_rwlock_unlock(&db->life);
+    /* the C API's compaction returns no status: a failed one (a full disk)
+     * shows in RocksDB's background error count. wlock after life, never
+     * inside it: a writer holds wlock while it waits for life (reopen). */
+    pthread_mutex_lock(&db->wlock);
+    check_background(db);
+    pthread_mutex_unlock(&db->wlock);
 }
 
 static uint32_t name_hash(const char *s)
@@ -628,7 +681,7 @@ int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen)
     view_latest(db, &v);
     rc = check_new_id(w, &v, key, kl, err, errlen);
     if (!rc) rc = check_parent(w, &v, err, errlen);
-    if (!rc) rc = write_batch(db, w->batch, "prepare", w->id, err, errlen);
+    if (!rc) rc = write_batch(db, w->batch, 1, "prepare", w->id, err, errlen);
     if (!rc) rc = flush_now(db, w->id, err, errlen);
     pthread_mutex_unlock(&db->wlock);
 done:
@@ -678,7 +731,7 @@ static int commit_write(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
     rocksdb_writebatch_t *b = rocksdb_writebatch_create();
     rocksdb_writebatch_put(b, key, kl, (const char *)mval, n);
     free(mval);
-    rc = write_batch(db, b, "commit", id, err, errlen);
+    rc = write_batch(db, b, 0, "commit", id, err, errlen);
     rocksdb_writebatch_destroy(b);
     return rc;
 }
@@ -718,7 +771,7 @@ static int keep_last_k(ckpt_db_t *db, const ckpt_scan_item_t *items, int n, int 
         del[nd++] = items[j].id;
     }
     char why[320];
-    int rc = nd ? write_batch(db, b, "deleting old checkpoints", id, why, sizeof why) : 0;
+    int rc = nd ? write_batch(db, b, 0, "deleting old checkpoints", id, why, sizeof why) : 0;
     if (rc) {
         psc_seterr(err, errlen, rc, "checkpoint %" PRIu64 " committed, but keep-last-K failed: %s", id, why);
         nd = 0;
@@ -789,7 +842,7 @@ int ckpt_discard(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
     ckpt_manifest_free(&m);
     rocksdb_writebatch_t *b = rocksdb_writebatch_create();
     batch_delete_ckpt(b, id);
-    rc = write_batch(db, b, "discard", id, err, errlen);
+    rc = write_batch(db, b, 0, "discard", id, err, errlen);
     rocksdb_writebatch_destroy(b);
 unlock:
     pthread_mutex_unlock(&db->wlock);

@@ -234,12 +234,15 @@ int ckpt_add_table(ckpt_writer_t *w, const char *table, uint32_t record_len);
  * sticks as for ckpt_add. */
 int ckpt_add_row(ckpt_writer_t *w, const char *table, int64_t row, const void *rec, size_t len);
 
-/* Writes the checkpoint, prepared, in one atomic synced write and frees w
- * (whatever the result). PSC_EEXISTS if checkpoint `id` exists (prepared or
- * committed) or a row was added twice, PSC_ENOTFOUND / PSC_EINVAL /
- * PSC_ECORRUPT for a parent that is missing / unfit (ckpt_set_parent) /
- * damaged, PSC_EIO on a RocksDB failure (nothing written), or the writer's
- * earlier error. */
+/* Writes the checkpoint, prepared, in one atomic synced write, flushes it to
+ * a table file, and frees w (whatever the result). PSC_EEXISTS if checkpoint
+ * `id` exists (prepared or committed) or a row was added twice, PSC_ENOTFOUND
+ * / PSC_EINVAL / PSC_ECORRUPT for a parent that is missing / unfit
+ * (ckpt_set_parent) / damaged, PSC_EIO when the disk lacks the room the write
+ * and the compaction after it may take ("no space left on device", nothing
+ * written) or RocksDB fails it (nothing written; or, when the flush failed, left
+ * prepared for ckpt_discard or a later keep-last-K), or the writer's earlier
+ * error. */
 int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen);
 
 /* Frees w and writes nothing. NULL is a no-op. */

@@ -39,6 +39,16 @@
  * right after it is written, so this bounds what waits in memory, and the
  * WAL file RocksDB preallocates (1.1 x this) */
 #define CKPT_WRITE_BUFFER (4u << 20)
+/* RocksDB's table file size (target_file_size_base): a compaction preallocates
+ * 1.1 x this for the file it writes, beyond the data (at RocksDB's 64 MiB
+ * default, 70 MiB of a full disk went to preallocation) */
+#define CKPT_TABLE_FILE (8u << 20)
+/* RocksDB's own LOG file takes FATAL_LEVEL lines only (it stays empty):
+ * RocksDB 7.8 (Debian's build, assertions on) aborts the process on the line
+ * after a LOG write that failed, so the lines its background threads write
+ * when the disk fills took the ps_server down; the ps_server's log says what
+ * failed instead (check_background, write_batch, flush_now). */
+#define CKPT_ROCKSDB_LOG_LEVEL 4
 
 typedef struct ckpt_entry {
     char *name;    /* NUL-terminated, malloc'd */

@@ -4,7 +4,8 @@
 # on stderr) and every file in it is left byte for byte; a DIR the script marked
 # as its own (.psc-demo-ctr) is not refused. (Generating and training are
 # make demo-ctr's; here the script is stopped before it trains: --build points
-# at a folder whose psc_gen_ctr fails at once.)
+# at a folder without psc_gen_ctr — the refusal comes before the script looks
+# for it — or at one whose psc_gen_ctr fails at once.)
 source "$(dirname "$0")/lib.sh"
 user=$TMP/my-criteo
 mkdir -p "$user/sub"
@@ -12,7 +13,8 @@ printf '1\t2\t\t3\n' >"$user/day_0.tsv"
 printf 'keep\n' >"$user/sub/notes.txt"
 before=$(cd "$user" && find . -type f -exec sha256sum {} + | sort)
 set +e
-bash "$SRC/deploy/demo_ctr.sh" --build "$BIN" --data "$user" >"$TMP/out.log" 2>"$TMP/err.log"
+mkdir -p "$TMP/nobuild"
+bash "$SRC/deploy/demo_ctr.sh" --build "$TMP/nobuild" --data "$user" >"$TMP/out.log" 2>"$TMP/err.log"
 code=$?
 set -e
 [ "$code" = 73 ] || fail "demo_ctr.sh on the user's directory exited $code, expected 73: $(cat "$TMP/err.log")"
