@@ -1,5 +1,6 @@
 /* ctr_job.c — see ctr_job.h. */
 #include "ctr_job.h"
+#include "model_job.h"
 
 #include "ctr_loader.h"
 #include "ctr_eval.h"
@@ -10,11 +11,13 @@
 #include "tower_group.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct ctr_job {
+    model_job_t base;         /* first: the job behind model_job.h */
     ctr_job_opts_t o;
     const psc_job_spec_t *spec;
     ctr_loader_t *loader;     /* training data (NULL when evaluating only) */
@@ -244,4 +247,106 @@ int ctr_job_evaluate(ctr_job_t *j, const float *params, trainer_result_t *res, c
     ctr_eval_free(&ev);
     ctr_loader_destroy(l);
     return rc;
+}
+
+/* ---- the job behind model_job.h ---- */
+
+static ctr_job_t *ctr(model_job_t *j) { return (ctr_job_t *)(void *)j; }
+
+static int cm_start(model_job_t *jb, int64_t *max_steps, char *err, size_t errlen)
+{
+    const ctr_job_t *j = ctr(jb);
+    const psc_job_spec_t *spec = j->spec;
+    (void)err, (void)errlen;
+    *max_steps = spec->steps > 0 ? spec->steps : 0; /* streamed files: until their epochs end */
+    PSC_INFO("training on %d data file pattern%s (replica %d of %d), %d epoch%s, batch %d, %s", spec->num_train_files,
+             spec->num_train_files == 1 ? "" : "s", j->o.rank, j->o.replicas, spec->epochs,
+             spec->epochs == 1 ? "" : "s", spec->batch_size, psc_optim_name(spec->optimizer.kind));
+    return 0;
+}
+
+static int64_t cm_share_steps(const model_job_t *jb, int rank)
+{
+    (void)rank;
+    const ctr_job_t *j = (const ctr_job_t *)(const void *)jb;
+    return j->spec->steps > 0 ? j->spec->steps : 0;
+}
+
+static int cm_compute(model_job_t *jb, const float *params, float *grads, int64_t sync_step, model_step_t *out,
+                      char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int epoch = 0;
+    int rc = ctr_job_compute(ctr(jb), params, grads, sync_step, &out->examples, &out->loss_sum, &epoch, err, errlen);
+    if (rc == 1) return 0; /* the data ran out */
+    if (rc) return rc;
+    out->batches = 1;
+    out->epoch = epoch + 1;
+    return 0;
+}
+
+static int cm_push_sync(model_job_t *jb, int64_t local_step, int *stale, char *err, size_t errlen)
+{
+    return ctr_job_push_sync(ctr(jb), local_step, stale, err, errlen);
+}
+static void cm_push_async(model_job_t *jb) { ctr_job_push_async(ctr(jb)); }
+static void cm_step_done(model_job_t *jb, int ok) { ctr_job_step_done(ctr(jb), ok); }
+static int cm_skip(model_job_t *jb, int64_t steps, char *err, size_t errlen)
+{
+    return ctr_job_skip(ctr(jb), steps, err, errlen);
+}
+static double cm_period_metric(model_job_t *jb) { return ctr_job_period_auc(ctr(jb)); }
+static int64_t cm_bad_records(const model_job_t *jb) { return ctr_job_skipped(ctr((model_job_t *)jb)); }
+static int cm_evaluate(model_job_t *jb, const float *params, trainer_result_t *res, char *err, size_t errlen)
+{
+    return ctr_job_evaluate(ctr(jb), params, res, err, errlen);
+}
+static void cm_destroy(model_job_t *jb) { ctr_job_destroy(ctr(jb)); }
+
+static const model_job_ops_t ctr_ops = {
+    .metric = "auc",
+    .live_rows = 1,
+    .start = cm_start,
+    .share_steps = cm_share_steps,
+    .compute = cm_compute,
+    .push_sync = cm_push_sync,
+    .push_async = cm_push_async,
+    .step_done = cm_step_done,
+    .skip = cm_skip,
+    .period_metric = cm_period_metric,
+    .bad_records = cm_bad_records,
+    .evaluate = cm_evaluate,
+    .destroy = cm_destroy,
+};
+
+int ctr_job_model_create(const model_job_opts_t *o, model_job_t **out, char *err, size_t errlen)
+{
+    const psc_job_spec_t *spec = o->spec;
+    *out = NULL;
+    if (o->train && o->per_step > 1)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "job spec: sync.replicas_to_aggregate: a recommendation model takes one batch per replica "
+                          "and step (R <= N); R = %d, N = %d",
+                          spec->replicas_to_aggregate, o->replicas);
+    if (o->train && spec->overlap_push_pull)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "job spec: overlap_push_pull: not available for recommendation models (their rows are "
+                          "pulled per batch)");
+    ctr_job_opts_t co = {.spec = spec,
+                         .vars = o->vars,
+                         .nvars = o->nvars,
+                         .pc = o->pc,
+                         .devices = o->devices,
+                         .blas_threads = o->blas_threads,
+                         .rank = o->rank,
+                         .replicas = o->replicas,
+                         .prefetch = o->prefetch,
+                         .train = o->train,
+                         .eval_batch = o->eval_batch};
+    ctr_job_t *j;
+    int rc = ctr_job_create(&co, &j, err, errlen);
+    if (rc) return rc;
+    j->base.ops = &ctr_ops;
+    *out = &j->base;
+    return 0;
 }

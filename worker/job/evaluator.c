@@ -1,16 +1,14 @@
 /* evaluator.c — see evaluator.h. */
 #include "evaluator.h"
 
-#include "ctr_job.h"
-#include "dataset.h"
 #include "log.h"
+#include "model_job.h"
 #include "model_spec.h"
 #include "placement.h"
 #include "ps_client.h"
 #include "psc.h"
 #include "tfevents.h"
 #include "tower.h"
-#include "tower_group.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,38 +21,15 @@ struct evaluator_ctx {
     psc_placed_var_t *placed;
     int nvars, nplaced;
     float *params;
-    dataset_t test;
-    tower_group_t *towers;
     ps_client_t *pc;
-    int batch;
-    ctr_job_t *ctr; /* a recommendation model: its test files, tower and rows */
+    model_job_t *job; /* the model's kind: its test data and towers (model_job.h) */
 };
-
-int evaluator_eval_dataset(tower_group_t *towers, const dataset_t *set, int batch, trainer_result_t *res)
-{
-    double loss_sum = 0;
-    int64_t correct_total = 0;
-    for (int64_t i = 0; i < set->n; i += batch) {
-        int n = (int)PSC_MIN((int64_t)batch, set->n - i);
-        int correct = 0;
-        int rc = tower_group_evaluate(towers, set->x + i * set->features, set->y + i, n, &loss_sum, &correct);
-        if (rc) return rc;
-        correct_total += correct;
-    }
-    res->evaluated = 1;
-    res->test_examples = set->n;
-    res->test_accuracy = set->n ? (double)correct_total / (double)set->n : 0;
-    res->test_loss = set->n ? loss_sum / (double)set->n : 0;
-    return 0;
-}
 
 void evaluator_ctx_destroy(evaluator_ctx_t *e)
 {
     if (!e) return;
-    ctr_job_destroy(e->ctr);
+    model_job_destroy(e->job);
     ps_client_destroy(e->pc);
-    tower_group_destroy(e->towers);
-    dataset_deinit(&e->test);
     free(e->params);
     free(e->vars);
     free(e->placed);
@@ -75,20 +50,23 @@ int evaluator_ctx_create(const trainer_opts_t *o, evaluator_ctx_t **out, char *e
     int64_t nparams = tower_layout(e->vars, e->nvars, offsets);
     free(offsets);
     e->params = psc_xaligned((size_t)nparams * sizeof(float));
-    e->batch = PSC_MAX(spec->batch_size, 256);
     e->pc = ps_client_create(o->cluster, e->vars, e->nvars, e->placed, e->nplaced, 0, o->rpc_timeout_ms);
-    if (spec->loss_kind == PSC_LOSS_SIGMOID_XENT) {
-        ctr_job_opts_t co = {.spec = spec, .vars = e->vars, .nvars = e->nvars, .pc = e->pc, .devices = o->devices,
-                             .blas_threads = o->blas_threads, .replicas = 1, .eval_batch = e->batch};
-        if ((rc = ps_client_set_job_tables(e->pc, spec, e->nplaced, err, errlen)) ||
-            (rc = ctr_job_create(&co, &e->ctr, err, errlen)))
-            goto fail;
-        *out = e;
-        return 0;
-    }
-    if ((rc = dataset_load(spec->test_path, spec->test_examples, &e->test, err, errlen))) goto fail;
-    if ((rc = tower_group_create(o->devices, spec, e->vars, e->nvars, e->batch, &e->towers, err, errlen))) goto fail;
-    tower_group_set_cpu_threads(e->towers, o->blas_threads, o->cluster, o->task);
+    model_job_opts_t mo = {.spec = spec,
+                           .vars = e->vars,
+                           .nvars = e->nvars,
+                           .nparams = nparams,
+                           .pc = e->pc,
+                           .cluster = o->cluster,
+                           .task = o->task,
+                           .devices = o->devices,
+                           .blas_threads = o->blas_threads,
+                           .replicas = 1,
+                           .per_step = 1,
+                           .test = 1,
+                           .eval_batch = PSC_MAX(spec->batch_size, 256)};
+    if ((rc = ps_client_set_job_tables(e->pc, spec, e->nplaced, err, errlen)) ||
+        (rc = model_job_create(&mo, &e->job, err, errlen)))
+        goto fail;
     *out = e;
     return 0;
 fail:
@@ -99,18 +77,13 @@ fail:
 int evaluator_ctx_run(evaluator_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err, size_t errlen)
 {
     int64_t live_step = 0;
-    if (e->ctr) { /* the tables' rows are read live: so are the dense weights, to match them */
-        int rc = ps_client_pull(e->pc, e->params, step ? step : &live_step, err, errlen);
-        return rc ? rc : ctr_job_evaluate(e->ctr, e->params, res, err, errlen);
-    }
-    int rc = ckpt ? ps_client_pull_checkpoint(e->pc, ckpt, e->params, err, errlen)
+    int rc;
+    if (e->job->ops->live_rows) /* the tables' rows are read live: so are the dense weights, to match them */
+        rc = ps_client_pull(e->pc, e->params, step ? step : &live_step, err, errlen);
+    else
+        rc = ckpt ? ps_client_pull_checkpoint(e->pc, ckpt, e->params, err, errlen)
                   : ps_client_pull(e->pc, e->params, step, err, errlen);
-    if (rc) return rc;
-    if ((rc = tower_group_set_params(e->towers, e->params)))
-        return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
-    if ((rc = evaluator_eval_dataset(e->towers, &e->test, e->batch, res)))
-        return psc_seterr(err, errlen, rc, "evaluation failed (%s)", psc_strerror(rc));
-    return 0;
+    return rc ? rc : e->job->ops->evaluate(e->job, e->params, res, err, errlen);
 }
 
 static int stopped(const trainer_opts_t *o) { return o->stop && atomic_load(o->stop); }
@@ -129,13 +102,12 @@ int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, siz
         PSC_INFO("TensorBoard events: %s", psc_tfevents_path(tb));
     }
     if ((rc = ps_client_wait_ready(e->pc, o->spec->job_id, o->wait_model_secs, o->stop, err, errlen))) goto out;
-    if (e->ctr)
+    if (e->job->ops->live_rows)
         PSC_INFO("evaluator: evaluating job %s's live model on its test files at each new checkpoint (a "
                  "recommendation model's tables are read live, not from the checkpoint)",
                  o->spec->job_id);
     else
-        PSC_INFO("evaluator: evaluating each new checkpoint of job %s on %lld test examples", o->spec->job_id,
-                 (long long)e->test.n);
+        PSC_INFO("evaluator: evaluating each new checkpoint of job %s on its test set", o->spec->job_id);
     uint64_t last = 0;
     int replicas = psc_cluster_num_replicas(o->cluster);
     int step_ps = ps_client_step_ps(e->pc) >= 0 ? ps_client_step_ps(e->pc) : 0;

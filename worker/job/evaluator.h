@@ -1,24 +1,21 @@
 /* evaluator.h — evaluating a job's model on its test set from outside the
  * training loop: the evaluator task (TF_CONFIG type "evaluator"), which
  * evaluates every new committed checkpoint, and `psctl eval` on the chief,
- * which evaluates the current weights.
+ * which evaluates the current weights. Either kind of model (model_job.h):
+ * a dense one evaluates a checkpoint's saved values, a recommendation one
+ * the live model (its tables' rows are read from the PS as they are).
  */
 #ifndef PSC_EVALUATOR_H
 #define PSC_EVALUATOR_H
 
-#include "dataset.h"
-#include "tower_group.h"
 #include "trainer.h"
 
 #include <stdint.h>
 
-/* Evaluates the towers' current parameters on a whole data set in batches of
- * `batch`: res->test_accuracy, test_loss (mean), test_examples, evaluated. */
-int evaluator_eval_dataset(tower_group_t *towers, const dataset_t *set, int batch, trainer_result_t *res);
-
 typedef struct evaluator_ctx evaluator_ctx_t;
 
-/* Loads o->spec's test set, builds towers (o->devices) and a PS client. */
+/* The model's job for evaluation (model_job.h: its test data and towers,
+ * o->devices) and a PS client. */
 int evaluator_ctx_create(const trainer_opts_t *o, evaluator_ctx_t **out, char *err, size_t errlen);
 /* Evaluates the live variables (ckpt 0; *step = global_step) or committed
  * checkpoint ckpt (its values as saved; *step unchanged). Fills res->test_*. */

@@ -1,20 +1,20 @@
-/* trainer.c — see trainer.h. The loop reads like the algorithm:
+/* trainer.c — see trainer.h. The loop reads like the algorithm, whatever
+ * kind of model it trains (model_job.h: a dense model's towers, or a
+ * recommendation model's rows and CTR tower):
  *
  *   params = pull()
- *   for batch in loader:                      # this replica's shard, reshuffled per epoch
- *       tower_set_params(params)
- *       loss = tower_train_step(batch)          # forward + backward
- *       grads = tower_get_grads()
+ *   while job has batches:                    # this replica's shard
+ *       grads = job.compute(params)             # forward + backward on the step's batches
+ *       job.push(step)                          # the kind's own part (table rows)
  *       params = push_pull(grads); global_step += 1
+ *       job.step_done()
  */
 #include "trainer.h"
 
 #include "chief.h"
-#include "ctr_job.h"
-#include "dataset.h"
-#include "evaluator.h"
 #include "failures.h"
 #include "log.h"
+#include "model_job.h"
 #include "model_spec.h"
 #include "placement.h"
 #include "ps_client.h"
@@ -22,7 +22,6 @@
 #include "rng.h"
 #include "tfevents.h"
 #include "tower.h"
-#include "tower_group.h"
 #include "wire.h"
 #include "worker_metrics.h"
 
@@ -45,7 +44,7 @@ static int stopped(const trainer_opts_t *o) { return o->stop && atomic_load(o->s
 
 /* Publishes progress (phase < 0: keep; loss < 0: only the counters). */
 static void report(const trainer_opts_t *o, int phase, int epoch, int64_t step, int64_t max_steps, int64_t global_step,
-                   double loss, double accuracy, double examples_per_sec)
+                   double loss, double accuracy, const char *metric, double examples_per_sec)
 {
     trainer_progress_t *p = o->progress;
     if (!p) return;
@@ -58,7 +57,7 @@ static void report(const trainer_opts_t *o, int phase, int epoch, int64_t step, 
     p->global_step = global_step;
     if (loss >= 0) {
         p->loss = loss;
-        p->has_auc = o->spec->loss_kind == PSC_LOSS_SIGMOID_XENT;
+        p->has_auc = metric && !strcmp(metric, "auc");
         if (p->has_auc)
             p->auc = accuracy;
         else
@@ -84,16 +83,11 @@ typedef struct run {
     int nplaced;
     int64_t *offsets;
     int64_t nparams;
-    dataset_t train, test;
-    dataset_loader_t *loader;
-    tower_group_t *towers;
-    ctr_job_t *ctr;            /* a recommendation model (loss sigmoid_cross_entropy): its data, tower and rows */
-    int eval_batch;
+    model_job_t *job;          /* the model's kind: its data, towers and (recommendation) rows (model_job.h) */
     ps_client_t *pc;
     chief_t *chief;            /* the chief's duties; NULL on the other replicas */
     psc_tfevents_t *tb;        /* chief: TensorBoard */
-    float *params, *grads;     /* (nparams) the weights the towers use; their gradient */
-    float *grads_sum;          /* (nparams) per_step > 1: the step's summed gradient */
+    float *params, *grads;     /* (nparams) the weights the towers use; the step's gradient */
     float *params_next, *grads_next; /* (nparams) overlap: the buffers of the push-pull in flight */
     int pp_pending;                  /* async: a push-pull is in flight (overlap: the previous step's) */
     int pp_examples;                 /* its step's examples and start time (for the metrics) */
@@ -101,10 +95,10 @@ typedef struct run {
     int64_t global_step, max_steps;
     int64_t *expected_steps;   /* (replicas) chief: the steps of each replica's share (0: not known ahead) */
     int64_t recoveries;        /* recover() calls that succeeded (a round's pulls were lost) */
-    int more, epoch;           /* the loader has batches; the epoch of the last one (1-based) */
+    int more, epoch;           /* the data has batches; the epoch of the last one (1-based) */
     /* the progress period */
     double t0, t_log;
-    int64_t gs_log, loss_n, correct_acc, examples_acc, examples_total, stale_acc;
+    int64_t gs_log, loss_n, examples_acc, examples_total, stale_acc;
     double loss_acc;
 } run_t;
 
@@ -146,50 +140,27 @@ static int recover(run_t *r, float *params, char *err, size_t errlen)
 
 /* ---- set-up ---- */
 
-/* A dense model's data (IDX) and towers. */
-static int setup_dense(run_t *r, char *err, size_t errlen)
+/* The model's kind behind model_job.h: its data, towers and rows. */
+static int setup_job(run_t *r, char *err, size_t errlen)
 {
     const trainer_opts_t *o = r->o;
-    const psc_job_spec_t *spec = r->spec;
-    int rc;
-    if ((rc = dataset_load(spec->train_path, spec->train_examples, &r->train, err, errlen))) return rc;
-    int features = spec->input_shape[0] * (spec->input_rank == 3 ? spec->input_shape[1] * spec->input_shape[2] : 1);
-    if (r->train.features != features)
-        return psc_seterr(err, errlen, PSC_ECONFIG, "data %s has %d features per example; model.input_shape wants %d",
-                          spec->train_path, r->train.features, features);
-    if (r->is_chief && (rc = dataset_load(spec->test_path, spec->test_examples, &r->test, err, errlen))) return rc;
-    if ((rc = tower_group_create(o->devices, spec, r->vars, r->nvars, r->eval_batch, &r->towers, err, errlen))) return rc;
-    tower_group_set_cpu_threads(r->towers, o->blas_threads, o->cluster, o->task);
-    PSC_INFO("towers: %s (%d), batch %d split across them", tower_group_describe(r->towers), tower_group_count(r->towers),
-             spec->batch_size);
-    return 0;
-}
-
-/* A recommendation model's streamed data, its tower and its tables' rows. */
-static int setup_ctr(run_t *r, char *err, size_t errlen)
-{
-    const psc_job_spec_t *spec = r->spec;
-    if (r->per_step > 1)
-        return psc_seterr(err, errlen, PSC_ECONFIG,
-                          "job spec: sync.replicas_to_aggregate: a recommendation model takes one batch per replica "
-                          "and step (R <= N); R = %d, N = %d",
-                          spec->replicas_to_aggregate, r->replicas);
-    if (spec->overlap_push_pull)
-        return psc_seterr(err, errlen, PSC_ECONFIG,
-                          "job spec: overlap_push_pull: not available for recommendation models (their rows are "
-                          "pulled per batch)");
-    ctr_job_opts_t co = {.spec = spec,
-                         .vars = r->vars,
-                         .nvars = r->nvars,
-                         .pc = r->pc,
-                         .devices = r->o->devices,
-                         .blas_threads = r->o->blas_threads,
-                         .rank = r->rank,
-                         .replicas = r->replicas,
-                         .prefetch = r->o->prefetch,
-                         .train = 1,
-                         .eval_batch = r->eval_batch};
-    return ctr_job_create(&co, &r->ctr, err, errlen);
+    model_job_opts_t mo = {.spec = r->spec,
+                           .vars = r->vars,
+                           .nvars = r->nvars,
+                           .nparams = r->nparams,
+                           .pc = r->pc,
+                           .cluster = o->cluster,
+                           .task = o->task,
+                           .devices = o->devices,
+                           .blas_threads = o->blas_threads,
+                           .rank = r->rank,
+                           .replicas = r->replicas,
+                           .per_step = r->per_step,
+                           .prefetch = o->prefetch,
+                           .train = 1,
+                           .test = r->is_chief,
+                           .eval_batch = PSC_MAX(r->spec->batch_size, 256)};
+    return model_job_create(&mo, &r->job, err, errlen);
 }
 
 /* The model, its placement, the data, the towers and the PS client. */
@@ -211,7 +182,6 @@ static int setup(run_t *r, char *err, size_t errlen)
     r->per_step = 1;
     if (spec->sync && spec->replicas_to_aggregate > r->replicas)
         r->per_step = spec->replicas_to_aggregate / r->replicas + (r->rank < spec->replicas_to_aggregate % r->replicas);
-    if (r->per_step > 1) r->grads_sum = psc_xaligned(bytes);
     r->expected_steps = psc_xcalloc((size_t)r->replicas, sizeof *r->expected_steps);
     if (spec->overlap_push_pull) {
         r->params_next = psc_xaligned(bytes);
@@ -221,12 +191,10 @@ static int setup(run_t *r, char *err, size_t errlen)
              r->nvars - 1, (long long)r->nparams, (double)r->nparams * 4 / 1048576.0, r->nplaced, num_ps, r->rank,
              r->replicas, r->is_chief ? " (chief)" : "");
 
-    r->eval_batch = PSC_MAX(spec->batch_size, 256);
-    if (spec->loss_kind != PSC_LOSS_SIGMOID_XENT && (rc = setup_dense(r, err, errlen))) return rc;
     r->pc = ps_client_create(o->cluster, r->vars, r->nvars, r->placed, r->nplaced, r->rank, o->rpc_timeout_ms);
     if (o->batch_bytes >= 0) ps_client_set_batch_bytes(r->pc, (size_t)o->batch_bytes);
     if ((rc = ps_client_set_job_tables(r->pc, spec, r->nplaced, err, errlen))) return rc;
-    if (spec->loss_kind == PSC_LOSS_SIGMOID_XENT && (rc = setup_ctr(r, err, errlen))) return rc;
+    if ((rc = setup_job(r, err, errlen))) return rc;
     if (spec->gradient_dtype == PSC_ENC_BFLOAT16) {
         ps_client_set_gradient_dtype(r->pc, PSC_ENC_BFLOAT16, spec->error_feedback);
         const char *ef = spec->error_feedback ? "each rounding error carried into the next step" : "no error feedback";
@@ -301,69 +269,33 @@ static void resume(run_t *r)
                  (long long)r->max_steps);
     }
     if (done == 0) return;
-    if (r->ctr) {
-        char serr[512];
-        if (ctr_job_skip(r->ctr, done, serr, sizeof serr)) PSC_WARN("skipping the batches run before: %s", serr);
-    } else {
-        for (int64_t k = 0; k < done * r->per_step && dataset_loader_next(r->loader, &(dataset_batch_t){0}) == 0; k++) {}
-    }
+    char serr[512];
+    if (r->job->ops->skip(r->job, done, serr, sizeof serr)) PSC_WARN("skipping the batches run before: %s", serr);
     r->res->steps = done;
     ps_client_set_progress(r->pc, done);
 }
 
 /* ---- the loop ---- */
 
-/* Forward and backward on up to per_step batches: the step's gradient in
- * r->grads (summed over the batches in r->grads_sum when per_step > 1).
- * *batches 0: the data ran out. */
-static int compute_ctr(run_t *r, int *batches, int *examples, char *err, size_t errlen)
+/* Forward and backward on the step's batches (the job's kind decides how
+ * many and from where): the step's gradient in r->grads. *batches 0: the
+ * data ran out. */
+static int compute(run_t *r, int *batches, int *examples, char *err, size_t errlen)
 {
-    double loss_sum;
-    int epoch;
-    *batches = *examples = 0;
-    int rc = ctr_job_compute(r->ctr, r->params, r->grads, r->spec->sync ? r->global_step : -1, examples, &loss_sum,
-                             &epoch, err, errlen);
-    if (rc == 1) {
+    model_step_t st;
+    int rc = r->job->ops->compute(r->job, r->params, r->grads, r->spec->sync ? r->global_step : -1, &st, err, errlen);
+    *batches = st.batches;
+    *examples = st.examples;
+    if (rc) return rc;
+    if (st.batches == 0) {
         r->more = 0;
         return 0;
     }
-    if (rc) return rc;
-    *batches = 1;
-    r->epoch = epoch + 1;
-    r->loss_acc += loss_sum;
-    r->loss_n += *examples;
-    r->examples_acc += *examples;
-    r->examples_total += *examples;
-    return 0;
-}
-
-static int compute(run_t *r, int *batches, int *examples)
-{
-    dataset_batch_t b;
-    *batches = *examples = 0;
-    while (*batches < r->per_step && (r->more = dataset_loader_next(r->loader, &b) == 0)) {
-        float loss;
-        int correct, rc;
-        uint64_t seed = psc_seed_mix(r->spec->seed,
-                                     (uint64_t)(r->rank * 1000003 + r->res->steps * r->per_step + *batches));
-        if ((rc = tower_group_train_step(r->towers, b.x, b.y, b.n, seed, &loss, &correct)) ||
-            (rc = tower_group_get_grads(r->towers, r->grads)))
-            return rc;
-        if (r->per_step > 1) {
-            if (*batches == 0)
-                memcpy(r->grads_sum, r->grads, (size_t)r->nparams * sizeof(float));
-            else
-                for (int64_t k = 0; k < r->nparams; k++) r->grads_sum[k] += r->grads[k];
-        }
-        ++*batches;
-        *examples += b.n;
-        r->epoch = b.epoch + 1;
-        r->loss_acc += loss * b.n;
-        r->loss_n += b.n;
-        r->correct_acc += correct;
-        r->examples_acc += b.n;
-        r->examples_total += b.n;
-    }
+    r->epoch = st.epoch;
+    r->loss_acc += st.loss_sum;
+    r->loss_n += st.examples;
+    r->examples_acc += st.examples;
+    r->examples_total += st.examples;
     return 0;
 }
 
@@ -420,15 +352,15 @@ static int exchange(run_t *r, int batches, int examples, double t_step, char *er
         ps_client_set_progress(r->pc, r->res->steps + 1);
         double t_pp = psc_now();
         int stale = 0;
-        if (r->ctr && (rc = ctr_job_push_sync(r->ctr, r->global_step, &stale, err, errlen)))
+        if (r->job->ops->push_sync && (rc = r->job->ops->push_sync(r->job, r->global_step, &stale, err, errlen)))
             return after_exchange(r, rc, examples, t_step, psc_now() - t_pp, 0, err, errlen);
-        rc = ps_client_push_pull_sync(r->pc, r->per_step > 1 ? r->grads_sum : r->grads, r->params, r->global_step,
+        rc = ps_client_push_pull_sync(r->pc, r->grads, r->params, r->global_step,
                                       (uint32_t)batches, &r->global_step, &stale, err, errlen);
         return after_exchange(r, rc, examples, t_step, psc_now() - t_pp, stale, err, errlen);
     }
     if ((rc = push_pull_collect(r, err, errlen))) return rc; /* overlap: the previous step's */
     ps_client_set_progress(r->pc, r->res->steps + 1);
-    if (r->ctr) ctr_job_push_async(r->ctr);
+    if (r->job->ops->push_async) r->job->ops->push_async(r->job);
     ps_client_push_pull_start(r->pc, r->grads, spec->overlap_push_pull ? r->params_next : r->params,
                               spec->overlap_push_pull);
     r->pp_pending = 1;
@@ -446,11 +378,7 @@ static int train_step(run_t *r, char *err, size_t errlen)
 {
     double t_step = psc_now();
     int batches, examples, rc;
-    if (r->ctr) {
-        if ((rc = compute_ctr(r, &batches, &examples, err, errlen))) return rc;
-    } else if ((rc = tower_group_set_params(r->towers, r->params)) || (rc = compute(r, &batches, &examples))) {
-        return psc_seterr(err, errlen, rc, "tower step %lld failed (%s)", (long long)r->res->steps, psc_strerror(rc));
-    }
+    if ((rc = compute(r, &batches, &examples, err, errlen))) return rc;
     if (batches == 0) return 1;
     if (r->o->debug_step_delay_ms > 0) {
         int ms = r->o->debug_step_delay_ms;
@@ -459,10 +387,10 @@ static int train_step(run_t *r, char *err, size_t errlen)
     }
     int64_t recoveries = r->recoveries;
     rc = exchange(r, batches, examples, t_step, err, errlen);
-    if (r->ctr) ctr_job_step_done(r->ctr, rc == 0 && r->recoveries == recoveries);
+    if (r->job->ops->step_done) r->job->ops->step_done(r->job, rc == 0 && r->recoveries == recoveries);
     if (rc) return rc;
     r->res->steps++;
-    report(r->o, -1, r->epoch, r->res->steps, r->max_steps, r->global_step, -1, 0, 0);
+    report(r->o, -1, r->epoch, r->res->steps, r->max_steps, r->global_step, -1, 0, NULL, 0);
     return 0;
 }
 
@@ -475,18 +403,17 @@ static void log_progress(run_t *r, int last)
     trainer_result_t *res = r->res;
     res->last_loss = (float)(r->loss_acc / (double)r->loss_n);
     /* a dense model's accuracy; a recommendation model's AUC over the period's training examples */
-    double metric = r->ctr ? ctr_job_period_auc(r->ctr) : (double)r->correct_acc / (double)r->examples_acc;
-    const char *metric_name = r->ctr ? "auc" : "accuracy";
+    double metric = r->job->ops->period_metric(r->job);
+    const char *metric_name = r->job->ops->metric;
     double rate = (double)r->examples_acc / (now - r->t_log);
     char note[96] = "", of[32] = "";
     if (spec->sync) snprintf(note, sizeof note, " stale %lld", (long long)r->stale_acc);
-    if (r->ctr && ctr_job_skipped(r->ctr))
-        snprintf(note + strlen(note), sizeof note - strlen(note), " bad_records_skipped %lld",
-                 (long long)ctr_job_skipped(r->ctr));
+    int64_t bad = r->job->ops->bad_records(r->job);
+    if (bad) snprintf(note + strlen(note), sizeof note - strlen(note), " bad_records_skipped %lld", (long long)bad);
     if (r->max_steps > 0) snprintf(of, sizeof of, "/%lld", (long long)r->max_steps);
     PSC_INFO("epoch %d/%d step %lld%s global_step %lld loss %.4f %s %.4f examples/s %.0f%s", r->epoch, spec->epochs,
              (long long)res->steps, of, (long long)r->global_step, res->last_loss, metric_name, metric, rate, note);
-    report(r->o, -1, r->epoch, res->steps, r->max_steps, r->global_step, res->last_loss, metric, rate);
+    report(r->o, -1, r->epoch, res->steps, r->max_steps, r->global_step, res->last_loss, metric, metric_name, rate);
     if (r->tb) {
         psc_tfevents_scalar(r->tb, r->global_step, "loss", res->last_loss);
         psc_tfevents_scalar(r->tb, r->global_step, metric_name, metric);
@@ -496,20 +423,16 @@ static void log_progress(run_t *r, int last)
     r->gs_log = r->global_step;
     r->t_log = now;
     r->loss_acc = 0;
-    r->loss_n = r->correct_acc = r->examples_acc = r->stale_acc = 0;
+    r->loss_n = r->examples_acc = r->stale_acc = 0;
 }
 
 /* ---- the end ---- */
 
-/* chief_finish's evaluation: the towers on the IDX test set, or the
- * recommendation model's pull-and-forward over its test files. */
+/* chief_finish's evaluation: the job's own (model_job.h). */
 static int eval_model(void *ctx, float *params, trainer_result_t *res, char *err, size_t errlen)
 {
     run_t *r = ctx;
-    if (r->ctr) return ctr_job_evaluate(r->ctr, params, res, err, errlen);
-    int rc = tower_group_set_params(r->towers, params);
-    if (rc == 0) rc = evaluator_eval_dataset(r->towers, &r->test, r->eval_batch, res);
-    return rc ? psc_seterr(err, errlen, rc, "%s", psc_strerror(rc)) : 0;
+    return r->job->ops->evaluate(r->job, params, res, err, errlen);
 }
 
 /* This replica is done: report it; the chief then waits for the others,
@@ -524,7 +447,7 @@ static int finish(run_t *r, char *err, size_t errlen)
     if (r->spec->sync)
         PSC_INFO("sync: %lld of %lld steps of this replica were stale (dropped by the PS)",
                  (long long)res->stale_steps, (long long)res->steps);
-    report(r->o, 2, r->spec->epochs, res->steps, r->max_steps, r->global_step, -1, 0, 0);
+    report(r->o, 2, r->spec->epochs, res->steps, r->max_steps, r->global_step, -1, 0, NULL, 0);
     uint32_t done = 0;
     int rc = ps_client_worker_done(r->pc, &done, err, errlen);
     if (rc || !r->chief) return rc;
@@ -569,16 +492,11 @@ static void teardown(run_t *r, int rc)
     snprintf(why, sizeof why, "job %s %s", r->spec->job_id,
              rc == 0 ? "finished" : rc == PSC_ECANCELLED ? "was cancelled" : "failed");
     chief_destroy(r->chief, why);
-    ctr_job_destroy(r->ctr);
     psc_tfevents_close(r->tb);
     ps_client_destroy(r->pc); /* after a push-pull in flight ends, before its buffers are freed */
-    dataset_loader_destroy(r->loader);
-    tower_group_destroy(r->towers);
-    dataset_deinit(&r->train);
-    dataset_deinit(&r->test);
+    model_job_destroy(r->job);
     free(r->params);
     free(r->grads);
-    free(r->grads_sum);
     free(r->params_next);
     free(r->grads_next);
     free(r->offsets);
@@ -587,45 +505,12 @@ static void teardown(run_t *r, int rc)
     free(r->placed);
 }
 
-/* The steps of replica k's share, as its own start_data counts them: a dense
- * model's shard of the examples (k, k + W, ...) in batches over the epochs,
- * per_step batches a step; streamed files only with "steps" (0: not known). */
-static int64_t replica_steps(const run_t *r, int k)
-{
-    const psc_job_spec_t *spec = r->spec;
-    if (r->ctr) return spec->steps > 0 ? spec->steps : 0;
-    int64_t n = r->train.n, W = r->replicas;
-    int64_t shard = n > k ? (n - k + W - 1) / W : 0;
-    int64_t per_epoch = (shard + spec->batch_size - 1) / spec->batch_size;
-    int64_t per_step = 1;
-    if (spec->sync && spec->replicas_to_aggregate > W)
-        per_step = spec->replicas_to_aggregate / W + (k < spec->replicas_to_aggregate % W);
-    return spec->steps > 0 ? spec->steps : (per_epoch * spec->epochs + per_step - 1) / per_step;
-}
-
-/* This replica's shard of the training data and its step count: a dense
- * model's epochs of its loader; streamed files (recommendation models) run
- * "steps" steps or until their epochs end (max_steps 0: not known ahead). */
+/* This replica's shard of the training data and its step count (the job's
+ * kind counts them: model_job.h); the chief also learns every replica's. */
 static int start_data(run_t *r, char *err, size_t errlen)
 {
-    const psc_job_spec_t *spec = r->spec;
-    for (int k = 0; k < r->replicas; k++) r->expected_steps[k] = replica_steps(r, k);
-    if (r->ctr) {
-        r->max_steps = spec->steps > 0 ? spec->steps : 0;
-        PSC_INFO("training on %d data file pattern%s (replica %d of %d), %d epoch%s, batch %d, %s", spec->num_train_files,
-                 spec->num_train_files == 1 ? "" : "s", r->rank, r->replicas, spec->epochs,
-                 spec->epochs == 1 ? "" : "s", spec->batch_size, psc_optim_name(spec->optimizer.kind));
-        return 0;
-    }
-    r->loader = dataset_loader_create(&r->train, r->rank, r->replicas, spec->batch_size, spec->seed, spec->shuffle,
-                                      spec->epochs, r->o->prefetch, err, errlen);
-    if (!r->loader) return PSC_EINVAL;
-    int64_t per_epoch = dataset_loader_steps_per_epoch(r->loader);
-    r->max_steps = spec->steps > 0 ? spec->steps : (per_epoch * spec->epochs + r->per_step - 1) / r->per_step;
-    PSC_INFO("training on %lld examples (shard %d of %d), %lld steps per epoch, %d epochs, batch %d, %s",
-             (long long)dataset_loader_shard_size(r->loader), r->rank, r->replicas, (long long)per_epoch, spec->epochs,
-             spec->batch_size, psc_optim_name(spec->optimizer.kind));
-    return 0;
+    for (int k = 0; k < r->replicas; k++) r->expected_steps[k] = r->job->ops->share_steps(r->job, k);
+    return r->job->ops->start(r->job, &r->max_steps, err, errlen);
 }
 
 int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen)
@@ -653,7 +538,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     if (rc) goto out;
     if (r.chief) chief_start_schedule(r.chief, r.global_step);
     resume(&r);
-    report(o, 1, 1, res->steps, r.max_steps, r.global_step, -1, 0, 0);
+    report(o, 1, 1, res->steps, r.max_steps, r.global_step, -1, 0, NULL, 0);
     if (r.chief && o->logdir) {
         if ((rc = psc_tfevents_open(o->logdir, ".chief", &r.tb, err, errlen))) goto out;
         PSC_INFO("TensorBoard events: %s", psc_tfevents_path(r.tb));
