@@ -51,19 +51,8 @@ int evaluator_ctx_create(const trainer_opts_t *o, evaluator_ctx_t **out, char *e
     free(offsets);
     e->params = psc_xaligned((size_t)nparams * sizeof(float));
     e->pc = ps_client_create(o->cluster, e->vars, e->nvars, e->placed, e->nplaced, 0, o->rpc_timeout_ms);
-    model_job_opts_t mo = {.spec = spec,
-                           .vars = e->vars,
-                           .nvars = e->nvars,
-                           .nparams = nparams,
-                           .pc = e->pc,
-                           .cluster = o->cluster,
-                           .task = o->task,
-                           .devices = o->devices,
-                           .blas_threads = o->blas_threads,
-                           .replicas = 1,
-                           .per_step = 1,
-                           .test = 1,
-                           .eval_batch = PSC_MAX(spec->batch_size, 256)};
+    model_job_opts_t mo = model_job_opts_of(o, e->vars, e->nvars, nparams, e->pc);
+    mo.test = 1;
     if ((rc = ps_client_set_job_tables(e->pc, spec, e->nplaced, err, errlen)) ||
         (rc = model_job_create(&mo, &e->job, err, errlen)))
         goto fail;

@@ -92,6 +92,12 @@ struct model_job {
     const model_job_ops_t *ops;
 };
 
+/* The options every caller fills alike, from a task's trainer options: the
+ * spec, the model, the PS client, the devices, the evaluation batch; one
+ * replica of one, a batch a step, neither training nor evaluating (the
+ * caller sets rank, replicas, per_step, prefetch, train and test). */
+model_job_opts_t model_job_opts_of(const trainer_opts_t *o, const psc_var_desc_t *vars, int nvars, int64_t nparams,
+                                   ps_client_t *pc);
 /* The job of spec's kind (o is copied; what it points to must outlive the
  * job). 0, or PSC_ECONFIG / the loader's or the towers' error (err). */
 int model_job_create(const model_job_opts_t *o, model_job_t **out, char *err, size_t errlen);

@@ -144,22 +144,13 @@ static int recover(run_t *r, float *params, char *err, size_t errlen)
 static int setup_job(run_t *r, char *err, size_t errlen)
 {
     const trainer_opts_t *o = r->o;
-    model_job_opts_t mo = {.spec = r->spec,
-                           .vars = r->vars,
-                           .nvars = r->nvars,
-                           .nparams = r->nparams,
-                           .pc = r->pc,
-                           .cluster = o->cluster,
-                           .task = o->task,
-                           .devices = o->devices,
-                           .blas_threads = o->blas_threads,
-                           .rank = r->rank,
-                           .replicas = r->replicas,
-                           .per_step = r->per_step,
-                           .prefetch = o->prefetch,
-                           .train = 1,
-                           .test = r->is_chief,
-                           .eval_batch = PSC_MAX(r->spec->batch_size, 256)};
+    model_job_opts_t mo = model_job_opts_of(o, r->vars, r->nvars, r->nparams, r->pc);
+    mo.rank = r->rank;
+    mo.replicas = r->replicas;
+    mo.per_step = r->per_step;
+    mo.prefetch = o->prefetch;
+    mo.train = 1;
+    mo.test = r->is_chief;
     return model_job_create(&mo, &r->job, err, errlen);
 }
 
@@ -509,7 +500,7 @@ static void teardown(run_t *r, int rc)
  * kind counts them: model_job.h); the chief also learns every replica's. */
 static int start_data(run_t *r, char *err, size_t errlen)
 {
-    for (int k = 0; k < r->replicas; k++) r->expected_steps[k] = r->job->ops->share_steps(r->job, k);
+    for (int k = 0; r->is_chief && k < r->replicas; k++) r->expected_steps[k] = r->job->ops->share_steps(r->job, k);
     return r->job->ops->start(r->job, &r->max_steps, err, errlen);
 }
 
