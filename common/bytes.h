@@ -1,7 +1,7 @@
 /* bytes.h — little-endian integers in byte buffers, for every on-disk and
  * on-wire format psc writes itself (checkpoints, TensorBoard records,
- * safetensors headers, the store's export). One copy of the shifts. Any
- * alignment; header-only.
+ * safetensors headers, the store's export), and the big-endian ones of the
+ * IDX files it reads. One copy of the shifts. Any alignment; header-only.
  */
 #ifndef PSC_BYTES_H
 #define PSC_BYTES_H
@@ -45,6 +45,12 @@ static inline uint64_t psc_le_get64(const void *src)
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
     return v;
+}
+
+static inline uint32_t psc_be_get32(const void *src)
+{
+    const uint8_t *p = src;
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
 #endif

@@ -1,5 +1,5 @@
 /* fuzz_tfrecord — libFuzzer target: TFRecord files of tf.Example protos
- * (worker/data/ctr_tfrecord.c), read from memory (ctr_file_open_mem) against a
+ * (worker/data/format_tfrecord.c), read from memory (data_file_open_mem) against a
  * fixed feature spec with features of every role and kind.
  *
  * The first byte says how the rest is read. Even: as the file itself
@@ -13,7 +13,7 @@
  */
 #include "bytes.h"
 #include "crc32c.h"
-#include "ctr_reader_internal.h"
+#include "reader_internal.h"
 #include "psc.h"
 
 #include <math.h>
@@ -51,7 +51,7 @@ static uint8_t *frame_chunks(const uint8_t *p, size_t n, size_t *len)
     return out;
 }
 
-static void check_batch(const ctr_batch_t *b)
+static void check_batch(const data_batch_t *b)
 {
     if (b->off[0] != 0 || b->off[(size_t)b->n * (size_t)b->num_cat] != b->nnz) abort();
     for (int64_t k = 0; k < (int64_t)b->n * b->num_cat; k++)
@@ -85,26 +85,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (data[0] & 1) file = framed = frame_chunks(data + 1, size - 1, &len);
 
     char err[512] = "";
-    ctr_file_t *f = NULL;
-    if (ctr_file_open_mem(file, len, "fuzz.tfrecord", &f, err, sizeof err) != 0) abort();
-    ctr_batch_t b;
+    data_file_t *f = NULL;
+    if (data_file_open_mem(file, len, "fuzz.tfrecord", &f, err, sizeof err) != 0) abort();
+    data_batch_t b;
     memset(&b, 0, sizeof b);
-    ctr_batch_reset(&b, spec.num_dense, spec.num_cat);
+    data_batch_reset(&b, spec.num_dense, spec.num_cat);
     for (int rec = 0;; rec++) {
-        int rc = rec % 4 == 3 ? (ctr_format_tfrecord.skip)(f, err, sizeof err)
-                              : ctr_format_tfrecord.next(f, &spec, &b, err, sizeof err);
+        int rc = rec % 4 == 3 ? (data_format_tfrecord.skip)(f, err, sizeof err)
+                              : data_format_tfrecord.next(f, &spec, &b, err, sizeof err);
         if (rc == 1 || rc == PSC_ECORRUPT) {
             if (!err[0] && rc != 1) abort(); /* a bad record always says why */
             err[0] = 0;
             check_batch(&b);
-            if (b.n >= 256) ctr_batch_reset(&b, spec.num_dense, spec.num_cat);
+            if (b.n >= 256) data_batch_reset(&b, spec.num_dense, spec.num_cat);
             continue;
         }
         if (rc < 0 && !err[0]) abort();
         break; /* the end, or a stop */
     }
-    ctr_batch_free(&b);
-    ctr_file_close(f);
+    data_batch_free(&b);
+    data_file_close(f);
     free(framed);
     return 0;
 }

@@ -6,7 +6,7 @@
 #ifndef PSC_CTR_FIXTURE_H
 #define PSC_CTR_FIXTURE_H
 
-#include "ctr_reader.h"
+#include "reader.h"
 #include "job_spec.h"
 #include "psc.h"
 
@@ -134,15 +134,15 @@ __attribute__((unused)) static void ctr_fix_write_str(const char *name, const ch
 }
 
 /* Opens a training reader over one file (shard 0 of 1, no shuffle). */
-__attribute__((unused)) static ctr_reader_t *ctr_fix_open1(psc_job_spec_t *s, char **files, const char *path)
+__attribute__((unused)) static data_reader_t *ctr_fix_open1(psc_job_spec_t *s, char **files, const char *path)
 {
     files[0] = (char *)path;
     s->train_files = files;
     s->num_train_files = 1;
-    ctr_reader_t *r = NULL;
+    data_reader_t *r = NULL;
     char err[1024];
-    int rc = ctr_reader_open(s, 0, 0, 1, s->seed, 0, &r, err, sizeof err);
-    if (rc != 0) fprintf(stderr, "ctr_reader_open: %s\n", err);
+    int rc = data_reader_open(s, 0, 0, 1, s->seed, 0, &r, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "data_reader_open: %s\n", err);
     assert_int_equal(rc, 0);
     return r;
 }
@@ -153,20 +153,20 @@ __attribute__((unused)) static void ctr_fix_expect_bad(psc_job_spec_t *s, const 
 {
     char path[512], *files[1], err[1024], want[1536];
     ctr_fix_write_str(name, text, 0, path, sizeof path);
-    ctr_reader_t *r = ctr_fix_open1(s, files, path);
-    ctr_batch_t b = {0};
+    data_reader_t *r = ctr_fix_open1(s, files, path);
+    data_batch_t b = {0};
     int rc, total = 0;
-    while ((rc = ctr_reader_next(r, &b, 3, NULL, err, sizeof err)) > 0) total += rc;
+    while ((rc = data_reader_next(r, &b, 3, NULL, err, sizeof err)) > 0) total += rc;
     snprintf(want, sizeof want, "%s:%d: %s", path, line, msg);
     if (rc != PSC_ECORRUPT || strcmp(err, want) != 0)
         fprintf(stderr, "expected %s\n     got %s (rc %d)\n", want, rc < 0 ? err : "-", rc);
     assert_int_equal(rc, PSC_ECORRUPT);
     assert_string_equal(err, want);
     /* the error sticks */
-    assert_int_equal(ctr_reader_next(r, &b, 3, NULL, err, sizeof err), PSC_ECORRUPT);
+    assert_int_equal(data_reader_next(r, &b, 3, NULL, err, sizeof err), PSC_ECORRUPT);
     assert_string_equal(err, want);
-    ctr_batch_free(&b);
-    ctr_reader_close(r);
+    data_batch_free(&b);
+    data_reader_close(r);
     (void)total;
 }
 #endif

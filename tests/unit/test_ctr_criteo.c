@@ -1,4 +1,4 @@
-/* test_ctr_criteo — the Criteo TSV format (worker/data/ctr_criteo.c) through the
+/* test_ctr_criteo — the Criteo TSV format (worker/data/format_criteo.c) through the
  * reader, on small hand-written files (plain and gzip, in a mkdtemp folder).
  *
  * Fields: every value read back exactly (dense = logf(1 + max(x, 0)) for the
@@ -13,7 +13,7 @@
  */
 #define PSC_CTR_FIXTURE_TESTS
 #include "ctr_fixture.h"
-#include "ctr_reader.h"
+#include "reader.h"
 #include "psc.h"
 
 #include <math.h>
@@ -70,7 +70,7 @@ static void want_of(const char *const *fields, want_t *w)
 }
 
 /* Checks example i of b against w; raw_col: a column read without log1p (-1 none). */
-static void check_example(const ctr_batch_t *b, int i, const want_t *w, int raw_col)
+static void check_example(const data_batch_t *b, int i, const want_t *w, int raw_col)
 {
     assert_true(b->label[i] == w->label);
     for (int k = 0; k < 13; k++) {
@@ -106,10 +106,10 @@ static void read_fields(int gz, const char *eol, int raw_col)
     ctr_fix_criteo_spec(&s, feats);
     if (raw_col >= 0) feats[1 + raw_col].transform = PSC_TRANSFORM_NONE;
     ctr_fix_write_str(gz ? "fields.tsv.gz" : "fields.tsv", text, gz, path, sizeof path);
-    ctr_reader_t *r = ctr_fix_open1(&s, files, path);
-    ctr_batch_t b = {0};
+    data_reader_t *r = ctr_fix_open1(&s, files, path);
+    data_batch_t b = {0};
     int epoch = -1;
-    assert_int_equal(ctr_reader_next(r, &b, 16, &epoch, err, sizeof err), 3);
+    assert_int_equal(data_reader_next(r, &b, 16, &epoch, err, sizeof err), 3);
     assert_int_equal(epoch, 0);
     assert_int_equal(b.n, 3);
     assert_int_equal(b.num_dense, 13);
@@ -129,10 +129,10 @@ static void read_fields(int gz, const char *eol, int raw_col)
     assert_int_equal(b.nnz, 28);
     assert_true(b.keys[26] == 0x3c && b.keys[27] == 0xffffffffull);
     assert_true(b.keys[1] == 0xdeadbeefull && b.keys[2] == UINT64_MAX && b.keys[3] == 1);
-    assert_int_equal(ctr_reader_next(r, &b, 16, &epoch, err, sizeof err), 0);
-    assert_int_equal(ctr_reader_skipped(r), 0);
-    ctr_batch_free(&b);
-    ctr_reader_close(r);
+    assert_int_equal(data_reader_next(r, &b, 16, &epoch, err, sizeof err), 0);
+    assert_int_equal(data_reader_skipped(r), 0);
+    data_batch_free(&b);
+    data_reader_close(r);
 }
 
 static void test_criteo_fields(void **state)
@@ -178,13 +178,13 @@ static void test_criteo_long_line(void **state)
     psc_feature_spec_t feats[40];
     ctr_fix_criteo_spec(&s, feats);
     ctr_fix_write("long.tsv", text, o, 1, path, sizeof path);
-    ctr_reader_t *r = ctr_fix_open1(&s, files, path);
-    ctr_batch_t b = {0};
-    assert_int_equal(ctr_reader_next(r, &b, 16, NULL, err, sizeof err), 3);
+    data_reader_t *r = ctr_fix_open1(&s, files, path);
+    data_batch_t b = {0};
+    assert_int_equal(data_reader_next(r, &b, 16, NULL, err, sizeof err), 3);
     assert_true(b.dense[0] == logf(6.0f) && b.dense[13] == logf(8.0f) && b.dense[26] == logf(6.0f));
     assert_true(b.dense[14] == logf(7.0f));
-    ctr_batch_free(&b);
-    ctr_reader_close(r);
+    data_batch_free(&b);
+    data_reader_close(r);
 
     /* the same with a 70000-digit categorical field on line 2: bad, shown cut */
     o = (size_t)snprintf(text, n, "%s\n1", line);
@@ -288,37 +288,37 @@ static void test_criteo_bad_record_limit(void **state)
 
     s.bad_record_limit = 2;
     s.epochs = 2;
-    ctr_reader_t *r = ctr_fix_open1(&s, files, path);
-    ctr_batch_t b = {0};
+    data_reader_t *r = ctr_fix_open1(&s, files, path);
+    data_batch_t b = {0};
     int epoch;
-    assert_int_equal(ctr_reader_next(r, &b, 10, &epoch, err, sizeof err), 3);
+    assert_int_equal(data_reader_next(r, &b, 10, &epoch, err, sizeof err), 3);
     assert_int_equal(epoch, 0);
-    assert_int_equal(ctr_reader_skipped(r), 2);
+    assert_int_equal(data_reader_skipped(r), 2);
     for (int i = 0; i < 3; i++) assert_true(b.dense[i * 13] == logf(4.0f));
-    assert_int_equal(ctr_reader_next(r, &b, 10, &epoch, err, sizeof err), 3);
+    assert_int_equal(data_reader_next(r, &b, 10, &epoch, err, sizeof err), 3);
     assert_int_equal(epoch, 1);
-    assert_int_equal(ctr_reader_skipped(r), 4);
-    assert_int_equal(ctr_reader_next(r, &b, 10, &epoch, err, sizeof err), 0);
-    ctr_reader_close(r);
+    assert_int_equal(data_reader_skipped(r), 4);
+    assert_int_equal(data_reader_next(r, &b, 10, &epoch, err, sizeof err), 0);
+    data_reader_close(r);
 
     s.bad_record_limit = 1;
     r = ctr_fix_open1(&s, files, path);
     char want[1024];
     snprintf(want, sizeof want,
              "%s:4: field 2 (I1): \"x\" is not an integer (more than data.bad_record_limit = 1 bad records)", path);
-    assert_int_equal(ctr_reader_next(r, &b, 10, &epoch, err, sizeof err), PSC_ECORRUPT);
+    assert_int_equal(data_reader_next(r, &b, 10, &epoch, err, sizeof err), PSC_ECORRUPT);
     assert_string_equal(err, want);
-    assert_int_equal(ctr_reader_skipped(r), 1);
-    ctr_reader_close(r);
+    assert_int_equal(data_reader_skipped(r), 1);
+    data_reader_close(r);
 
     s.bad_record_limit = 0;
     r = ctr_fix_open1(&s, files, path);
     snprintf(want, sizeof want, "%s:2: field 2 (I1): \"x\" is not an integer", path);
-    assert_int_equal(ctr_reader_next(r, &b, 10, &epoch, err, sizeof err), PSC_ECORRUPT);
+    assert_int_equal(data_reader_next(r, &b, 10, &epoch, err, sizeof err), PSC_ECORRUPT);
     assert_string_equal(err, want);
-    assert_int_equal(ctr_reader_skipped(r), 0);
-    ctr_reader_close(r);
-    ctr_batch_free(&b);
+    assert_int_equal(data_reader_skipped(r), 0);
+    data_reader_close(r);
+    data_batch_free(&b);
 }
 
 static void test_criteo_spec_check(void **state)
@@ -331,17 +331,17 @@ static void test_criteo_spec_check(void **state)
     s.train_files = files;
     s.num_train_files = 1;
     s.num_dense = 12;
-    ctr_reader_t *r = NULL;
-    assert_int_equal(ctr_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    data_reader_t *r = NULL;
+    assert_int_equal(data_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "data.features: criteo has 13 dense (I1..I13) and 26 categorical features (C1..C26), "
                              "the spec 12 and 26");
     assert_null(r);
     s.num_dense = 13;
     feats[5].dense_offset = 13;
-    assert_int_equal(ctr_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(data_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "data.features[5] (I5): a criteo dense feature is one column of 0..12, not 1 at 13");
     feats[5].dense_offset = 4;
-    assert_int_equal(ctr_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(data_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "data.train: no file matches \"/nonexistent\"");
 }
 

@@ -1,4 +1,4 @@
-/* test_ctr_libsvm — the LIBSVM format (worker/data/ctr_libsvm.c) through the
+/* test_ctr_libsvm — the LIBSVM format (worker/data/format_libsvm.c) through the
  * reader, on small hand-written files (plain and gzip, in a mkdtemp folder).
  *
  * Lines: labels 0/1/-1/+1 and "1.0", "-1.0", "0.0", "+0" (-1 is 0); pairs in
@@ -14,7 +14,7 @@
  */
 #define PSC_CTR_FIXTURE_TESTS
 #include "ctr_fixture.h"
-#include "ctr_reader.h"
+#include "reader.h"
 #include "psc.h"
 
 #include <math.h>
@@ -41,7 +41,7 @@ static const int g_npairs[] = {3, 1, 0, 1, 2, 1, 1, 0, 1, 2};
 static const pair_t g_pairs[] = {{3, 0.5f}, {10, 1.0f}, {3, 2.0f}, {7, 1e-3f},         {1, 1.0f}, {5, 2.0f},
                                  {6, -3.5f}, {UINT64_MAX, 1.0f}, {0, 0.0f}, {2, 1.0f}, {4, -0.0f}, {4, 725.0f}};
 
-static void check_all(const ctr_batch_t *b)
+static void check_all(const data_batch_t *b)
 {
     assert_int_equal(b->n, 10);
     assert_int_equal(b->num_cat, 1);
@@ -68,15 +68,15 @@ static void read_text(const char *name, const char *text, int gz)
     psc_feature_spec_t feats[2];
     ctr_fix_libsvm_spec(&s, feats);
     ctr_fix_write_str(name, text, gz, path, sizeof path);
-    ctr_reader_t *r = ctr_fix_open1(&s, files, path);
-    ctr_batch_t b = {0};
+    data_reader_t *r = ctr_fix_open1(&s, files, path);
+    data_batch_t b = {0};
     int epoch = -1;
-    assert_int_equal(ctr_reader_next(r, &b, 64, &epoch, err, sizeof err), 10);
+    assert_int_equal(data_reader_next(r, &b, 64, &epoch, err, sizeof err), 10);
     assert_int_equal(epoch, 0);
     check_all(&b);
-    assert_int_equal(ctr_reader_next(r, &b, 64, &epoch, err, sizeof err), 0);
-    ctr_batch_free(&b);
-    ctr_reader_close(r);
+    assert_int_equal(data_reader_next(r, &b, 64, &epoch, err, sizeof err), 0);
+    data_batch_free(&b);
+    data_reader_close(r);
 }
 
 static void test_libsvm_lines(void **state)
@@ -163,10 +163,10 @@ static void test_libsvm_comment_lines_sharded(void **state)
     s.shard = PSC_SHARD_RECORD;
     static const uint64_t want[2][3] = {{1, 3, 5}, {2, 4, 0}};
     for (int shard = 0; shard < 2; shard++) {
-        ctr_reader_t *r = NULL;
-        assert_int_equal(ctr_reader_open(&s, 0, shard, 2, s.seed, 0, &r, err, sizeof err), 0);
-        ctr_batch_t b = {0};
-        int n = ctr_reader_next(r, &b, 8, NULL, err, sizeof err);
+        data_reader_t *r = NULL;
+        assert_int_equal(data_reader_open(&s, 0, shard, 2, s.seed, 0, &r, err, sizeof err), 0);
+        data_batch_t b = {0};
+        int n = data_reader_next(r, &b, 8, NULL, err, sizeof err);
         if (n < 0) fail_msg("replica %d: %s", shard, err);
         assert_int_equal(n, shard == 0 ? 3 : 2);
         for (int i = 0; i < n; i++) {
@@ -174,10 +174,10 @@ static void test_libsvm_comment_lines_sharded(void **state)
             assert_int_equal(b.keys[b.off[i]], want[shard][i]);
             assert_true(b.label[i] == (want[shard][i] % 2 ? 1.0f : 0.0f));
         }
-        assert_int_equal(ctr_reader_next(r, &b, 8, NULL, err, sizeof err), 0);
-        assert_int_equal(ctr_reader_skipped(r), 0);
-        ctr_batch_free(&b);
-        ctr_reader_close(r);
+        assert_int_equal(data_reader_next(r, &b, 8, NULL, err, sizeof err), 0);
+        assert_int_equal(data_reader_skipped(r), 0);
+        data_batch_free(&b);
+        data_reader_close(r);
     }
 }
 
@@ -214,28 +214,28 @@ static void test_libsvm_bad_record_limit(void **state)
     ctr_fix_write_str("limit.svm", "1 1:1\n1 x\n0 2:2\n\n1 3:3\n", 0, path, sizeof path);
     s.bad_record_limit = 2;
     s.epochs = 3;
-    ctr_reader_t *r = ctr_fix_open1(&s, files, path);
-    ctr_batch_t b = {0};
+    data_reader_t *r = ctr_fix_open1(&s, files, path);
+    data_batch_t b = {0};
     int epoch, total = 0, rc;
-    while ((rc = ctr_reader_next(r, &b, 2, &epoch, err, sizeof err)) > 0) {
+    while ((rc = data_reader_next(r, &b, 2, &epoch, err, sizeof err)) > 0) {
         for (int i = 0; i < b.n; i++) assert_int_equal(b.keys[b.off[i]], (uint64_t)((total + i) % 3) + 1);
         total += rc;
     }
     assert_int_equal(rc, 0);
     assert_int_equal(total, 9);
-    assert_int_equal(ctr_reader_skipped(r), 6);
-    ctr_reader_close(r);
+    assert_int_equal(data_reader_skipped(r), 6);
+    data_reader_close(r);
 
     s.bad_record_limit = 1;
     r = ctr_fix_open1(&s, files, path);
     total = 0;
-    while ((rc = ctr_reader_next(r, &b, 2, &epoch, err, sizeof err)) > 0) total += rc;
+    while ((rc = data_reader_next(r, &b, 2, &epoch, err, sizeof err)) > 0) total += rc;
     assert_int_equal(rc, PSC_ECORRUPT);
     snprintf(want, sizeof want, "%s:4: empty line (more than data.bad_record_limit = 1 bad records)", path);
     assert_string_equal(err, want);
     assert_int_equal(total, 2); /* the first batch (lines 1 and 3) came out; the second was dropped */
-    ctr_batch_free(&b);
-    ctr_reader_close(r);
+    data_batch_free(&b);
+    data_reader_close(r);
 }
 
 /* Values read exactly as strtof reads them, bit for bit: short decimals
@@ -264,9 +264,9 @@ static void test_libsvm_values_as_strtof(void **state)
     psc_feature_spec_t feats[2];
     ctr_fix_libsvm_spec(&s, feats);
     ctr_fix_write("values.svm", text, o, 0, path, sizeof path);
-    ctr_reader_t *r = ctr_fix_open1(&s, files, path);
-    ctr_batch_t b = {0};
-    int rc = ctr_reader_next(r, &b, N, NULL, err, sizeof err);
+    data_reader_t *r = ctr_fix_open1(&s, files, path);
+    data_batch_t b = {0};
+    int rc = data_reader_next(r, &b, N, NULL, err, sizeof err);
     if (rc != N) fprintf(stderr, "%s\n", err);
     assert_int_equal(rc, N);
     for (int i = 0; i < N; i++) {
@@ -275,8 +275,8 @@ static void test_libsvm_values_as_strtof(void **state)
                                                                    (double)b.weights[i], (double)want);
         assert_memory_equal(&want, &b.weights[i], sizeof want);
     }
-    ctr_batch_free(&b);
-    ctr_reader_close(r);
+    data_batch_free(&b);
+    data_reader_close(r);
     free(text);
     free(vals);
 }
@@ -291,8 +291,8 @@ static void test_libsvm_spec_check(void **state)
     s.train_files = files;
     s.num_train_files = 1;
     s.num_cat = 2;
-    ctr_reader_t *r = NULL;
-    assert_int_equal(ctr_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    data_reader_t *r = NULL;
+    assert_int_equal(data_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "data.features: libsvm has one categorical feature (\"features\") and no dense one, "
                              "the spec 0 dense and 2 categorical");
     assert_null(r);

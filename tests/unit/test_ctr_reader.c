@@ -1,5 +1,5 @@
-/* test_ctr_reader — the CTR reader's core (worker/data/ctr_reader.c, ctr_file.c,
- * ctr_batch.c), on small files written in a mkdtemp folder.
+/* test_ctr_reader — the CTR reader's core (worker/data/reader.c, data_file.c,
+ * data_batch.c), on small files written in a mkdtemp folder.
  *
  * Files: lines (empty, CRLF, 600 KB, a last one without '\n'), their numbers
  * and offsets, from a plain file, a gzip file and memory alike; binary reads
@@ -17,8 +17,8 @@
  */
 #define PSC_CTR_FIXTURE_TESTS
 #include "ctr_fixture.h"
-#include "ctr_reader.h"
-#include "ctr_reader_internal.h"
+#include "reader.h"
+#include "reader_internal.h"
 #include "psc.h"
 
 #include <sys/stat.h>
@@ -38,25 +38,25 @@ static char *lines_text(size_t *len)
     return t;
 }
 
-static void check_lines(ctr_file_t *f)
+static void check_lines(data_file_t *f)
 {
     static const int64_t lens[] = {1, 0, 1, 600000, 1};
     static const int64_t used[] = {2, 1, 3, 600001, 2};
     char *line, err[512];
     int64_t lineno, off = 0;
     for (int i = 0; i < 5; i++) {
-        ssize_t n = ctr_file_line(f, &line, &lineno, err, sizeof err);
+        ssize_t n = data_file_line(f, &line, &lineno, err, sizeof err);
         assert_int_equal(n, lens[i]);
         assert_int_equal(strlen(line), (size_t)n);
         assert_int_equal(lineno, i + 1);
-        assert_int_equal(ctr_file_record(f), i + 1);
-        assert_int_equal(ctr_file_record_offset(f), off);
+        assert_int_equal(data_file_record(f), i + 1);
+        assert_int_equal(data_file_record_offset(f), off);
         off += used[i];
-        assert_int_equal(ctr_file_offset(f), off);
+        assert_int_equal(data_file_offset(f), off);
     }
     assert_string_equal(line, "c");
-    assert_int_equal(ctr_file_line(f, &line, &lineno, err, sizeof err), -1);
-    assert_int_equal(ctr_file_line(f, &line, &lineno, err, sizeof err), -1);
+    assert_int_equal(data_file_line(f, &line, &lineno, err, sizeof err), -1);
+    assert_int_equal(data_file_line(f, &line, &lineno, err, sizeof err), -1);
 }
 
 static void test_reader_file_lines(void **state)
@@ -64,52 +64,52 @@ static void test_reader_file_lines(void **state)
     (void)state;
     size_t len;
     char *t = lines_text(&len), path[512], err[512];
-    ctr_file_t *f;
+    data_file_t *f;
     for (int gz = 0; gz < 2; gz++) {
         ctr_fix_write(gz ? "lines.gz" : "lines.txt", t, len, gz, path, sizeof path);
-        assert_int_equal(ctr_file_open(path, &f, err, sizeof err), 0);
-        assert_string_equal(ctr_file_path(f), path);
+        assert_int_equal(data_file_open(path, &f, err, sizeof err), 0);
+        assert_string_equal(data_file_path(f), path);
         check_lines(f);
-        ctr_file_close(f);
+        data_file_close(f);
     }
-    assert_int_equal(ctr_file_open_mem(t, len, "mem", &f, err, sizeof err), 0);
-    assert_string_equal(ctr_file_path(f), "mem");
+    assert_int_equal(data_file_open_mem(t, len, "mem", &f, err, sizeof err), 0);
+    assert_string_equal(data_file_path(f), "mem");
     check_lines(f);
-    ctr_file_close(f);
+    data_file_close(f);
     /* an empty file has no line; "\n" one empty line */
     char *line;
-    assert_int_equal(ctr_file_open_mem("", 0, "empty", &f, err, sizeof err), 0);
-    assert_int_equal(ctr_file_line(f, &line, NULL, err, sizeof err), -1);
-    ctr_file_close(f);
-    assert_int_equal(ctr_file_open_mem("\n", 1, "nl", &f, err, sizeof err), 0);
-    assert_int_equal(ctr_file_line(f, &line, NULL, err, sizeof err), 0);
-    assert_int_equal(ctr_file_line(f, &line, NULL, err, sizeof err), -1);
-    ctr_file_close(f);
-    ctr_file_close(NULL);
+    assert_int_equal(data_file_open_mem("", 0, "empty", &f, err, sizeof err), 0);
+    assert_int_equal(data_file_line(f, &line, NULL, err, sizeof err), -1);
+    data_file_close(f);
+    assert_int_equal(data_file_open_mem("\n", 1, "nl", &f, err, sizeof err), 0);
+    assert_int_equal(data_file_line(f, &line, NULL, err, sizeof err), 0);
+    assert_int_equal(data_file_line(f, &line, NULL, err, sizeof err), -1);
+    data_file_close(f);
+    data_file_close(NULL);
     free(t);
 }
 
-static void check_binary(ctr_file_t *f, const unsigned char *data)
+static void check_binary(data_file_t *f, const unsigned char *data)
 {
     unsigned char *got = malloc(300000);
     char err[512];
-    assert_int_equal(ctr_file_read(f, got, 10, err, sizeof err), 1);
+    assert_int_equal(data_file_read(f, got, 10, err, sizeof err), 1);
     assert_memory_equal(got, data, 10);
-    ctr_file_mark_record(f);
-    assert_int_equal(ctr_file_record(f), 1);
-    assert_int_equal(ctr_file_record_offset(f), 10);
-    assert_int_equal(ctr_file_read(f, got, 290000, err, sizeof err), 1); /* more than the buffer */
+    data_file_mark_record(f);
+    assert_int_equal(data_file_record(f), 1);
+    assert_int_equal(data_file_record_offset(f), 10);
+    assert_int_equal(data_file_read(f, got, 290000, err, sizeof err), 1); /* more than the buffer */
     assert_memory_equal(got, data + 10, 290000);
-    ctr_file_mark_record(f);
-    assert_int_equal(ctr_file_record(f), 2);
-    assert_int_equal(ctr_file_record_offset(f), 290010);
-    assert_int_equal(ctr_file_read(f, got, 9950, err, sizeof err), 1);
+    data_file_mark_record(f);
+    assert_int_equal(data_file_record(f), 2);
+    assert_int_equal(data_file_record_offset(f), 290010);
+    assert_int_equal(data_file_read(f, got, 9950, err, sizeof err), 1);
     assert_memory_equal(got, data + 290010, 9950);
-    assert_int_equal(ctr_file_read(f, got, 100, err, sizeof err), PSC_ECORRUPT);
+    assert_int_equal(data_file_read(f, got, 100, err, sizeof err), PSC_ECORRUPT);
     assert_string_equal(err, "truncated: the file ends 40 bytes into a 100-byte read");
     assert_memory_equal(got, data + 299960, 40);
-    assert_int_equal(ctr_file_offset(f), 300000);
-    assert_int_equal(ctr_file_read(f, got, 1, err, sizeof err), 0);
+    assert_int_equal(data_file_offset(f), 300000);
+    assert_int_equal(data_file_read(f, got, 1, err, sizeof err), 0);
     free(got);
 }
 
@@ -119,16 +119,16 @@ static void test_reader_file_binary(void **state)
     unsigned char *data = malloc(300000);
     for (int i = 0; i < 300000; i++) data[i] = (unsigned char)(i * 7 + i / 251);
     char path[512], err[512];
-    ctr_file_t *f;
+    data_file_t *f;
     for (int gz = 0; gz < 2; gz++) {
         ctr_fix_write(gz ? "bin.gz" : "bin", data, 300000, gz, path, sizeof path);
-        assert_int_equal(ctr_file_open(path, &f, err, sizeof err), 0);
+        assert_int_equal(data_file_open(path, &f, err, sizeof err), 0);
         check_binary(f, data);
-        ctr_file_close(f);
+        data_file_close(f);
     }
-    assert_int_equal(ctr_file_open_mem(data, 300000, "mem", &f, err, sizeof err), 0);
+    assert_int_equal(data_file_open_mem(data, 300000, "mem", &f, err, sizeof err), 0);
     check_binary(f, data);
-    ctr_file_close(f);
+    data_file_close(f);
     free(data);
 }
 
@@ -136,15 +136,15 @@ static void test_reader_file_errors(void **state)
 {
     (void)state;
     char path[512], err[1024], want[1024], *line;
-    ctr_file_t *f = (ctr_file_t *)1;
+    data_file_t *f = (data_file_t *)1;
     snprintf(path, sizeof path, "%s/missing.txt", g_dir);
-    assert_int_equal(ctr_file_open(path, &f, err, sizeof err), PSC_EIO);
+    assert_int_equal(data_file_open(path, &f, err, sizeof err), PSC_EIO);
     assert_null(f);
     snprintf(want, sizeof want, "%s: cannot open: No such file or directory", path);
     assert_string_equal(err, want);
     snprintf(path, sizeof path, "%s/folder", g_dir);
     assert_int_equal(mkdir(path, 0755), 0);
-    assert_int_equal(ctr_file_open(path, &f, err, sizeof err), PSC_EIO);
+    assert_int_equal(data_file_open(path, &f, err, sizeof err), PSC_EIO);
     snprintf(want, sizeof want, "%s: cannot read: Is a directory", path);
     assert_string_equal(err, want);
     rmdir(path);
@@ -157,28 +157,28 @@ static void test_reader_file_errors(void **state)
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(truncate(path, st.st_size / 2), 0);
-    assert_int_equal(ctr_file_open(path, &f, err, sizeof err), 0);
+    assert_int_equal(data_file_open(path, &f, err, sizeof err), 0);
     ssize_t n;
-    while ((n = ctr_file_line(f, &line, NULL, err, sizeof err)) >= 0) {}
+    while ((n = data_file_line(f, &line, NULL, err, sizeof err)) >= 0) {}
     assert_int_equal(n, PSC_EIO);
     /* the whole message, as the README quotes it: zlib's own "<fd:N>: " prefix is dropped */
     snprintf(want, sizeof want, "%s: corrupt or truncated gzip data (unexpected end of file)", path);
     assert_string_equal(err, want);
-    ctr_file_close(f);
+    data_file_close(f);
 
     psc_job_spec_t s;
     psc_feature_spec_t feats[2];
     ctr_fix_libsvm_spec(&s, feats);
     char *files[1];
-    ctr_reader_t *r = ctr_fix_open1(&s, files, path);
-    ctr_batch_t b = {0};
+    data_reader_t *r = ctr_fix_open1(&s, files, path);
+    data_batch_t b = {0};
     int rc;
-    while ((rc = ctr_reader_next(r, &b, 100, NULL, err, sizeof err)) > 0) {}
+    while ((rc = data_reader_next(r, &b, 100, NULL, err, sizeof err)) > 0) {}
     assert_int_equal(rc, PSC_EIO);
     assert_memory_equal(err, want, strlen(want));
-    assert_int_equal(ctr_reader_next(r, &b, 100, NULL, err, sizeof err), PSC_EIO); /* it sticks */
-    ctr_reader_close(r);
-    ctr_batch_free(&b);
+    assert_int_equal(data_reader_next(r, &b, 100, NULL, err, sizeof err), PSC_EIO); /* it sticks */
+    data_reader_close(r);
+    data_batch_free(&b);
 }
 
 /* ---- the batch builder ---- */
@@ -186,27 +186,27 @@ static void test_reader_file_errors(void **state)
 static void test_reader_batch_builder(void **state)
 {
     (void)state;
-    ctr_batch_t b = {0};
-    ctr_batch_reset(&b, 2, 3);
+    data_batch_t b = {0};
+    data_batch_reset(&b, 2, 3);
     assert_int_equal(b.n, 0);
     assert_int_equal(b.off[0], 0);
     for (int i = 0; i < 200; i++) { /* past the first capacity */
-        ctr_batch_begin(&b);
+        data_batch_begin(&b);
         assert_true(b.dense[b.n * 2] == 0.0f && b.dense[b.n * 2 + 1] == 0.0f);
         b.dense[b.n * 2] = (float)i;
         b.label[b.n] = (float)(i & 1);
         if (i % 3 == 1) { /* a bad record: dropped */
-            ctr_batch_pair(&b, 999, 9.0f);
-            ctr_batch_close_bag(&b);
-            ctr_batch_rollback(&b);
+            data_batch_pair(&b, 999, 9.0f);
+            data_batch_close_bag(&b);
+            data_batch_rollback(&b);
             continue;
         }
-        for (int k = 0; k < i % 4; k++) ctr_batch_pair(&b, (uint64_t)(i * 10 + k), (float)k); /* bag 0 */
-        ctr_batch_close_bag(&b);
-        ctr_batch_close_bag(&b); /* bag 1 empty */
-        ctr_batch_pair(&b, (uint64_t)i, 0.5f);
-        ctr_batch_close_bag(&b);
-        ctr_batch_commit(&b);
+        for (int k = 0; k < i % 4; k++) data_batch_pair(&b, (uint64_t)(i * 10 + k), (float)k); /* bag 0 */
+        data_batch_close_bag(&b);
+        data_batch_close_bag(&b); /* bag 1 empty */
+        data_batch_pair(&b, (uint64_t)i, 0.5f);
+        data_batch_close_bag(&b);
+        data_batch_commit(&b);
     }
     int64_t at = 0;
     int n = 0;
@@ -229,18 +229,18 @@ static void test_reader_batch_builder(void **state)
     }
     assert_int_equal(b.n, n);
     assert_int_equal(b.nnz, at);
-    ctr_batch_reset(&b, 2, 3); /* same widths: arrays kept */
+    data_batch_reset(&b, 2, 3); /* same widths: arrays kept */
     assert_int_equal(b.n, 0);
     assert_int_equal(b.nnz, 0);
     assert_true(b.cap_n >= n);
-    ctr_batch_reset(&b, 0, 1); /* other widths */
-    ctr_batch_begin(&b);
-    ctr_batch_close_bag(&b);
-    ctr_batch_commit(&b);
+    data_batch_reset(&b, 0, 1); /* other widths */
+    data_batch_begin(&b);
+    data_batch_close_bag(&b);
+    data_batch_commit(&b);
     assert_int_equal(b.off[1], 0);
-    ctr_batch_free(&b);
+    data_batch_free(&b);
     assert_null(b.off);
-    ctr_batch_free(NULL);
+    data_batch_free(NULL);
 }
 
 /* ---- the reader over LibSVM files "1 ID:1" ---- */
@@ -282,14 +282,14 @@ static void read_pass(const psc_job_spec_t *s, int test, int shard, int w, uint6
                       pass_t *out)
 {
     memset(out, 0, sizeof *out);
-    ctr_reader_t *r;
+    data_reader_t *r;
     char err[1024];
-    int rc = ctr_reader_open(s, test, shard, w, seed, shuffle, &r, err, sizeof err);
+    int rc = data_reader_open(s, test, shard, w, seed, shuffle, &r, err, sizeof err);
     if (rc) fprintf(stderr, "%s\n", err);
     assert_int_equal(rc, 0);
-    ctr_batch_t b = {0};
+    data_batch_t b = {0};
     int epoch;
-    while ((rc = ctr_reader_next(r, &b, max_n, &epoch, err, sizeof err)) > 0) {
+    while ((rc = data_reader_next(r, &b, max_n, &epoch, err, sizeof err)) > 0) {
         assert_int_equal(rc, b.n);
         assert_true(rc <= max_n);
         out->batches[out->nbatch++] = rc;
@@ -300,9 +300,9 @@ static void read_pass(const psc_job_spec_t *s, int test, int shard, int w, uint6
         }
     }
     assert_int_equal(rc, 0);
-    assert_int_equal(ctr_reader_next(r, &b, max_n, &epoch, err, sizeof err), 0);
-    ctr_batch_free(&b);
-    ctr_reader_close(r);
+    assert_int_equal(data_reader_next(r, &b, max_n, &epoch, err, sizeof err), 0);
+    data_batch_free(&b);
+    data_reader_close(r);
 }
 
 /* Over w replicas every record of files counts[] is read exactly once. */
@@ -340,25 +340,25 @@ static void test_reader_glob(void **state)
     ctr_fix_libsvm_spec(&s, feats);
     s.train_files = pats;
     s.num_train_files = 3;
-    ctr_reader_t *r;
-    assert_int_equal(ctr_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), 0);
-    assert_int_equal(ctr_reader_num_files(r), 3); /* the union, each once */
-    ctr_reader_close(r);
+    data_reader_t *r;
+    assert_int_equal(data_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), 0);
+    assert_int_equal(data_reader_num_files(r), 3); /* the union, each once */
+    data_reader_close(r);
     static pass_t p;
     read_pass(&s, 0, 0, 1, 1, 0, 8, &p);
     assert_int_equal(p.n, 3);
     for (int i = 0; i < 3; i++) assert_int_equal(p.ids[i], 1000 * i); /* sorted by name */
 
     snprintf(p1, sizeof p1, "%s/nomatch_*.svm", g_dir);
-    r = (ctr_reader_t *)1;
-    assert_int_equal(ctr_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    r = (data_reader_t *)1;
+    assert_int_equal(data_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
     assert_null(r);
     snprintf(want, sizeof want, "data.train: no file matches \"%s\"", p1);
     assert_string_equal(err, want);
     /* the test set's own key */
     s.test_files = pats + 1;
     s.num_test_files = 1;
-    assert_int_equal(ctr_reader_open(&s, 1, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(data_reader_open(&s, 1, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
     snprintf(want, sizeof want, "data.test: no file matches \"%s\"", p1);
     assert_string_equal(err, want);
 }
@@ -430,11 +430,11 @@ static void test_reader_shard_no_file(void **state)
     char *pat[1], err[1024];
     spec_for(&s, feats, pat, "nof");
     s.shard = PSC_SHARD_FILE;
-    ctr_reader_t *r;
-    assert_int_equal(ctr_reader_open(&s, 0, 1, 3, 1, 0, &r, err, sizeof err), 0);
-    assert_int_equal(ctr_reader_num_files(r), 1);
-    ctr_reader_close(r);
-    assert_int_equal(ctr_reader_open(&s, 0, 2, 3, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    data_reader_t *r;
+    assert_int_equal(data_reader_open(&s, 0, 1, 3, 1, 0, &r, err, sizeof err), 0);
+    assert_int_equal(data_reader_num_files(r), 1);
+    data_reader_close(r);
+    assert_int_equal(data_reader_open(&s, 0, 2, 3, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "data.train: 2 file(s) for 3 replicas: replica 2 has none under data.shard \"file\" "
                              "(give at least one file per replica, or use \"record\" or \"auto\")");
 }
@@ -464,8 +464,8 @@ static void test_reader_epochs_shuffle(void **state)
     file_orders(&a, oa);
     file_orders(&b, ob);
     file_orders(&c, oc);
-    assert_memory_equal(oa, ob, sizeof oa);            /* the seed decides */
-    assert_true(memcmp(oa, oc, sizeof oa) != 0);      /* another seed, another order */
+    assert_memory_equal(oa, ob, sizeof oa);      /* the seed decides */
+    assert_true(memcmp(oa, oc, sizeof oa) != 0); /* another seed, another order */
     int differ = 0;
     for (int e = 0; e < 4; e++) {
         int seen[5] = {0};
@@ -549,17 +549,21 @@ static void test_reader_bad_specs(void **state)
     psc_feature_spec_t feats[2];
     char *pat[1], err[1024];
     spec_for(&s, feats, pat, "none");
-    ctr_reader_t *r;
-    s.data_format = PSC_DATA_IDX;
-    assert_int_equal(ctr_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
-    assert_string_equal(err, "data.format: the CTR reader reads criteo, libsvm and tfrecord files");
+    data_reader_t *r;
+    s.data_format = (enum psc_data_format)99;
+    assert_int_equal(data_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "data.format: the reader reads idx, criteo, libsvm and tfrecord files");
+    s.data_format = PSC_DATA_IDX; /* a prefix, not files */
+    s.train_path[0] = '\0';
+    assert_int_equal(data_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    assert_string_equal(err, "data.train: no file given");
     s.data_format = PSC_DATA_LIBSVM;
     s.num_train_files = 0;
-    assert_int_equal(ctr_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(data_reader_open(&s, 0, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "data.train: no file given");
-    assert_int_equal(ctr_reader_open(&s, 1, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
+    assert_int_equal(data_reader_open(&s, 1, 0, 1, 1, 0, &r, err, sizeof err), PSC_ECONFIG);
     assert_string_equal(err, "data.test: no file given");
-    ctr_reader_close(NULL);
+    data_reader_close(NULL);
 }
 
 int main(void)

@@ -1,9 +1,9 @@
-/* test_ctr_tfrecord — the TFRecord reader of tf.Example protos (worker/data/ctr_tfrecord.c).
+/* test_ctr_tfrecord — the TFRecord reader of tf.Example protos (worker/data/format_tfrecord.c).
  *
  * Records are written here: Examples packed by protobuf-c, framed by this
  * file's own writer (length, masked CRC-32C, data, masked CRC-32C), read from
- * memory (ctr_file_open_mem), from plain and gzip files, and through the whole
- * reader (ctr_reader_open). One record is a byte vector worked out by hand
+ * memory (data_file_open_mem), from plain and gzip files, and through the whole
+ * reader (data_reader_open). One record is a byte vector worked out by hand
  * from the wire format (protobuf encoding and TFRecord framing, its CRCs from
  * a bitwise CRC-32C), so neither the writer nor the reader can be wrong the
  * same way without failing it.
@@ -20,8 +20,8 @@
  */
 #include "bytes.h"
 #include "crc32c.h"
-#include "ctr_reader.h"
-#include "ctr_reader_internal.h"
+#include "reader.h"
+#include "reader_internal.h"
 #include "example.pb-c.h"
 #include "psc.h"
 #include "table.h"
@@ -199,35 +199,35 @@ static void add_good(buf_t *b, int y)
 /* ---- reading ---- */
 
 typedef struct rd {
-    ctr_file_t *f;
-    ctr_batch_t b;
+    data_file_t *f;
+    data_batch_t b;
     char err[512];
 } rd_t;
 
 static void rd_open(rd_t *r, const buf_t *data)
 {
     memset(r, 0, sizeof *r);
-    assert_int_equal(ctr_file_open_mem(data->p, data->n, "mem.tfrecord", &r->f, r->err, sizeof r->err), 0);
-    ctr_batch_reset(&r->b, g_spec.num_dense, g_spec.num_cat);
+    assert_int_equal(data_file_open_mem(data->p, data->n, "mem.tfrecord", &r->f, r->err, sizeof r->err), 0);
+    data_batch_reset(&r->b, g_spec.num_dense, g_spec.num_cat);
 }
 
 static int rd_next(rd_t *r)
 {
     r->err[0] = 0;
-    return ctr_format_tfrecord.next(r->f, &g_spec, &r->b, r->err, sizeof r->err);
+    return data_format_tfrecord.next(r->f, &g_spec, &r->b, r->err, sizeof r->err);
 }
 
 /* (the parentheses keep cmocka's skip() macro off it) */
 static int rd_skip(rd_t *r)
 {
     r->err[0] = 0;
-    return (ctr_format_tfrecord.skip)(r->f, r->err, sizeof r->err);
+    return (data_format_tfrecord.skip)(r->f, r->err, sizeof r->err);
 }
 
 static void rd_close(rd_t *r)
 {
-    ctr_file_close(r->f);
-    ctr_batch_free(&r->b);
+    data_file_close(r->f);
+    data_batch_free(&r->b);
 }
 
 /* The next record is bad with `code` and an error containing each of the
@@ -680,8 +680,8 @@ static void test_tfrecord_files(void **state)
         write_file(path, &in, gz);
         rd_t r;
         memset(&r, 0, sizeof r);
-        assert_int_equal(ctr_file_open(path, &r.f, r.err, sizeof r.err), 0);
-        ctr_batch_reset(&r.b, g_spec.num_dense, g_spec.num_cat);
+        assert_int_equal(data_file_open(path, &r.f, r.err, sizeof r.err), 0);
+        data_batch_reset(&r.b, g_spec.num_dense, g_spec.num_cat);
         expect_good(&r, 1);
         expect_bad(&r, PSC_ECORRUPT, "data CRC", NULL);
         expect_good(&r, 0);
@@ -703,19 +703,19 @@ static int read_shard(const char *const *files, int nfiles, int shard, int num_s
     g_spec.bad_record_limit = limit;
     g_spec.shuffle = 0;
     g_spec.batch_size = 3;
-    ctr_reader_t *rd = NULL;
-    int rc = ctr_reader_open(&g_spec, 0, shard, num_shards, 1, 0, &rd, err, errlen);
-    if (rc) fail_msg("ctr_reader_open: %s", err);
-    ctr_batch_t b;
+    data_reader_t *rd = NULL;
+    int rc = data_reader_open(&g_spec, 0, shard, num_shards, 1, 0, &rd, err, errlen);
+    if (rc) fail_msg("data_reader_open: %s", err);
+    data_batch_t b;
     memset(&b, 0, sizeof b);
     *n = 0;
-    while ((rc = ctr_reader_next(rd, &b, 3, NULL, err, errlen)) > 0) {
+    while ((rc = data_reader_next(rd, &b, 3, NULL, err, errlen)) > 0) {
         assert_int_equal(rc, b.n);
         for (int k = 0; k < b.n; k++) labels[(*n)++] = b.label[k];
     }
-    *skipped = ctr_reader_skipped(rd);
-    ctr_reader_close(rd);
-    ctr_batch_free(&b);
+    *skipped = data_reader_skipped(rd);
+    data_reader_close(rd);
+    data_batch_free(&b);
     return rc;
 }
 

@@ -1,4 +1,6 @@
-/* test_dataset — the IDX reader and the loader (worker/data/dataset.c).
+/* test_dataset — the idx format of the data reader (worker/data/format_idx.c),
+ * a dense model's data set read through it (dataset_read) and the loader
+ * (worker/data/dataset.c).
  *
  * IDX: small files written here (plain and gzipped, in a mkdtemp directory) read
  * back exactly; .gz preferred when both exist; `limit`; bad magic, truncation
@@ -12,6 +14,7 @@
  */
 #include "dataset.h"
 #include "psc.h"
+#include "reader.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -87,7 +90,8 @@ static void write_idx(const char *name, idx_opts_t o, char *prefix, size_t plen)
     put_be32(buf + 8, o.rows);
     put_be32(buf + 12, o.cols);
     for (uint32_t i = 0; i < o.n_img; i++)
-        for (uint32_t k = 0; k < o.rows * o.cols; k++) buf[16 + (size_t)i * o.rows * o.cols + k] = pixel_of(i, k, o.salt);
+        for (uint32_t k = 0; k < o.rows * o.cols; k++)
+            buf[16 + (size_t)i * o.rows * o.cols + k] = pixel_of(i, k, o.salt);
     snprintf(path, sizeof path, "%s-images-idx3-ubyte%s", prefix, o.gz ? ".gz" : "");
     write_bytes(path, buf, len, o.gz);
     free(buf);
@@ -102,11 +106,21 @@ static void write_idx(const char *name, idx_opts_t o, char *prefix, size_t plen)
     free(buf);
 }
 
+/* dataset_read of the training set at `prefix`, at most `limit` examples. */
+static int dataset_load(const char *prefix, int64_t limit, dataset_t *d, char *err, size_t errlen)
+{
+    psc_job_spec_t spec;
+    memset(&spec, 0, sizeof spec);
+    spec.data_format = PSC_DATA_IDX;
+    spec.epochs = 3; /* dataset_read reads one pass whatever the spec says */
+    snprintf(spec.train_path, sizeof spec.train_path, "%s", prefix);
+    spec.train_examples = limit;
+    return dataset_read(&spec, 0, d, err, errlen);
+}
+
 static void expect_contents(const dataset_t *d, uint32_t n, uint32_t rows, uint32_t cols, uint32_t salt)
 {
     assert_int_equal(d->n, n);
-    assert_int_equal(d->rows, rows);
-    assert_int_equal(d->cols, cols);
     assert_int_equal(d->features, rows * cols);
     int maxl = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -145,14 +159,6 @@ static void test_idx_plain(void **state)
     assert_int_equal(dataset_load(prefix, 1000, &d, err, sizeof err), 0);
     assert_int_equal(d.n, 23);
     dataset_deinit(&d);
-
-    /* dataset_idx_load with explicit paths */
-    char ip[600], lp[600];
-    snprintf(ip, sizeof ip, "%s-images-idx3-ubyte", prefix);
-    snprintf(lp, sizeof lp, "%s-labels-idx1-ubyte", prefix);
-    assert_int_equal(dataset_idx_load(ip, lp, 0, &d, err, sizeof err), 0);
-    expect_contents(&d, 23, 3, 5, 0);
-    dataset_deinit(&d);
 }
 
 static void test_idx_gz(void **state)
@@ -164,14 +170,6 @@ static void test_idx_gz(void **state)
     int rc = dataset_load(prefix, 0, &d, err, sizeof err);
     if (rc) fail_msg("%s", err);
     expect_contents(&d, 300, 4, 4, 0);
-    dataset_deinit(&d);
-
-    /* explicit .gz paths work too */
-    char ip[600], lp[600];
-    snprintf(ip, sizeof ip, "%s-images-idx3-ubyte.gz", prefix);
-    snprintf(lp, sizeof lp, "%s-labels-idx1-ubyte.gz", prefix);
-    assert_int_equal(dataset_idx_load(ip, lp, 0, &d, err, sizeof err), 0);
-    assert_int_equal(d.n, 300);
     dataset_deinit(&d);
 
     /* both present: the .gz is read first */
@@ -251,7 +249,49 @@ static void test_idx_errors(void **state)
     fclose(f);
     assert_true(len > 200);
     write_bytes(path, buf, len / 2, 0);
-    expect_load_error(prefix, PSC_ECORRUPT, "-images-idx3-ubyte.gz", "gzip");
+    expect_load_error(prefix, PSC_EIO, "-images-idx3-ubyte.gz", "gzip");
+}
+
+/* The idx format as the reader gives it to any job: record sharding over 3
+ * replicas (each keeps examples r, r+3, ..., the others skipped unparsed),
+ * two epochs, batches of 4; labels as classes; a trailing byte in the labels
+ * file is a bad record that data.bad_record_limit 1 skips. */
+static void test_idx_reader_shards(void **state)
+{
+    (void)state;
+    char prefix[512], err[512] = "";
+    idx_opts_t o = good(20, 2, 3, 0);
+    o.lab_extra = 1;
+    write_idx("shards", o, prefix, sizeof prefix);
+    psc_job_spec_t spec;
+    memset(&spec, 0, sizeof spec);
+    spec.data_format = PSC_DATA_IDX;
+    spec.shard = PSC_SHARD_RECORD;
+    spec.epochs = 2;
+    spec.bad_record_limit = 1;
+    snprintf(spec.train_path, sizeof spec.train_path, "%s", prefix);
+    for (int r = 0; r < 3; r++) {
+        data_reader_t *rd;
+        if (data_reader_open(&spec, 0, r, 3, 1, 0, &rd, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(data_reader_num_dense(rd), 6);
+        data_batch_t b = {0};
+        int seen[2] = {0, 0}, epoch = -1, got;
+        while ((got = data_reader_next(rd, &b, 4, &epoch, err, sizeof err)) > 0) {
+            assert_int_equal(b.num_cat, 0);
+            for (int i = 0; i < b.n; i++) {
+                uint32_t ex = (uint32_t)(r + 3 * seen[epoch]++);
+                assert_float_equal(b.label[i], (float)label_of(ex, 0), 0);
+                for (int k = 0; k < 6; k++)
+                    assert_float_equal(b.dense[i * 6 + k], (float)pixel_of(ex, (uint32_t)k, 0) / 255.0f, 1e-7);
+            }
+        }
+        if (got < 0) fail_msg("%s", err);
+        assert_int_equal(seen[0], (20 - r + 2) / 3);
+        assert_int_equal(seen[1], seen[0]);
+        assert_int_equal(data_reader_skipped(rd), 2); /* the trailing byte, once per epoch */
+        data_batch_free(&b);
+        data_reader_close(rd);
+    }
 }
 
 static void test_fashion_mnist(void **state)
@@ -263,8 +303,6 @@ static void test_fashion_mnist(void **state)
     int rc = dataset_load(FMNIST, 0, &d, err, sizeof err);
     if (rc) fail_msg("%s", err);
     assert_int_equal(d.n, 60000);
-    assert_int_equal(d.rows, 28);
-    assert_int_equal(d.cols, 28);
     assert_int_equal(d.features, 784);
     assert_int_equal(d.num_classes, 10);
     int64_t per_class[10] = {0};
@@ -291,8 +329,6 @@ static dataset_t g_ds;
 static void make_ds(void)
 {
     g_ds.n = DS_N;
-    g_ds.rows = 1;
-    g_ds.cols = DS_F;
     g_ds.features = DS_F;
     g_ds.num_classes = 10;
     g_ds.x = psc_xmalloc(DS_N * DS_F * sizeof(float));
@@ -467,10 +503,15 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_idx_plain),          cmocka_unit_test(test_idx_gz),
-        cmocka_unit_test(test_idx_errors),         cmocka_unit_test(test_fashion_mnist),
-        cmocka_unit_test(test_loader_shards),      cmocka_unit_test(test_loader_deterministic),
-        cmocka_unit_test(test_loader_batches),     cmocka_unit_test(test_loader_destroy_early),
+        cmocka_unit_test(test_idx_plain),
+        cmocka_unit_test(test_idx_gz),
+        cmocka_unit_test(test_idx_errors),
+        cmocka_unit_test(test_idx_reader_shards),
+        cmocka_unit_test(test_fashion_mnist),
+        cmocka_unit_test(test_loader_shards),
+        cmocka_unit_test(test_loader_deterministic),
+        cmocka_unit_test(test_loader_batches),
+        cmocka_unit_test(test_loader_destroy_early),
         cmocka_unit_test(test_loader_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

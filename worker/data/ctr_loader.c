@@ -34,7 +34,7 @@ typedef struct idmap {
 
 struct ctr_loader {
     const psc_job_spec_t *spec;
-    ctr_reader_t *reader;
+    data_reader_t *reader;
     int batch_size;
     slot_desc_t *slots;
     int nslots;
@@ -134,7 +134,7 @@ static float combiner_scale(enum psc_combiner c, const float *w, int64_t k0, int
 static int map_batch(ctr_loader_t *l, ctr_slot_batch_t *b, char *err, size_t errlen)
 {
     const psc_job_spec_t *spec = l->spec;
-    const ctr_batch_t *r = &b->raw;
+    const data_batch_t *r = &b->raw;
     int n = r->n, S = l->nslots;
     int64_t nnz = 0;
     for (int i = 0; i < n; i++)
@@ -191,7 +191,7 @@ void ctr_slot_batch_reserve_rows(ctr_slot_batch_t *b, int t, int dim)
 
 static void slot_batch_free(ctr_slot_batch_t *b)
 {
-    ctr_batch_free(&b->raw);
+    data_batch_free(&b->raw);
     free(b->off);
     free(b->idx);
     free(b->w);
@@ -223,10 +223,10 @@ static void *prefetch_main(void *arg)
 
         ctr_slot_batch_t *b = &l->ring[i];
         char err[512] = "";
-        int rc = ctr_reader_next(l->reader, &b->raw, l->batch_size, &b->epoch, err, sizeof err);
+        int rc = data_reader_next(l->reader, &b->raw, l->batch_size, &b->epoch, err, sizeof err);
         if (rc > 0) rc = map_batch(l, b, err, sizeof err) == 0 ? 1 : PSC_ECORRUPT;
         pthread_mutex_lock(&l->lock);
-        l->skipped = ctr_reader_skipped(l->reader);
+        l->skipped = data_reader_skipped(l->reader);
         if (rc > 0) {
             l->queue[(l->head + l->queued++) % l->nring] = i;
         } else {
@@ -248,7 +248,7 @@ int ctr_loader_create(const psc_job_spec_t *spec, int test, int shard, int num_s
     ctr_loader_t *l = psc_xcalloc(1, sizeof *l);
     l->spec = spec;
     l->batch_size = batch_size;
-    int rc = ctr_reader_open(spec, test, shard, num_shards, seed, shuffle, &l->reader, err, errlen);
+    int rc = data_reader_open(spec, test, shard, num_shards, seed, shuffle, &l->reader, err, errlen);
     if (rc) {
         free(l);
         return rc;
@@ -332,7 +332,7 @@ void ctr_loader_destroy(ctr_loader_t *l)
     }
     pthread_mutex_destroy(&l->lock);
     pthread_cond_destroy(&l->cond);
-    ctr_reader_close(l->reader);
+    data_reader_close(l->reader);
     for (int i = 0; i < l->nring; i++) slot_batch_free(&l->ring[i]);
     for (int t = 0; t < l->spec->num_tables; t++) {
         free(l->maps[t].keys);

@@ -1,5 +1,5 @@
 /* ctr_loader.h — the input pipeline of a recommendation (CTR) model: batches
- * read by ctr_reader (ctr_reader.h) on a prefetch thread and mapped there to
+ * read by data_reader (reader.h) on a prefetch thread and mapped there to
  * what the tower and the PS take: for every slot of the model (tower_ctr.h),
  * each example's bag as row indexes into the batch's unique ids of the slot's
  * table, with the combiner applied to the weights (sum: w; mean: w / sum w;
@@ -15,7 +15,7 @@
 #ifndef PSC_CTR_LOADER_H
 #define PSC_CTR_LOADER_H
 
-#include "ctr_reader.h"
+#include "reader.h"
 #include "job_spec.h"
 #include "tower_ctr.h"
 
@@ -24,7 +24,7 @@
 
 /* One mapped batch. */
 typedef struct ctr_slot_batch {
-    ctr_batch_t raw;   /* dense, label, n (the reader's batch) */
+    data_batch_t raw;   /* dense, label, n (the reader's batch) */
     int epoch;         /* 0-based */
     int nslots;
     int32_t *off;      /* (n * nslots + 1) */

@@ -1,9 +1,8 @@
-/* dataset.c — IDX data sets and the input pipeline (see dataset.h).
+/* dataset.c — a dense model's data set in memory and its input pipeline
+ * (see dataset.h).
  *
- * Reading: zlib's gzopen/gzread read both gzip and plain files, so one path reads
- * either. A file is read whole into memory and then validated against its header
- * (magic, positive dimensions, exact length: no truncation, no trailing bytes);
- * a header is never trusted to size an allocation. Every error names the file.
+ * Reading: through the data reader (reader.h, the idx format), batch by
+ * batch, into arrays that double as they fill; the reader checks the files.
  *
  * The loader: the shard's example indices (shard, shard + W, ...) are put back in
  * order and Fisher–Yates shuffled at the start of every epoch by a psc_rng seeded
@@ -19,178 +18,55 @@
  */
 #include "dataset.h"
 
+#include "reader.h"
+
 #include "psc.h"
 #include "rng.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <zlib.h>
 
-#define IDX_IMAGES_MAGIC 0x00000803u
-#define IDX_LABELS_MAGIC 0x00000801u
-#define IDX_MAX_BYTES ((size_t)8 << 30) /* refuse to inflate more than 8 GiB */
+#define DATASET_READ_BATCH 1024 /* examples per read from the reader */
 
-/* ---- reading ---- */
-
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-/* Reads the whole file `path` (or path.gz, tried first unless path already ends
- * in .gz) into *data (heap-allocated, free()); `used` receives the name read. */
-static int read_file(const char *path, char *used, size_t usedlen, uint8_t **data, size_t *len, char *err,
-                     size_t errlen)
-{
-    *data = NULL;
-    *len = 0;
-    size_t pn = strlen(path);
-    if (pn + 4 > usedlen) return psc_seterr(err, errlen, PSC_EINVAL, "%.64s...: path too long", path);
-    memcpy(used, path, pn + 1);
-    int tried_gz = 0;
-    if (pn < 3 || strcmp(path + pn - 3, ".gz") != 0) {
-        memcpy(used + pn, ".gz", 4);
-        tried_gz = access(used, F_OK) != 0;
-        if (tried_gz) used[pn] = 0;
-    }
-    errno = 0;
-    gzFile f = gzopen(used, "rb"); /* reads plain files as they are */
-    if (!f)
-        return psc_seterr(err, errlen, PSC_EIO, "%s: cannot open: %s%s", used, errno ? strerror(errno) : "out of memory",
-                          tried_gz ? " (nor as .gz)" : "");
-    gzbuffer(f, 1 << 17);
-    size_t cap = (size_t)1 << 20, n = 0;
-    uint8_t *buf = psc_xmalloc(cap);
-    int rc = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= IDX_MAX_BYTES) {
-                rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s: more than %zu bytes of data; not an IDX file?", used,
-                                IDX_MAX_BYTES);
-                goto out;
-            }
-            cap *= 2;
-            buf = psc_xrealloc(buf, cap);
-        }
-        int got = gzread(f, buf + n, (unsigned)PSC_MIN(cap - n, (size_t)1 << 30));
-        if (got <= 0) break; /* an error is reported just below */
-        n += (size_t)got;
-    }
-    int zerr = Z_OK;
-    const char *msg = gzerror(f, &zerr);
-    if (zerr == Z_ERRNO) {
-        rc = psc_seterr(err, errlen, PSC_EIO, "%s: read error: %s", used, strerror(errno));
-    } else if (zerr != Z_OK) {
-        /* zlib's message starts with the path; Z_BUF_ERROR is its "unexpected end of
-         * file", a truncated .gz */
-        size_t un = strlen(used);
-        if (strncmp(msg, used, un) == 0 && strncmp(msg + un, ": ", 2) == 0) msg += un + 2;
-        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s: corrupt or truncated gzip data (%s)", used, msg);
-    }
-out:
-    gzclose(f);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    *data = buf;
-    *len = n;
-    return 0;
-}
-
-/* Checks an IDX3 image file: magic, n, rows, cols (big-endian u32), then exactly
- * n * rows * cols bytes. */
-static int check_images(const char *path, const uint8_t *img, size_t len, uint32_t *n, uint32_t *rows, uint32_t *cols,
-                        char *err, size_t errlen)
-{
-    if (len < 16)
-        return psc_seterr(err, errlen, PSC_ECORRUPT, "%s: truncated: %zu bytes, shorter than the 16-byte IDX3 header",
-                          path, len);
-    if (be32(img) != IDX_IMAGES_MAGIC)
-        return psc_seterr(err, errlen, PSC_ECORRUPT,
-                          "%s: bad magic 0x%08x (expected 0x%08x: an IDX3 file of unsigned-byte images)", path, be32(img),
-                          IDX_IMAGES_MAGIC);
-    *n = be32(img + 4), *rows = be32(img + 8), *cols = be32(img + 12);
-    if (*n == 0 || *rows == 0 || *cols == 0 || *n > INT32_MAX || (uint64_t)*rows * *cols > INT32_MAX)
-        return psc_seterr(err, errlen, PSC_ECORRUPT, "%s: bad dimensions: %u images of %ux%u", path, *n, *rows, *cols);
-    uint64_t want = 16 + (uint64_t)*n * *rows * *cols;
-    if ((uint64_t)len != want)
-        return psc_seterr(err, errlen, PSC_ECORRUPT,
-                          "%s: %s: the header says %u images of %ux%u (%llu bytes) but the file holds %zu bytes", path,
-                          (uint64_t)len < want ? "truncated" : "trailing data", *n, *rows, *cols,
-                          (unsigned long long)want, len);
-    return 0;
-}
-
-/* Checks an IDX1 label file: magic, n, then exactly n bytes. */
-static int check_labels(const char *path, const uint8_t *lab, size_t len, uint32_t *n, char *err, size_t errlen)
-{
-    if (len < 8)
-        return psc_seterr(err, errlen, PSC_ECORRUPT, "%s: truncated: %zu bytes, shorter than the 8-byte IDX1 header",
-                          path, len);
-    if (be32(lab) != IDX_LABELS_MAGIC)
-        return psc_seterr(err, errlen, PSC_ECORRUPT,
-                          "%s: bad magic 0x%08x (expected 0x%08x: an IDX1 file of unsigned-byte labels)", path, be32(lab),
-                          IDX_LABELS_MAGIC);
-    *n = be32(lab + 4);
-    uint64_t want = 8 + (uint64_t)*n;
-    if ((uint64_t)len != want)
-        return psc_seterr(err, errlen, PSC_ECORRUPT,
-                          "%s: %s: the header says %u labels (%llu bytes) but the file holds %zu bytes", path,
-                          (uint64_t)len < want ? "truncated" : "trailing data", *n, (unsigned long long)want, len);
-    return 0;
-}
-
-int dataset_idx_load(const char *images_path, const char *labels_path, int64_t limit, dataset_t *out, char *err,
-                     size_t errlen)
+int dataset_read(const psc_job_spec_t *spec, int test, dataset_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    char ipath[4096], lpath[4096];
-    uint8_t *img = NULL, *lab = NULL;
-    size_t ilen = 0, llen = 0;
-    uint32_t n = 0, rows = 0, cols = 0, nl = 0;
-    int rc;
-    if ((rc = read_file(images_path, ipath, sizeof ipath, &img, &ilen, err, errlen))) goto out;
-    if ((rc = check_images(ipath, img, ilen, &n, &rows, &cols, err, errlen))) goto out;
-    if ((rc = read_file(labels_path, lpath, sizeof lpath, &lab, &llen, err, errlen))) goto out;
-    if ((rc = check_labels(lpath, lab, llen, &nl, err, errlen))) goto out;
-    if (nl != n) {
-        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s has %u images but %s has %u labels", ipath, n, lpath, nl);
-        goto out;
-    }
-
-    int64_t keep = limit > 0 ? PSC_MIN(limit, (int64_t)n) : (int64_t)n;
-    out->n = keep;
-    out->rows = (int)rows;
-    out->cols = (int)cols;
-    out->features = (int)(rows * cols);
-    out->x = psc_xaligned((size_t)keep * (size_t)out->features * sizeof(float));
-    out->y = psc_xaligned((size_t)keep * sizeof(int32_t));
-    const uint8_t *pix = img + 16;
-    for (size_t i = 0; i < (size_t)keep * (size_t)out->features; i++) out->x[i] = (float)pix[i] * (1.0f / 255.0f);
+    psc_job_spec_t once = *spec; /* one pass (shallow: it lives while r reads) */
+    once.epochs = 1;
+    data_reader_t *r;
+    int rc = data_reader_open(&once, test, 0, 1, spec->seed, 0, &r, err, errlen);
+    if (rc) return rc;
+    int f = data_reader_num_dense(r);
+    data_batch_t b = {0};
+    int64_t cap = 0;
     int maxl = 0;
-    for (int64_t i = 0; i < keep; i++) {
-        out->y[i] = lab[8 + i]; /* a byte: always in [0, 256) */
-        if (out->y[i] > maxl) maxl = out->y[i];
+    while ((rc = data_reader_next(r, &b, DATASET_READ_BATCH, NULL, err, errlen)) > 0) {
+        if (out->n + b.n > cap) {
+            cap = PSC_MAX(cap * 2, out->n + b.n);
+            out->x = psc_xrealloc(out->x, (size_t)cap * (size_t)f * sizeof(float));
+            out->y = psc_xrealloc(out->y, (size_t)cap * sizeof(int32_t));
+        }
+        memcpy(out->x + (size_t)out->n * (size_t)f, b.dense, (size_t)b.n * (size_t)f * sizeof(float));
+        for (int i = 0; i < b.n; i++) {
+            int32_t y = (int32_t)b.label[i]; /* idx: a byte's class */
+            out->y[out->n + i] = y;
+            maxl = PSC_MAX(maxl, y);
+        }
+        out->n += b.n;
     }
+    data_batch_free(&b);
+    data_reader_close(r);
+    if (rc == 0 && out->n == 0)
+        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s: no examples", test ? spec->test_path : spec->train_path);
+    if (rc < 0) {
+        dataset_deinit(out);
+        return rc;
+    }
+    out->features = f;
     out->num_classes = maxl + 1;
-out:
-    free(img);
-    free(lab);
-    if (rc) memset(out, 0, sizeof *out);
-    return rc;
-}
-
-int dataset_load(const char *prefix, int64_t limit, dataset_t *out, char *err, size_t errlen)
-{
-    char ipath[4096], lpath[4096];
-    snprintf(ipath, sizeof ipath, "%s-images-idx3-ubyte", prefix);
-    snprintf(lpath, sizeof lpath, "%s-labels-idx1-ubyte", prefix);
-    return dataset_idx_load(ipath, lpath, limit, out, err, errlen);
+    return 0;
 }
 
 void dataset_deinit(dataset_t *d)

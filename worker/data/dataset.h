@@ -1,8 +1,11 @@
-/* dataset.h — IDX data sets (MNIST format, plain or .gz) and the input pipeline.
+/* dataset.h — a dense model's data set, held in memory, and its input pipeline.
  *
- * dataset_load reads <prefix>-images-idx3-ubyte[.gz] and <prefix>-labels-idx1-ubyte[.gz]
- * (the .gz is tried first; dataset_idx_load: two named files), checks magic numbers, dimensions and label range, and
- * scales pixels to [0, 1] floats.
+ * dataset_read reads a job's data.train or data.test whole through the data
+ * reader (reader.h: idx, <prefix>-images-idx3-ubyte[.gz] and
+ * <prefix>-labels-idx1-ubyte[.gz], pixels scaled to [0, 1] floats, labels as
+ * classes). The set is held in memory because the loader reshuffles every
+ * example of a shard at each epoch, which a stream reader (files reordered,
+ * records in file order) cannot do.
  *
  * The loader gives replica `shard` of `num_shards` the examples shard, shard+W, ...
  * (tf.data's shard), reshuffles that list at the start of every epoch from
@@ -15,24 +18,23 @@
 #ifndef PSC_DATASET_H
 #define PSC_DATASET_H
 
+#include "job_spec.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct dataset {
     int64_t n;            /* examples */
-    int rows, cols;       /* image size; features = rows * cols */
-    int features;
+    int features;         /* floats per example (idx: rows * cols) */
     float *x;             /* (n, features) in [0, 1], owned */
     int32_t *y;           /* (n) labels 0..num_classes-1, owned */
     int num_classes;      /* max label + 1 */
 } dataset_t;
 
-/* Loads an IDX pair. limit > 0 keeps only the first `limit` examples.
- * Returns 0 or PSC_EIO / PSC_ECORRUPT with err naming the file and the problem. */
-int dataset_idx_load(const char *images_path, const char *labels_path, int64_t limit, dataset_t *out, char *err,
-                     size_t errlen);
-/* Loads the pair for a prefix such as /usr/share/datasets/fashion-mnist/train. */
-int dataset_load(const char *prefix, int64_t limit, dataset_t *out, char *err, size_t errlen);
+/* Reads spec's training (test 0: data.train, at most data.train_examples) or
+ * test (test 1) set. Returns 0, or the reader's PSC_ECONFIG / PSC_EIO /
+ * PSC_ECORRUPT with err naming the file and the problem. */
+int dataset_read(const psc_job_spec_t *spec, int test, dataset_t *out, char *err, size_t errlen);
 void dataset_deinit(dataset_t *d);
 
 typedef struct dataset_loader dataset_loader_t;

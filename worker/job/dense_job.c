@@ -173,7 +173,7 @@ static int dj_open(dense_job_t *j, char *err, size_t errlen)
     const psc_job_spec_t *spec = j->o.spec;
     int rc;
     if (j->o.train) {
-        if ((rc = dataset_load(spec->train_path, spec->train_examples, &j->train, err, errlen))) return rc;
+        if ((rc = dataset_read(spec, 0, &j->train, err, errlen))) return rc;
         int features =
             spec->input_shape[0] * (spec->input_rank == 3 ? spec->input_shape[1] * spec->input_shape[2] : 1);
         if (j->train.features != features)
@@ -181,7 +181,7 @@ static int dj_open(dense_job_t *j, char *err, size_t errlen)
                               "data %s has %d features per example; model.input_shape wants %d", spec->train_path,
                               j->train.features, features);
     }
-    if (j->o.test && (rc = dataset_load(spec->test_path, spec->test_examples, &j->test, err, errlen))) return rc;
+    if (j->o.test && (rc = dataset_read(spec, 1, &j->test, err, errlen))) return rc;
     if ((rc = tower_group_create(j->o.devices, spec, j->o.vars, j->o.nvars, j->o.eval_batch, &j->towers, err,
                                  errlen)))
         return rc;

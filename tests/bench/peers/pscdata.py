@@ -3,7 +3,7 @@ PyTorch peers train on exactly psc's data and start from exactly psc's weights.
 
   - psc_rng (common/rng.c): splitmix64 seeding xoshiro256**, psc_seed_mix,
     rejection-sampled psc_rng_below; Python ints masked to 64 bits.
-  - The IDX reader (worker/data/dataset.c): PREFIX-images-idx3-ubyte[.gz] and
+  - The IDX reader (worker/data/format_idx.c): PREFIX-images-idx3-ubyte[.gz] and
     PREFIX-labels-idx1-ubyte[.gz], header checked, pixels as float32
     pixel * (1.0f / 255.0f), the first `limit` examples when limit > 0.
   - Sharding and shuffling (worker/data/dataset.c's loader): replica r of W takes

@@ -1,4 +1,4 @@
-/* ctr_file.c — one data file read as a stream (ctr_reader_internal.h): plain
+/* data_file.c — one data file read as a stream (reader_internal.h): plain
  * or gzip through zlib's gzread (which passes plain files through), or bytes
  * in memory (tests, fuzzers).
  *
@@ -12,7 +12,7 @@
  * read); a binary read that ends inside its bytes is PSC_ECORRUPT without the
  * file name (the reader names the file and record).
  */
-#include "ctr_reader_internal.h"
+#include "reader_internal.h"
 
 #include "psc.h"
 
@@ -26,10 +26,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define CTR_FILE_BUF (256 * 1024) /* our buffer, and zlib's (gzbuffer) */
-#define CTR_MEM_BUF 64            /* small for memory files: the fuzzers cross every refill path */
+#define DATA_FILE_BUF (256 * 1024) /* our buffer, and zlib's (gzbuffer) */
+#define DATA_MEM_BUF 64            /* small for memory files: the fuzzers cross every refill path */
 
-struct ctr_file {
+struct data_file {
     char *path;
     gzFile gz;                /* NULL: a memory file */
     const unsigned char *mem; /* memory file: its bytes, mem_pos read so far */
@@ -40,18 +40,20 @@ struct ctr_file {
     int64_t offset;           /* bytes consumed */
     int64_t lineno;
     int64_t record, record_off;
+    void *state; /* the format's (data_file_set_state) */
+    void (*state_free)(void *);
 };
 
-static ctr_file_t *file_new(const char *path, size_t cap)
+static data_file_t *file_new(const char *path, size_t cap)
 {
-    ctr_file_t *f = psc_xcalloc(1, sizeof *f);
+    data_file_t *f = psc_xcalloc(1, sizeof *f);
     f->path = psc_xstrdup(path);
     f->cap = cap;
     f->buf = psc_xmalloc(cap + 1);
     return f;
 }
 
-int ctr_file_open(const char *path, ctr_file_t **out, char *err, size_t errlen)
+int data_file_open(const char *path, data_file_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -67,46 +69,56 @@ int ctr_file_open(const char *path, ctr_file_t **out, char *err, size_t errlen)
         close(fd);
         return psc_seterr(err, errlen, PSC_EIO, "%s: cannot open (zlib)", path);
     }
-    gzbuffer(gz, CTR_FILE_BUF);
-    ctr_file_t *f = file_new(path, CTR_FILE_BUF);
+    gzbuffer(gz, DATA_FILE_BUF);
+    data_file_t *f = file_new(path, DATA_FILE_BUF);
     f->gz = gz;
     *out = f;
     return 0;
 }
 
-int ctr_file_open_mem(const void *data, size_t len, const char *name, ctr_file_t **out, char *err, size_t errlen)
+int data_file_open_mem(const void *data, size_t len, const char *name, data_file_t **out, char *err, size_t errlen)
 {
     (void)err;
     (void)errlen;
-    ctr_file_t *f = file_new(name, CTR_MEM_BUF);
+    data_file_t *f = file_new(name, DATA_MEM_BUF);
     f->mem = data;
     f->mem_len = len;
     *out = f;
     return 0;
 }
 
-void ctr_file_close(ctr_file_t *f)
+void data_file_close(data_file_t *f)
 {
     if (!f) return;
+    if (f->state_free) f->state_free(f->state);
     if (f->gz) gzclose(f->gz);
     free(f->buf);
     free(f->path);
     free(f);
 }
 
-const char *ctr_file_path(const ctr_file_t *f) { return f->path; }
-int64_t ctr_file_offset(const ctr_file_t *f) { return f->offset; }
-int64_t ctr_file_record(const ctr_file_t *f) { return f->record; }
-int64_t ctr_file_record_offset(const ctr_file_t *f) { return f->record_off; }
+const char *data_file_path(const data_file_t *f) { return f->path; }
+int64_t data_file_offset(const data_file_t *f) { return f->offset; }
+int64_t data_file_record(const data_file_t *f) { return f->record; }
+int64_t data_file_record_offset(const data_file_t *f) { return f->record_off; }
 
-void ctr_file_mark_record(ctr_file_t *f)
+void data_file_set_state(data_file_t *f, void *state, void (*free_fn)(void *))
+{
+    if (f->state_free) f->state_free(f->state);
+    f->state = state;
+    f->state_free = free_fn;
+}
+
+void *data_file_state(const data_file_t *f) { return f->state; }
+
+void data_file_mark_record(data_file_t *f)
 {
     f->record++;
     f->record_off = f->offset;
 }
 
 /* Up to n bytes from the source into dst: the count (0 at its end) or PSC_EIO. */
-static ssize_t source_read(ctr_file_t *f, void *dst, size_t n, char *err, size_t errlen)
+static ssize_t source_read(data_file_t *f, void *dst, size_t n, char *err, size_t errlen)
 {
     if (!f->gz) {
         size_t k = f->mem_len - f->mem_pos < n ? f->mem_len - f->mem_pos : n;
@@ -131,7 +143,7 @@ static ssize_t source_read(ctr_file_t *f, void *dst, size_t n, char *err, size_t
 
 /* Moves the unread bytes to the front (doubling the buffer when it is full of
  * them) and reads more behind them. 0 (f->eof set at the end) or PSC_EIO. */
-static int fill(ctr_file_t *f, char *err, size_t errlen)
+static int fill(data_file_t *f, char *err, size_t errlen)
 {
     if (f->pos > 0) {
         memmove(f->buf, f->buf + f->pos, f->end - f->pos);
@@ -149,7 +161,7 @@ static int fill(ctr_file_t *f, char *err, size_t errlen)
     return 0;
 }
 
-ssize_t ctr_file_line(ctr_file_t *f, char **line, int64_t *lineno, char *err, size_t errlen)
+ssize_t data_file_line(data_file_t *f, char **line, int64_t *lineno, char *err, size_t errlen)
 {
     size_t scanned = 0; /* bytes after pos known to hold no '\n' */
     for (;;) {
@@ -180,7 +192,7 @@ ssize_t ctr_file_line(ctr_file_t *f, char **line, int64_t *lineno, char *err, si
     }
 }
 
-int ctr_file_read(ctr_file_t *f, void *buf, size_t n, char *err, size_t errlen)
+int data_file_read(data_file_t *f, void *buf, size_t n, char *err, size_t errlen)
 {
     unsigned char *dst = buf;
     size_t done = 0;
@@ -209,7 +221,7 @@ int ctr_file_read(ctr_file_t *f, void *buf, size_t n, char *err, size_t errlen)
     return psc_seterr(err, errlen, PSC_ECORRUPT, "truncated: the file ends %zu bytes into a %zu-byte read", done, n);
 }
 
-void ctr_quote(char *dst, size_t dstlen, const char *p, size_t len)
+void data_quote(char *dst, size_t dstlen, const char *p, size_t len)
 {
     if (!dstlen) return;
     size_t o = 0, shown = len > 40 ? 40 : len;

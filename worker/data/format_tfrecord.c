@@ -1,5 +1,5 @@
-/* ctr_tfrecord.c — TFRecord files of tf.Example protos, the "tfrecord" format
- * of the CTR reader (ctr_reader_internal.h).
+/* format_tfrecord.c — TFRecord files of tf.Example protos, the "tfrecord" format
+ * of the CTR reader (reader_internal.h).
  *
  * Framing (TensorFlow's io/record_writer): each record is
  *   uint64 length (little-endian) | uint32 masked CRC-32C of those 8 bytes |
@@ -22,7 +22,7 @@
  * map, the last entry wins (protobuf's map semantics). A Feature with no list
  * set reads as an empty list of the declared kind.
  *
- * Mapping onto the example (ctr_reader.h): the label is an int64 or float list
+ * Mapping onto the example (reader.h): the label is an int64 or float list
  * of one value, 0 or 1; a dense feature gives exactly `length` floats (int64
  * converted; each finite; log1p transform when the spec says) at its
  * dense_offset; a categorical feature gives a bag, in cat_index order, of
@@ -35,7 +35,7 @@
  *
  * Threads: no shared state; each call uses only its arguments.
  */
-#include "ctr_reader_internal.h"
+#include "reader_internal.h"
 
 #include "bytes.h"
 #include "crc32c.h"
@@ -57,11 +57,11 @@
 /* Starts the next record and reads its header. Returns 1 with *len, 0 at the
  * end of the file, PSC_ECORRUPT when the file ends inside the header, PSC_EIO
  * when the length cannot be trusted (the rest of the file is lost). */
-static int frame_header(ctr_file_t *f, uint64_t *len, char *err, size_t errlen)
+static int frame_header(data_file_t *f, uint64_t *len, char *err, size_t errlen)
 {
     uint8_t h[TFR_HEADER_BYTES];
-    ctr_file_mark_record(f);
-    int rc = ctr_file_read(f, h, sizeof h, err, errlen);
+    data_file_mark_record(f);
+    int rc = data_file_read(f, h, sizeof h, err, errlen);
     if (rc == 0) return 0;
     if (rc == PSC_ECORRUPT)
         return psc_seterr(err, errlen, PSC_ECORRUPT, "truncated record: the file ends inside its 12-byte header");
@@ -72,22 +72,22 @@ static int frame_header(ctr_file_t *f, uint64_t *len, char *err, size_t errlen)
      * the file itself (as the file layer's I/O errors do) */
     /* a ZLIB stream (TFRecordOptions' compression_type "ZLIB") starts with a
      * zlib header: 0x78 and a second byte making a multiple of 31 */
-    if (stored != computed && ctr_file_record_offset(f) == 0 && h[0] == 0x78 && ((h[0] << 8) | h[1]) % 31 == 0)
+    if (stored != computed && data_file_record_offset(f) == 0 && h[0] == 0x78 && ((h[0] << 8) | h[1]) % 31 == 0)
         return psc_seterr(err, errlen, PSC_EIO,
                           "%s: looks compressed with ZLIB (TFRecordOptions compression_type \"ZLIB\"), which is not "
                           "supported: write it uncompressed or with GZIP",
-                          ctr_file_path(f));
+                          data_file_path(f));
     if (stored != computed)
         return psc_seterr(err, errlen, PSC_EIO,
                           "%s: record %lld at byte %lld: length CRC mismatch (stored 0x%08x, computed 0x%08x): the "
                           "record's length cannot be trusted, so the rest of the file cannot be read",
-                          ctr_file_path(f), (long long)ctr_file_record(f), (long long)ctr_file_record_offset(f), stored,
-                          computed);
+                          data_file_path(f), (long long)data_file_record(f), (long long)data_file_record_offset(f),
+                          stored, computed);
     if (*len > TFR_MAX_RECORD)
         return psc_seterr(err, errlen, PSC_EIO,
                           "%s: record %lld at byte %lld: a record of %llu bytes is over the %llu MiB limit; the rest "
                           "of the file is not read",
-                          ctr_file_path(f), (long long)ctr_file_record(f), (long long)ctr_file_record_offset(f),
+                          data_file_path(f), (long long)data_file_record(f), (long long)data_file_record_offset(f),
                           (unsigned long long)*len, (unsigned long long)(TFR_MAX_RECORD >> 20));
     return 1;
 }
@@ -95,11 +95,11 @@ static int frame_header(ctr_file_t *f, uint64_t *len, char *err, size_t errlen)
 /* Reads the len data bytes (into data) and the data CRC, and checks it.
  * Returns 1, PSC_ECORRUPT (truncated, or a CRC mismatch: the file is then at
  * the next record), or PSC_EIO. */
-static int frame_data(ctr_file_t *f, uint8_t *data, uint64_t len, char *err, size_t errlen)
+static int frame_data(data_file_t *f, uint8_t *data, uint64_t len, char *err, size_t errlen)
 {
     uint8_t c[4];
-    int rc = len ? ctr_file_read(f, data, (size_t)len, err, errlen) : 1;
-    if (rc == 1) rc = ctr_file_read(f, c, sizeof c, err, errlen);
+    int rc = len ? data_file_read(f, data, (size_t)len, err, errlen) : 1;
+    if (rc == 1) rc = data_file_read(f, c, sizeof c, err, errlen);
     if (rc == 0 || rc == PSC_ECORRUPT)
         return psc_seterr(err, errlen, PSC_ECORRUPT,
                           "truncated record: the file ends inside its %llu data bytes or their CRC",
@@ -225,7 +225,7 @@ static int list_of(const psc_feature_spec_t *fs, const Tensorflow__Feature *feat
     return 0;
 }
 
-static int put_label(const psc_feature_spec_t *fs, const tfr_list_t *l, ctr_batch_t *b, char *err, size_t errlen)
+static int put_label(const psc_feature_spec_t *fs, const tfr_list_t *l, data_batch_t *b, char *err, size_t errlen)
 {
     if (l->n != 1)
         return psc_seterr(err, errlen, PSC_ECORRUPT, "label '%s' has %zu values, expected 1", fs->name, l->n);
@@ -238,7 +238,7 @@ static int put_label(const psc_feature_spec_t *fs, const tfr_list_t *l, ctr_batc
     return 0;
 }
 
-static int put_dense(const psc_feature_spec_t *fs, const tfr_list_t *l, ctr_batch_t *b, char *err, size_t errlen)
+static int put_dense(const psc_feature_spec_t *fs, const tfr_list_t *l, data_batch_t *b, char *err, size_t errlen)
 {
     if (l->n != (size_t)fs->length)
         return psc_seterr(err, errlen, PSC_ECORRUPT, "dense feature '%s' has %zu values, expected %d", fs->name, l->n,
@@ -258,7 +258,7 @@ static int put_dense(const psc_feature_spec_t *fs, const tfr_list_t *l, ctr_batc
 /* A categorical feature's ids as one bag. An empty list is an empty bag, as
  * an absent feature is (TF's parsing and many writers treat both as missing),
  * whatever the feature's declared length. */
-static int put_bag(const psc_feature_spec_t *fs, const tfr_list_t *l, ctr_batch_t *b, char *err, size_t errlen)
+static int put_bag(const psc_feature_spec_t *fs, const tfr_list_t *l, data_batch_t *b, char *err, size_t errlen)
 {
     if (fs->length > 0 && l->n != 0 && l->n != (size_t)fs->length)
         return psc_seterr(err, errlen, PSC_ECORRUPT, "categorical feature '%s' has %zu values, expected %d", fs->name,
@@ -266,16 +266,16 @@ static int put_bag(const psc_feature_spec_t *fs, const tfr_list_t *l, ctr_batch_
     for (size_t k = 0; k < l->n; k++) {
         uint64_t key = fs->kind == PSC_FEATURE_INT64 ? (uint64_t)l->i64[k]
                                                      : psc_fnv1a64(l->bytes[k].data, l->bytes[k].len);
-        ctr_batch_pair(b, key, 1.0f);
+        data_batch_pair(b, key, 1.0f);
     }
-    ctr_batch_close_bag(b);
+    data_batch_close_bag(b);
     return 0;
 }
 
 /* Writes the started example b->n from found[] (the Example's feature for
  * each spec feature, NULL when absent). */
 static int fill(const psc_job_spec_t *spec, const tfr_index_t *ix, const Tensorflow__Feature *const *found,
-                ctr_batch_t *b, char *err, size_t errlen)
+                data_batch_t *b, char *err, size_t errlen)
 {
     tfr_list_t l;
     int rc;
@@ -294,7 +294,7 @@ static int fill(const psc_job_spec_t *spec, const tfr_index_t *ix, const Tensorf
         int i = ix->cat[c];
         const psc_feature_spec_t *fs = &spec->features[i];
         if (!found[i]) {
-            ctr_batch_close_bag(b); /* absent: an empty bag */
+            data_batch_close_bag(b); /* absent: an empty bag */
             continue;
         }
         if ((rc = list_of(fs, found[i], &l, err, errlen))) return rc;
@@ -305,9 +305,10 @@ static int fill(const psc_job_spec_t *spec, const tfr_index_t *ix, const Tensorf
 
 /* Decodes one record's data as an Example and appends it to b. Returns 1, or
  * PSC_ECORRUPT / PSC_ECONFIG with nothing appended. */
-static int decode(const uint8_t *data, size_t len, const psc_job_spec_t *spec, ctr_batch_t *b, char *err, size_t errlen)
+static int decode(const uint8_t *data, size_t len, const psc_job_spec_t *spec, data_batch_t *b, char *err,
+                  size_t errlen)
 {
-    PSC_ASSERT(b->num_dense == spec->num_dense && b->num_cat == spec->num_cat); /* ctr_batch_reset's widths */
+    PSC_ASSERT(b->num_dense == spec->num_dense && b->num_cat == spec->num_cat); /* data_batch_reset's widths */
     tfr_index_t ix;
     int rc = index_build(spec, &ix, err, errlen);
     if (rc) return rc;
@@ -324,13 +325,13 @@ static int decode(const uint8_t *data, size_t len, const psc_job_spec_t *spec, c
         if (i < 0) continue;                         /* not in the spec: ignored */
         found[i] = ent->value ? ent->value : &empty; /* a later entry of one name wins */
     }
-    ctr_batch_begin(b);
+    data_batch_begin(b);
     rc = fill(spec, &ix, found, b, err, errlen);
     if (rc == 0) {
-        ctr_batch_commit(b);
+        data_batch_commit(b);
         rc = 1;
     } else {
-        ctr_batch_rollback(b);
+        data_batch_rollback(b);
     }
     tensorflow__example__free_unpacked(ex, NULL);
     return rc;
@@ -338,7 +339,7 @@ static int decode(const uint8_t *data, size_t len, const psc_job_spec_t *spec, c
 
 /* ---- the format ---- */
 
-static int tfr_next(ctr_file_t *f, const psc_job_spec_t *spec, ctr_batch_t *b, char *err, size_t errlen)
+static int tfr_next(data_file_t *f, const psc_job_spec_t *spec, data_batch_t *b, char *err, size_t errlen)
 {
     uint64_t len;
     int rc = frame_header(f, &len, err, errlen);
@@ -353,7 +354,7 @@ static int tfr_next(ctr_file_t *f, const psc_job_spec_t *spec, ctr_batch_t *b, c
 
 /* Record sharding: passes over a record, its length CRC checked (the framing
  * depends on it) and its data left to the replica that reads it. */
-static int tfr_skip(ctr_file_t *f, char *err, size_t errlen)
+static int tfr_skip(data_file_t *f, char *err, size_t errlen)
 {
     uint64_t len;
     int rc = frame_header(f, &len, err, errlen);
@@ -361,7 +362,7 @@ static int tfr_skip(ctr_file_t *f, char *err, size_t errlen)
     uint8_t buf[TFR_STACK_BYTES];
     for (uint64_t left = len + 4; left > 0;) { /* the data and their CRC */
         size_t n = left < sizeof buf ? (size_t)left : sizeof buf;
-        rc = ctr_file_read(f, buf, n, err, errlen);
+        rc = data_file_read(f, buf, n, err, errlen);
         if (rc == 0 || rc == PSC_ECORRUPT)
             return psc_seterr(err, errlen, PSC_ECORRUPT,
                               "truncated record: the file ends inside its %llu data bytes or their CRC",
@@ -372,7 +373,7 @@ static int tfr_skip(ctr_file_t *f, char *err, size_t errlen)
     return 1;
 }
 
-const ctr_format_t ctr_format_tfrecord = {
+const data_format_t data_format_tfrecord = {
     .name = "tfrecord",
     .text = 0,
     .next = tfr_next,

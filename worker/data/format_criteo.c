@@ -1,4 +1,4 @@
-/* ctr_criteo.c — Criteo's click-log TSV (the Kaggle Display Advertising and
+/* format_criteo.c — Criteo's click-log TSV (the Kaggle Display Advertising and
  * Terabyte logs): one example per line, 40 TAB-separated fields
  *   label  I1 .. I13  C1 .. C26
  * label "0" or "1"; I* a decimal integer that fits int64 (may be negative) or
@@ -15,7 +15,7 @@
  * anything goes into the batch, so a bad line leaves no trace.
  * An empty line is a bad record ("empty line"), wherever it is.
  */
-#include "ctr_reader_internal.h"
+#include "reader_internal.h"
 
 #include "psc.h"
 
@@ -27,7 +27,7 @@
 #define CRITEO_DENSE 13
 #define CRITEO_CAT 26
 
-int ctr_criteo_check(const psc_job_spec_t *spec, char *err, size_t errlen)
+int data_criteo_check(const psc_job_spec_t *spec, char *err, size_t errlen)
 {
     if (spec->num_dense != CRITEO_DENSE || spec->num_cat != CRITEO_CAT)
         return psc_seterr(err, errlen, PSC_ECONFIG,
@@ -36,7 +36,8 @@ int ctr_criteo_check(const psc_job_spec_t *spec, char *err, size_t errlen)
                           spec->num_dense, spec->num_cat);
     for (int j = 0; j < spec->num_features; j++) {
         const psc_feature_spec_t *ft = &spec->features[j];
-        if (ft->role == PSC_FEATURE_DENSE && (ft->length != 1 || ft->dense_offset < 0 || ft->dense_offset >= CRITEO_DENSE))
+        if (ft->role == PSC_FEATURE_DENSE &&
+            (ft->length != 1 || ft->dense_offset < 0 || ft->dense_offset >= CRITEO_DENSE))
             return psc_seterr(err, errlen, PSC_ECONFIG,
                               "data.features[%d] (%s): a criteo dense feature is one column of 0..12, not %d at %d", j,
                               ft->name, ft->length, ft->dense_offset);
@@ -56,7 +57,7 @@ static int bad_field(char *err, size_t errlen, int i, const char *p, size_t len,
         snprintf(name, sizeof name, "label");
     else
         snprintf(name, sizeof name, "%c%d", i <= CRITEO_DENSE ? 'I' : 'C', i <= CRITEO_DENSE ? i : i - CRITEO_DENSE);
-    ctr_quote(q, sizeof q, p, len);
+    data_quote(q, sizeof q, p, len);
     return psc_seterr(err, errlen, PSC_ECORRUPT, "field %d (%s): \"%s\" %s", i + 1, name, q, what);
 }
 
@@ -71,8 +72,10 @@ static int parse_i64(const char *p, const char *e, int64_t *out)
     for (; p < e; p++) {
         unsigned d = (unsigned)(unsigned char)*p - '0';
         if (d > 9) return -1;
-        if (v > (limit - d) / 10) range = 1;
-        else v = v * 10 + d;
+        if (v > (limit - d) / 10)
+            range = 1;
+        else
+            v = v * 10 + d;
     }
     if (range) return -2;
     *out = !neg ? (int64_t)v : v > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)v;
@@ -115,7 +118,7 @@ typedef struct criteo_row {
     float label;
     int64_t ints[CRITEO_DENSE]; /* missing: 0, which every transform maps to 0 */
     uint64_t keys[CRITEO_CAT];
-    uint32_t present;           /* bit k: C(k+1) given */
+    uint32_t present; /* bit k: C(k+1) given */
 } criteo_row_t;
 
 /* hex digit -> its value + 1; 0 for anything else */
@@ -202,11 +205,11 @@ static int careful_parse(const char *line, const char *end, criteo_row_t *row, c
     return 0;
 }
 
-static int criteo_next(ctr_file_t *f, const psc_job_spec_t *spec, ctr_batch_t *b, char *err, size_t errlen)
+static int criteo_next(data_file_t *f, const psc_job_spec_t *spec, data_batch_t *b, char *err, size_t errlen)
 {
     PSC_ASSERT(spec->num_dense == CRITEO_DENSE && spec->num_cat == CRITEO_CAT);
     char *line;
-    ssize_t len = ctr_file_line(f, &line, NULL, err, errlen);
+    ssize_t len = data_file_line(f, &line, NULL, err, errlen);
     if (len == -1) return 0;
     if (len < 0) return (int)len;
     if (len == 0) return psc_seterr(err, errlen, PSC_ECORRUPT, "empty line");
@@ -218,7 +221,7 @@ static int criteo_next(ctr_file_t *f, const psc_job_spec_t *spec, ctr_batch_t *b
         if (rc < 0) return rc;
     }
 
-    ctr_batch_begin(b);
+    data_batch_begin(b);
     b->label[b->n] = row.label;
     float *dense = b->dense + (size_t)b->n * CRITEO_DENSE;
     uint32_t logs = log1p_columns(spec);
@@ -230,19 +233,19 @@ static int criteo_next(ctr_file_t *f, const psc_job_spec_t *spec, ctr_batch_t *b
             dense[k] = (float)x;
     }
     for (int k = 0; k < CRITEO_CAT; k++) {
-        if (row.present >> k & 1) ctr_batch_pair(b, row.keys[k], 1.0f);
-        ctr_batch_close_bag(b);
+        if (row.present >> k & 1) data_batch_pair(b, row.keys[k], 1.0f);
+        data_batch_close_bag(b);
     }
-    ctr_batch_commit(b);
+    data_batch_commit(b);
     return 1;
 }
 
-static int criteo_skip(ctr_file_t *f, char *err, size_t errlen)
+static int criteo_skip(data_file_t *f, char *err, size_t errlen)
 {
     char *line;
-    ssize_t len = ctr_file_line(f, &line, NULL, err, errlen);
+    ssize_t len = data_file_line(f, &line, NULL, err, errlen);
     if (len == -1) return 0;
     return len < 0 ? (int)len : 1;
 }
 
-const ctr_format_t ctr_format_criteo = {"criteo", 1, criteo_next, criteo_skip};
+const data_format_t data_format_criteo = {.name = "criteo", .text = 1, .next = criteo_next, .skip = criteo_skip};

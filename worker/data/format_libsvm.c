@@ -1,4 +1,4 @@
-/* ctr_libsvm.c — LIBSVM's (and ps-lite's) sparse text format:
+/* format_libsvm.c — LIBSVM's (and ps-lite's) sparse text format:
  *   label idx:val idx:val ...   # an optional comment
  * separated by spaces or tabs. The label is 0 or 1, or -1 / +1 (-1 is 0),
  * written as an integer or with a fraction of zeros ("1.0", "-1.0", "0.0");
@@ -11,7 +11,7 @@
  * Parsing walks the line once by hand; a value goes through strtof only
  * when it is not a short plain decimal (fast_float: the same float, faster).
  */
-#include "ctr_reader_internal.h"
+#include "reader_internal.h"
 
 #include "psc.h"
 
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ctr_libsvm_check(const psc_job_spec_t *spec, char *err, size_t errlen)
+int data_libsvm_check(const psc_job_spec_t *spec, char *err, size_t errlen)
 {
     if (spec->num_dense != 0 || spec->num_cat != 1)
         return psc_seterr(err, errlen, PSC_ECONFIG,
@@ -82,12 +82,12 @@ static int fast_float(const char *p, const char *e, float *out)
 static int bad_pair(char *err, size_t errlen, int i, const char *p, const char *e, const char *what)
 {
     char q[200];
-    ctr_quote(q, sizeof q, p, (size_t)(e - p));
+    data_quote(q, sizeof q, p, (size_t)(e - p));
     return psc_seterr(err, errlen, PSC_ECORRUPT, "pair %d \"%s\": %s", i, q, what);
 }
 
 /* Appends the pairs of line p .. e (NUL at e) to the bag being built. */
-static int parse_pairs(ctr_batch_t *b, char *p, char *e, char *err, size_t errlen)
+static int parse_pairs(data_batch_t *b, char *p, char *e, char *err, size_t errlen)
 {
     for (int i = 1;; i++) {
         while (p < e && is_space(*p)) p++;
@@ -111,7 +111,7 @@ static int parse_pairs(ctr_batch_t *b, char *p, char *e, char *err, size_t errle
             if (vend != q) return bad_pair(err, errlen, i, p, q, "value is not a number");
         }
         if (!isfinite(val)) return bad_pair(err, errlen, i, p, q, "value is not finite");
-        ctr_batch_pair(b, idx, val);
+        data_batch_pair(b, idx, val);
         p = q;
     }
 }
@@ -119,11 +119,11 @@ static int parse_pairs(ctr_batch_t *b, char *p, char *e, char *err, size_t errle
 /* The next line that is not a comment line (a '#' after nothing but spaces:
  * svmlight's comments, as sklearn's dump_svmlight_file(comment=...) writes
  * them); a comment line is no record, for record sharding too. As
- * ctr_file_line: its length, -1 at the end, or an error. */
-static ssize_t record_line(ctr_file_t *f, char **line, char *err, size_t errlen)
+ * data_file_line: its length, -1 at the end, or an error. */
+static ssize_t record_line(data_file_t *f, char **line, char *err, size_t errlen)
 {
     for (;;) {
-        ssize_t len = ctr_file_line(f, line, NULL, err, errlen);
+        ssize_t len = data_file_line(f, line, NULL, err, errlen);
         if (len < 0) return len;
         const char *p = *line, *e = *line + len;
         while (p < e && is_space(*p)) p++;
@@ -131,7 +131,7 @@ static ssize_t record_line(ctr_file_t *f, char **line, char *err, size_t errlen)
     }
 }
 
-static int libsvm_next(ctr_file_t *f, const psc_job_spec_t *spec, ctr_batch_t *b, char *err, size_t errlen)
+static int libsvm_next(data_file_t *f, const psc_job_spec_t *spec, data_batch_t *b, char *err, size_t errlen)
 {
     PSC_ASSERT(spec->num_cat == 1 && spec->num_dense == 0);
     char *line;
@@ -148,22 +148,22 @@ static int libsvm_next(ctr_file_t *f, const psc_job_spec_t *spec, ctr_batch_t *b
     float label;
     if (parse_label(p, q, &label) < 0) {
         char lq[200];
-        ctr_quote(lq, sizeof lq, p, (size_t)(q - p));
+        data_quote(lq, sizeof lq, p, (size_t)(q - p));
         return psc_seterr(err, errlen, PSC_ECORRUPT, "label \"%s\" is not 0, 1, -1 or +1", lq);
     }
-    ctr_batch_begin(b);
+    data_batch_begin(b);
     b->label[b->n] = label;
     int rc = parse_pairs(b, q, e, err, errlen);
     if (rc < 0) {
-        ctr_batch_rollback(b);
+        data_batch_rollback(b);
         return rc;
     }
-    ctr_batch_close_bag(b);
-    ctr_batch_commit(b);
+    data_batch_close_bag(b);
+    data_batch_commit(b);
     return 1;
 }
 
-static int libsvm_skip(ctr_file_t *f, char *err, size_t errlen)
+static int libsvm_skip(data_file_t *f, char *err, size_t errlen)
 {
     char *line;
     ssize_t len = record_line(f, &line, err, errlen);
@@ -171,4 +171,4 @@ static int libsvm_skip(ctr_file_t *f, char *err, size_t errlen)
     return len < 0 ? (int)len : 1;
 }
 
-const ctr_format_t ctr_format_libsvm = {"libsvm", 1, libsvm_next, libsvm_skip};
+const data_format_t data_format_libsvm = {.name = "libsvm", .text = 1, .next = libsvm_next, .skip = libsvm_skip};

@@ -1,6 +1,6 @@
-/* ctr_reader.c — the CTR data sets' reader (ctr_reader.h): file lists, shards,
+/* reader.c — the CTR data sets' reader (reader.h): file lists, shards,
  * epochs, example caps and bad-record counting over the formats' record
- * parsers (ctr_reader_internal.h).
+ * parsers (reader_internal.h).
  *
  * Files: each pattern of data.train / data.test is expanded by glob(3); the
  * union is sorted (strcmp) and de-duplicated, so every replica sees the same
@@ -14,12 +14,12 @@
  * Per epoch: at most `cap` examples (ceil(data.train_examples / W), or
  * data.test_examples for a test set), then the epoch ends. Bad records:
  * bad_record_limit per epoch (each pass meets the same bad lines again), the
- * total in ctr_reader_skipped; the first few are logged.
+ * total in data_reader_skipped; the first few are logged.
  *
  * State machine: `cur` is the open file at order[fi] of epoch `epoch`; a batch
  * ends at the end of an epoch; after a hard error every call returns it again.
  */
-#include "ctr_reader_internal.h"
+#include "reader_internal.h"
 
 #include "log.h"
 #include "psc.h"
@@ -30,37 +30,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CTR_BAD_LOGGED 10 /* bad records logged as WARN, then only counted */
+#define DATA_BAD_LOGGED 10 /* bad records logged as WARN, then only counted */
 
-struct ctr_reader {
+struct data_reader {
     const psc_job_spec_t *spec;
-    const ctr_format_t *fmt;
+    const data_format_t *fmt;
     char **files; /* this shard's files (record sharding: all), sorted */
     int nfiles;
-    int *order;   /* this epoch's order of files[] */
+    int *order; /* this epoch's order of files[] */
     int shard, num_shards, by_record;
     int epochs, epoch;
     uint64_t seed;
     int shuffle;
-    int64_t cap;      /* examples per epoch, 0 = all */
-    int64_t yielded;  /* examples this epoch */
-    int64_t stream;   /* record sharding: records of this epoch's stream passed */
-    int fi;           /* next file (when cur is NULL) or the current one, in order[] */
-    ctr_file_t *cur;
+    int64_t cap;     /* examples per epoch, 0 = all */
+    int64_t yielded; /* examples this epoch */
+    int64_t stream;  /* record sharding: records of this epoch's stream passed */
+    int fi;          /* next file (when cur is NULL) or the current one, in order[] */
+    data_file_t *cur;
+    int num_dense, num_cat; /* an example's widths: the spec's, or the files' (a format with an open hook) */
     int64_t bad_limit, bad_epoch, bad_total;
-    int failed;       /* a hard error's code, returned again */
+    int failed; /* a hard error's code, returned again */
     char fail_msg[1024];
-    char msg[1024];   /* a format's message before the reader prefixes it */
+    char msg[1024]; /* a format's message before the reader prefixes it */
 };
 
 static const struct {
     enum psc_data_format format;
-    const ctr_format_t *fmt;
+    const data_format_t *fmt;
     int (*check)(const psc_job_spec_t *spec, char *err, size_t errlen);
 } formats[] = {
-    {PSC_DATA_CRITEO, &ctr_format_criteo, ctr_criteo_check},
-    {PSC_DATA_LIBSVM, &ctr_format_libsvm, ctr_libsvm_check},
-    {PSC_DATA_TFRECORD, &ctr_format_tfrecord, NULL},
+    {PSC_DATA_CRITEO, &data_format_criteo, data_criteo_check},
+    {PSC_DATA_LIBSVM, &data_format_libsvm, data_libsvm_check},
+    {PSC_DATA_TFRECORD, &data_format_tfrecord, NULL},
+    {PSC_DATA_IDX, &data_format_idx, NULL},
 };
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -72,8 +74,7 @@ static void free_list(char **v, int n)
 }
 
 /* The sorted, de-duplicated union of the patterns' matches into *out. */
-static int expand(char *const *patterns, int npat, const char *key, char ***out, int *nout, char *err,
-                  size_t errlen)
+static int expand(char *const *patterns, int npat, const char *key, char ***out, int *nout, char *err, size_t errlen)
 {
     char **v = NULL;
     size_t n = 0, cap = 0;
@@ -114,7 +115,7 @@ static int expand(char *const *patterns, int npat, const char *key, char ***out,
 }
 
 /* Keeps files shard, shard + W, ... of the list (file sharding). */
-static void keep_shard(ctr_reader_t *r)
+static void keep_shard(data_reader_t *r)
 {
     int k = 0;
     for (int i = 0; i < r->nfiles; i++) {
@@ -126,9 +127,9 @@ static void keep_shard(ctr_reader_t *r)
     r->nfiles = k;
 }
 
-static void start_epoch(ctr_reader_t *r, int epoch)
+static void start_epoch(data_reader_t *r, int epoch)
 {
-    ctr_file_close(r->cur);
+    data_file_close(r->cur);
     r->cur = NULL;
     r->epoch = epoch;
     r->fi = 0;
@@ -148,7 +149,7 @@ static void start_epoch(ctr_reader_t *r, int epoch)
 }
 
 /* The format and the spec's data keys for reading. */
-static int check_spec(const psc_job_spec_t *spec, int test, const ctr_format_t **fmt, char *err, size_t errlen)
+static int check_spec(const psc_job_spec_t *spec, int test, const data_format_t **fmt, char *err, size_t errlen)
 {
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
         if (formats[i].format != spec->data_format) continue;
@@ -156,25 +157,60 @@ static int check_spec(const psc_job_spec_t *spec, int test, const ctr_format_t *
         if (spec->num_dense < 0 || spec->num_cat < 0)
             return psc_seterr(err, errlen, PSC_ECONFIG, "data.features: %d dense and %d categorical", spec->num_dense,
                               spec->num_cat);
-        if ((test ? spec->num_test_files : spec->num_train_files) <= 0)
-            return psc_seterr(err, errlen, PSC_ECONFIG, "%s: no file given", test ? "data.test" : "data.train");
+        int given = spec->data_format == PSC_DATA_IDX ? (test ? spec->test_path : spec->train_path)[0] != '\0'
+                                                      : (test ? spec->num_test_files : spec->num_train_files) > 0;
+        if (!given) return psc_seterr(err, errlen, PSC_ECONFIG, "%s: no file given", test ? "data.test" : "data.train");
         return formats[i].check ? formats[i].check(spec, err, errlen) : 0;
     }
-    return psc_seterr(err, errlen, PSC_ECONFIG, "data.format: the CTR reader reads criteo, libsvm and tfrecord files");
+    return psc_seterr(err, errlen, PSC_ECONFIG, "data.format: the reader reads idx, criteo, libsvm and tfrecord files");
 }
 
-int ctr_reader_open(const psc_job_spec_t *spec, int test, int shard, int num_shards, uint64_t seed, int shuffle,
-                    ctr_reader_t **out, char *err, size_t errlen)
+/* The data set's files: the patterns' matches, or idx's images file. */
+static int list_files(const psc_job_spec_t *spec, int test, char ***files, int *nfiles, char *err, size_t errlen)
+{
+    const char *key = test ? "data.test" : "data.train";
+    if (spec->data_format != PSC_DATA_IDX)
+        return expand(test ? spec->test_files : spec->train_files, test ? spec->num_test_files : spec->num_train_files,
+                      key, files, nfiles, err, errlen);
+    char path[4096];
+    data_idx_images_path(test ? spec->test_path : spec->train_path, path, sizeof path);
+    *files = psc_xmalloc(sizeof **files);
+    (*files)[0] = psc_xstrdup(path);
+    *nfiles = 1;
+    return 0;
+}
+
+/* Opens a file and reads its header (a format with an open hook), whose
+ * width must be the data set's (num_dense < 0: learn it). */
+static int open_file(data_reader_t *r, const char *path, data_file_t **out, char *err, size_t errlen)
+{
+    int rc = data_file_open(path, out, err, errlen);
+    if (rc < 0 || !r->fmt->open) return rc;
+    int nd = 0;
+    rc = r->fmt->open(*out, &nd, err, errlen);
+    if (rc == 0 && r->num_dense >= 0 && nd != r->num_dense)
+        rc = psc_seterr(err, errlen, PSC_ECORRUPT, "%s: examples of %d features, but %s's have %d", path, nd,
+                        r->files[0], r->num_dense);
+    if (rc < 0) {
+        data_file_close(*out);
+        *out = NULL;
+        return rc;
+    }
+    r->num_dense = nd;
+    return 0;
+}
+
+int data_reader_open(const psc_job_spec_t *spec, int test, int shard, int num_shards, uint64_t seed, int shuffle,
+                     data_reader_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     PSC_ASSERT(num_shards >= 1 && shard >= 0 && shard < num_shards);
-    const ctr_format_t *fmt = NULL;
+    const data_format_t *fmt = NULL;
     int rc = check_spec(spec, test, &fmt, err, errlen);
     if (rc < 0) return rc;
-    ctr_reader_t *r = psc_xcalloc(1, sizeof *r);
+    data_reader_t *r = psc_xcalloc(1, sizeof *r);
     const char *key = test ? "data.test" : "data.train";
-    rc = expand(test ? spec->test_files : spec->train_files, test ? spec->num_test_files : spec->num_train_files, key,
-                &r->files, &r->nfiles, err, errlen);
+    rc = list_files(spec, test, &r->files, &r->nfiles, err, errlen);
     if (rc < 0) {
         free(r);
         return rc;
@@ -191,7 +227,7 @@ int ctr_reader_open(const psc_job_spec_t *spec, int test, int shard, int num_sha
                         "%s: %d file(s) for %d replicas: replica %d has none under data.shard \"file\" "
                         "(give at least one file per replica, or use \"record\" or \"auto\")",
                         key, total, num_shards, shard);
-        ctr_reader_close(r);
+        data_reader_close(r);
         return rc;
     }
     r->order = psc_xmalloc((size_t)r->nfiles * sizeof *r->order);
@@ -201,24 +237,34 @@ int ctr_reader_open(const psc_job_spec_t *spec, int test, int shard, int num_sha
     int64_t limit = test ? spec->test_examples : spec->train_examples;
     r->cap = limit > 0 ? (limit + num_shards - 1) / num_shards : 0;
     r->bad_limit = spec->bad_record_limit > 0 ? spec->bad_record_limit : 0;
+    r->num_dense = fmt->open ? -1 : spec->num_dense;
+    r->num_cat = fmt->open ? 0 : spec->num_cat;
+    if (fmt->open) { /* the width is the first file's */
+        data_file_t *f;
+        if ((rc = open_file(r, r->files[0], &f, err, errlen))) {
+            data_reader_close(r);
+            return rc;
+        }
+        data_file_close(f);
+    }
     start_epoch(r, 0);
     *out = r;
     return 0;
 }
 
 /* "FILE:LINE: " or "FILE: record K at byte B: " for the current record. */
-static void where(const ctr_reader_t *r, char *dst, size_t n)
+static void where(const data_reader_t *r, char *dst, size_t n)
 {
-    const ctr_file_t *f = r->cur;
+    const data_file_t *f = r->cur;
     if (r->fmt->text)
-        snprintf(dst, n, "%s:%lld: ", ctr_file_path(f), (long long)ctr_file_record(f));
+        snprintf(dst, n, "%s:%lld: ", data_file_path(f), (long long)data_file_record(f));
     else
-        snprintf(dst, n, "%s: record %lld at byte %lld: ", ctr_file_path(f), (long long)ctr_file_record(f),
-                 (long long)ctr_file_record_offset(f));
+        snprintf(dst, n, "%s: record %lld at byte %lld: ", data_file_path(f), (long long)data_file_record(f),
+                 (long long)data_file_record_offset(f));
 }
 
 /* A bad record (r->msg): counted and skipped (0) or the error. */
-static int bad_record(ctr_reader_t *r, char *err, size_t errlen)
+static int bad_record(data_reader_t *r, char *err, size_t errlen)
 {
     char at[640];
     where(r, at, sizeof at);
@@ -229,17 +275,18 @@ static int bad_record(ctr_reader_t *r, char *err, size_t errlen)
     }
     r->bad_epoch++;
     r->bad_total++;
-    if (r->bad_total <= CTR_BAD_LOGGED)
+    if (r->bad_total <= DATA_BAD_LOGGED)
         PSC_WARN("%s%s (bad record skipped, %lld of at most %lld this epoch)%s", at, r->msg, (long long)r->bad_epoch,
-                 (long long)r->bad_limit, r->bad_total == CTR_BAD_LOGGED ? "; further ones are counted, not logged" : "");
+                 (long long)r->bad_limit,
+                 r->bad_total == DATA_BAD_LOGGED ? "; further ones are counted, not logged" : "");
     return 0;
 }
 
 /* A format's error that stops the read (r->msg): named by file and record
- * unless it names the file already (ctr_file's I/O errors do). */
-static int hard_error(ctr_reader_t *r, int rc, char *err, size_t errlen)
+ * unless it names the file already (data_file's I/O errors do). */
+static int hard_error(data_reader_t *r, int rc, char *err, size_t errlen)
 {
-    const char *path = ctr_file_path(r->cur);
+    const char *path = data_file_path(r->cur);
     if (strncmp(r->msg, path, strlen(path)) == 0) return psc_seterr(err, errlen, rc, "%s", r->msg);
     char at[640];
     where(r, at, sizeof at);
@@ -248,7 +295,7 @@ static int hard_error(ctr_reader_t *r, int rc, char *err, size_t errlen)
 
 /* Record sharding: skips the other replicas' records before the next one of
  * ours. 1 positioned, 0 the file ended, or an error. */
-static int skip_others(ctr_reader_t *r, char *err, size_t errlen)
+static int skip_others(data_reader_t *r, char *err, size_t errlen)
 {
     while (r->stream % r->num_shards != r->shard) {
         int rc = r->fmt->skip(r->cur, r->msg, sizeof r->msg);
@@ -265,13 +312,13 @@ static int skip_others(ctr_reader_t *r, char *err, size_t errlen)
 }
 
 /* One example into b: 1, 0 at the end of the epoch, or an error. */
-static int read_one(ctr_reader_t *r, ctr_batch_t *b, char *err, size_t errlen)
+static int read_one(data_reader_t *r, data_batch_t *b, char *err, size_t errlen)
 {
     for (;;) {
         if (r->cap > 0 && r->yielded >= r->cap) return 0;
         if (!r->cur) {
             if (r->fi >= r->nfiles) return 0;
-            int rc = ctr_file_open(r->files[r->order[r->fi]], &r->cur, err, errlen);
+            int rc = open_file(r, r->files[r->order[r->fi]], &r->cur, err, errlen);
             if (rc < 0) return rc;
         }
         int rc = r->by_record ? skip_others(r, err, errlen) : 1;
@@ -282,30 +329,30 @@ static int read_one(ctr_reader_t *r, ctr_batch_t *b, char *err, size_t errlen)
             return 1;
         }
         if (rc == 0) {
-            ctr_file_close(r->cur);
+            data_file_close(r->cur);
             r->cur = NULL;
             r->fi++;
             continue;
         }
         if (rc != PSC_ECORRUPT) return hard_error(r, rc, err, errlen);
-        ctr_batch_rollback(b);
+        data_batch_rollback(b);
         r->stream++;
         rc = bad_record(r, err, errlen);
         if (rc < 0) return rc;
     }
 }
 
-int ctr_reader_next(ctr_reader_t *r, ctr_batch_t *b, int max_n, int *epoch, char *err, size_t errlen)
+int data_reader_next(data_reader_t *r, data_batch_t *b, int max_n, int *epoch, char *err, size_t errlen)
 {
     PSC_ASSERT(max_n > 0);
     if (r->failed) return psc_seterr(err, errlen, r->failed, "%s", r->fail_msg);
-    ctr_batch_reset(b, r->spec->num_dense, r->spec->num_cat);
+    data_batch_reset(b, r->num_dense, r->num_cat);
     while (r->epoch < r->epochs) {
         int e = r->epoch;
         while (b->n < max_n) {
             int rc = read_one(r, b, err, errlen);
             if (rc < 0) {
-                ctr_batch_reset(b, r->spec->num_dense, r->spec->num_cat);
+                data_batch_reset(b, r->num_dense, r->num_cat);
                 r->failed = rc;
                 snprintf(r->fail_msg, sizeof r->fail_msg, "%s", err ? err : psc_strerror(rc));
                 return rc;
@@ -322,18 +369,19 @@ int ctr_reader_next(ctr_reader_t *r, ctr_batch_t *b, int max_n, int *epoch, char
             return b->n;
         }
     }
-    ctr_file_close(r->cur);
+    data_file_close(r->cur);
     r->cur = NULL;
     return 0;
 }
 
-int64_t ctr_reader_skipped(const ctr_reader_t *r) { return r->bad_total; }
-int ctr_reader_num_files(const ctr_reader_t *r) { return r->nfiles; }
+int64_t data_reader_skipped(const data_reader_t *r) { return r->bad_total; }
+int data_reader_num_files(const data_reader_t *r) { return r->nfiles; }
+int data_reader_num_dense(const data_reader_t *r) { return r->num_dense; }
 
-void ctr_reader_close(ctr_reader_t *r)
+void data_reader_close(data_reader_t *r)
 {
     if (!r) return;
-    ctr_file_close(r->cur);
+    data_file_close(r->cur);
     free_list(r->files, r->nfiles);
     free(r->order);
     free(r);
