@@ -43,12 +43,13 @@ static int call(const psctl_cli_t *c, const char *addr, const char *method, cons
     psc_rpc_channel_destroy(ch);
     if (rc == 0) return 0;
     const char *m = strrchr(method, '/');
-    fprintf(stderr, "psctl: %s on %s failed: %s: %s\n", m ? m + 1 : method, addr, psc_rpc_code_name(op->code),
-            op->msg);
+    fprintf(stderr, "psctl: %s on %s failed: %s: %s\n", m ? m + 1 : method, addr, psc_rpc_code_name(op->code), op->msg);
     int code = exit_code_of(op->code);
     if (code == PSC_EXIT_NOPERM)
-        fprintf(stderr, "psctl: %s refused psctl's credentials: give the cluster's token (--auth_token_file) and, "
-                        "with mutual TLS, a certificate it trusts (--tls_cert, --tls_key)\n", addr);
+        fprintf(stderr,
+                "psctl: %s refused psctl's credentials: give the cluster's token (--auth_token_file) and, "
+                "with mutual TLS, a certificate it trusts (--tls_cert, --tls_key)\n",
+                addr);
     psc_rpc_op_clear(op);
     return code;
 }
@@ -143,8 +144,7 @@ static void show_progress(const Psc__JobStatusReply *s, int tty)
     char line[256], la[64];
     fmt_loss(la, sizeof la, s);
     snprintf(line, sizeof line, "epoch %d/%d step %lld%s global_step %lld %s examples/s %.0f elapsed %s ETA %s",
-             s->epoch, s->epochs, (long long)s->step, of, (long long)s->global_step, la, s->examples_per_sec, el,
-             eta);
+             s->epoch, s->epochs, (long long)s->step, of, (long long)s->global_step, la, s->examples_per_sec, el, eta);
     if (tty) {
         char bar[21];
         int fill = (int)(frac * 20 + 0.5);
@@ -288,7 +288,8 @@ static int cmd_eval(const psctl_cli_t *c, const char *arg)
 {
     (void)arg;
     Psc__EvalRequest req = PSC__EVAL_REQUEST__INIT;
-    uint8_t buf[8];
+    req.checkpoint = c->checkpoint;
+    uint8_t buf[16];
     psc_rpc_op_t op;
     int rc = call(c, c->chief, PSC_M_WORKER_EVAL, buf, psc__eval_request__pack(&req, buf),
                   c->timeout_set ? c->timeout_ms : 300000, &op);
@@ -296,8 +297,12 @@ static int cmd_eval(const psctl_cli_t *c, const char *arg)
     Psc__EvalReply *r = psc__eval_reply__unpack(NULL, op.reply_len, op.reply);
     psc_rpc_op_clear(&op);
     if (!r) return 1;
-    fprintf(stderr, "psctl: evaluated the current weights on %lld test examples at global_step %lld\n",
-            (long long)r->examples, (long long)r->global_step);
+    if (c->checkpoint)
+        fprintf(stderr, "psctl: evaluated checkpoint %llu (global_step %lld) on %lld test examples\n",
+                (unsigned long long)c->checkpoint, (long long)r->global_step, (long long)r->examples);
+    else
+        fprintf(stderr, "psctl: evaluated the current weights on %lld test examples at global_step %lld\n",
+                (long long)r->examples, (long long)r->global_step);
     print_test(r->has_auc, r->test_auc, r->test_accuracy, r->test_loss);
     psc__eval_reply__free_unpacked(r, NULL);
     return 0;
@@ -416,12 +421,14 @@ static int cmd_export(const psctl_cli_t *c, const char *arg)
     }
     char err[1024];
     psc_export_info_t info;
-    if (psc_export_safetensors(&c->cluster, c->out, c->timeout_ms, &info, err, sizeof err)) {
+    if (psc_export_safetensors(&c->cluster, c->out, c->checkpoint, c->timeout_ms, &info, err, sizeof err)) {
         fprintf(stderr, "psctl: export failed: %s\n", err);
         return 1;
     }
-    printf("exported %d tensors (%llu bytes) of job %s at global_step %lld to %s\n", info.tensors,
-           (unsigned long long)info.bytes, info.job_id, (long long)info.global_step, c->out);
+    char which[48] = "";
+    if (c->checkpoint) snprintf(which, sizeof which, " checkpoint %llu", (unsigned long long)c->checkpoint);
+    printf("exported %d tensors (%llu bytes) of job %s%s at global_step %lld to %s\n", info.tensors,
+           (unsigned long long)info.bytes, info.job_id, which, (long long)info.global_step, c->out);
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "tf_config.h"
 
 #include <signal.h>
+#include <stdint.h>
 
 /* What the options said; main() owns it (the strings point into argv). */
 typedef struct psctl_cli {
@@ -20,6 +21,7 @@ typedef struct psctl_cli {
     int timeout_ms;  /* per call */
     int timeout_set; /* --timeout_secs given: it bounds checkpoint and eval too */
     const char *reason, *format, *out;
+    uint64_t checkpoint; /* --checkpoint: eval and export read this committed checkpoint (0: live) */
     int detach;
 } psctl_cli_t;
 

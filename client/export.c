@@ -37,11 +37,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define EXPORT_IN_FLIGHT 16                     /* Pull calls in flight, all PS together */
-#define EXPORT_WINDOW ((size_t)64 << 20)        /* bytes pulled per round (32 full chunks) */
-#define EXPORT_ROUND_OPS 256                    /* calls per round (many small variables) */
-#define EXPORT_HDR_CAP 192                      /* a packed PullRequest: name < 128 + 2 varints */
-#define EXPORT_PART_MAX 999999999               /* part indices beyond are not partitions */
+#define EXPORT_IN_FLIGHT 16              /* Pull calls in flight, all PS together */
+#define EXPORT_WINDOW ((size_t)64 << 20) /* bytes pulled per round (32 full chunks) */
+#define EXPORT_ROUND_OPS 256             /* calls per round (many small variables) */
+#define EXPORT_HDR_CAP 208               /* a packed PullRequest: name < 128 + 3 varints */
+#define EXPORT_PART_MAX 999999999        /* part indices beyond are not partitions */
 
 const char *psc_st_dtype_name(enum psc_st_dtype d) { return d == PSC_ST_I64 ? "I64" : "F32"; }
 
@@ -74,11 +74,24 @@ static int utf8_valid(const char *str)
         unsigned c = *s;
         int n;
         unsigned min;
-        if (c < 0x80) { s++; continue; }
-        if ((c & 0xE0) == 0xC0) { n = 1; min = 0x80; c &= 0x1F; }
-        else if ((c & 0xF0) == 0xE0) { n = 2; min = 0x800; c &= 0x0F; }
-        else if ((c & 0xF8) == 0xF0) { n = 3; min = 0x10000; c &= 0x07; }
-        else return 0;
+        if (c < 0x80) {
+            s++;
+            continue;
+        }
+        if ((c & 0xE0) == 0xC0) {
+            n = 1;
+            min = 0x80;
+            c &= 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            n = 2;
+            min = 0x800;
+            c &= 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            n = 3;
+            min = 0x10000;
+            c &= 0x07;
+        } else
+            return 0;
         for (int i = 1; i <= n; i++) {
             if ((s[i] & 0xC0) != 0x80) return 0;
             c = (c << 6) | (s[i] & 0x3F);
@@ -142,8 +155,8 @@ static void fmt_shape(char *buf, size_t len, const int64_t *shape, int rank)
 }
 
 /* Checks one group of keys (same base) and fills tensor t from it. */
-static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, int n, psc_export_tensor_t *t,
-                      char *err, size_t errlen)
+static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, int n, psc_export_tensor_t *t, char *err,
+                      size_t errlen)
 {
     const psc_export_piece_t *p0 = &pieces[k[0].idx];
     memset(t, 0, sizeof *t);
@@ -161,8 +174,8 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
         if (n > 1) {
             const psc_export_piece_t *p1 = &pieces[k[1].idx];
             if (k[1].part < 0)
-                return psc_seterr(err, errlen, PSC_EMISMATCH, "%s is held twice: by ps %d and ps %d", t->name,
-                                  p0->ps, p1->ps);
+                return psc_seterr(err, errlen, PSC_EMISMATCH, "%s is held twice: by ps %d and ps %d", t->name, p0->ps,
+                                  p1->ps);
             return psc_seterr(err, errlen, PSC_EMISMATCH,
                               "%s is both a whole variable (ps %d) and partitioned (%s on ps %d)", t->name, p0->ps,
                               p1->name, p1->ps);
@@ -201,8 +214,8 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
             return psc_seterr(err, errlen, PSC_EMISMATCH, "%s is held twice: by ps %d and ps %d", pi->name,
                               pieces[k[i - 1].idx].ps, pi->ps);
         if (k[i].part > i)
-            return psc_seterr(err, errlen, PSC_EMISMATCH, "%s/part_%d is missing (%s has part_%d on ps %d)",
-                              t->name, i, t->name, k[i].part, pi->ps);
+            return psc_seterr(err, errlen, PSC_EMISMATCH, "%s/part_%d is missing (%s has part_%d on ps %d)", t->name, i,
+                              t->name, k[i].part, pi->ps);
     }
     t->dtype = PSC_ST_F32;
     t->rank = p0->rank;
@@ -237,8 +250,8 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
     return 0;
 }
 
-int psc_export_plan(psc_export_piece_t *pieces, int npieces, psc_export_tensor_t **tensors, int *ntensors,
-                    char *err, size_t errlen)
+int psc_export_plan(psc_export_piece_t *pieces, int npieces, psc_export_tensor_t **tensors, int *ntensors, char *err,
+                    size_t errlen)
 {
     *tensors = NULL;
     *ntensors = 0;
@@ -367,6 +380,7 @@ typedef struct export_ctx {
     int nps;
     psc_rpc_channel_t **ch;
     int timeout_ms;
+    uint64_t ckpt; /* > 0: pull committed checkpoint ckpt's values */
     char job_id[64];
     psc_export_piece_t *pieces;
     int npieces;
@@ -464,6 +478,7 @@ static void fill_pull_op(const export_ctx_t *x, pull_chunk_t *c, psc_rpc_op_t *o
     r.name = (char *)p->name;
     r.offset = c->offset;
     r.length = c->len;
+    r.checkpoint = x->ckpt;
     PSC_ASSERT(psc__pull_request__get_packed_size(&r) <= EXPORT_HDR_CAP);
     memset(op, 0, sizeof *op);
     op->ch = x->ch[p->ps];
@@ -476,8 +491,7 @@ static void fill_pull_op(const export_ctx_t *x, pull_chunk_t *c, psc_rpc_op_t *o
 
 /* Runs n pull ops; checks every reply is the chunk asked for; the data is in
  * each op's reply_body (copied there when the reply was too short to split). */
-static int pull_run(const export_ctx_t *x, pull_chunk_t *chunks, psc_rpc_op_t *ops, size_t n, char *err,
-                    size_t errlen)
+static int pull_run(const export_ctx_t *x, pull_chunk_t *chunks, psc_rpc_op_t *ops, size_t n, char *err, size_t errlen)
 {
     int rc = 0;
     if (psc_rpc_run(ops, n, EXPORT_IN_FLIGHT, x->timeout_ms)) {
@@ -593,17 +607,17 @@ static int write_tensors(const export_ctx_t *x, int fd, const psc_export_tensor_
     return 0;
 }
 
-int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int timeout_ms, psc_export_info_t *info,
-                           char *err, size_t errlen)
+int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, uint64_t ckpt, int timeout_ms,
+                           psc_export_info_t *info, char *err, size_t errlen)
 {
     if (!cluster || !path || !path[0]) return psc_seterr(err, errlen, PSC_EINVAL, "export: no cluster or no path");
-    if (cluster->n[PSC_JOB_PS] < 1)
-        return psc_seterr(err, errlen, PSC_EINVAL, "export: the cluster has no ps tasks");
+    if (cluster->n[PSC_JOB_PS] < 1) return psc_seterr(err, errlen, PSC_EINVAL, "export: the cluster has no ps tasks");
     for (int i = 0; i < cluster->n[PSC_JOB_PS]; i++)
         if (!cluster->addr[PSC_JOB_PS][i])
             return psc_seterr(err, errlen, PSC_EINVAL, "export: ps %d has no address in the cluster", i);
 
-    export_ctx_t x = {.cluster = cluster, .nps = cluster->n[PSC_JOB_PS], .timeout_ms = timeout_ms};
+    export_ctx_t x = {.cluster = cluster, .nps = cluster->n[PSC_JOB_PS], .timeout_ms = timeout_ms, .ckpt = ckpt};
+    x.tables.ckpt = ckpt;
     psc_export_tensor_t *tensors = NULL;
     pull_chunk_t *chunks = NULL;
     psc_rpc_op_t *ops = NULL;
@@ -629,7 +643,8 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int t
     /* global_step (pulled first: the metadata names it) */
     int step_t = -1;
     for (int t = 0; t < nt; t++)
-        if (!tensors[t].mem && tensors[t].dtype == PSC_ST_I64 && strcmp(tensors[t].name, "global_step") == 0) step_t = t;
+        if (!tensors[t].mem && tensors[t].dtype == PSC_ST_I64 && strcmp(tensors[t].name, "global_step") == 0)
+            step_t = t;
     size_t nchunks;
     chunks = plan_chunks(&x, tensors, nt, &nchunks);
     ops = psc_xcalloc(EXPORT_ROUND_OPS, sizeof *ops);
@@ -674,9 +689,13 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int t
         goto fail;
     }
     if (info) {
-        *info = (psc_export_info_t){.tensors = nt, .pieces = x.npieces, .data_bytes = data_bytes,
-                                    .bytes = 8 + hlen + data_bytes, .has_global_step = step_t >= 0,
-                                    .global_step = step, .tables = x.tables.n};
+        *info = (psc_export_info_t){.tensors = nt,
+                                    .pieces = x.npieces,
+                                    .data_bytes = data_bytes,
+                                    .bytes = 8 + hlen + data_bytes,
+                                    .has_global_step = step_t >= 0,
+                                    .global_step = step,
+                                    .tables = x.tables.n};
         snprintf(info->job_id, sizeof info->job_id, "%s", x.job_id);
     }
     goto out;

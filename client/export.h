@@ -76,7 +76,10 @@ typedef struct psc_export_info {
 /* Writes the variables of the cluster's ps tasks (cluster->n[PSC_JOB_PS],
  * cluster->addr[PSC_JOB_PS][i]) to `path` as safetensors, and its sparse
  * tables as export_tables.h says (dense "<name>" when small, else
- * "<name>/ids" + "<name>/values"). timeout_ms is the
+ * "<name>/ids" + "<name>/values"): the live values (ckpt 0), or those
+ * committed checkpoint ckpt holds (each PS reads its shard of it; the pieces
+ * and tables are named by the live model, which must be the checkpoint's
+ * job's). timeout_ms is the
  * deadline of each call (Status, and each chunk's Pull); a PS that is down
  * fails within it. Refuses, naming the PS (index and address), when a PS is
  * unreachable, holds no model, is not ready, holds another job than ps 0, or
@@ -87,8 +90,8 @@ typedef struct psc_export_info {
  * is not what was asked; PSC_EIO: the file). On failure no file is left at
  * path (an older file there is untouched) nor at path.tmp.
  * Any thread; the caller owns every argument. */
-int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, int timeout_ms, psc_export_info_t *info,
-                           char *err, size_t errlen);
+int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, uint64_t ckpt, int timeout_ms,
+                           psc_export_info_t *info, char *err, size_t errlen);
 
 /* If name is "<base>/part_<i>" (i decimal, no sign, no leading zero), returns
  * i and sets *base_len to strlen(base); else -1. */

@@ -72,8 +72,8 @@ int export_tables_add(export_tables_t *x, const Psc__StatusReply *r, int ps, cha
 }
 
 /* Reads every row of part k of t (pages), appending to t->ids / t->vals. */
-static int fetch_part(export_table_t *t, int k, psc_rpc_channel_t *ch, int timeout_ms, size_t *cap, char *err,
-                      size_t errlen)
+static int fetch_part(export_table_t *t, int k, psc_rpc_channel_t *ch, uint64_t ckpt, int timeout_ms, size_t *cap,
+                      char *err, size_t errlen)
 {
     int64_t after = -1;
     size_t d = (size_t)t->dim;
@@ -81,6 +81,7 @@ static int fetch_part(export_table_t *t, int k, psc_rpc_channel_t *ch, int timeo
         Psc__TableRowsRequest req = PSC__TABLE_ROWS_REQUEST__INIT;
         req.table = t->name;
         req.after = after;
+        req.checkpoint = ckpt;
         uint8_t buf[256];
         psc_rpc_op_t op;
         int rc = psc_rpc_call(ch, PSC_M_TABLE_ROWS, buf, psc__table_rows_request__pack(&req, buf), timeout_ms, 0, &op);
@@ -174,7 +175,7 @@ int export_tables_fetch(export_tables_t *x, psc_rpc_channel_t **ch, int timeout_
                 return psc_seterr(err, errlen, PSC_EMISMATCH, "table %s: no PS holds part %d of %d", t->name, k,
                                   t->nparts);
         for (int k = 0; k < t->nparts; k++) {
-            int rc = fetch_part(t, k, ch[t->part_ps[k]], timeout_ms, &cap, err, errlen);
+            int rc = fetch_part(t, k, ch[t->part_ps[k]], x->ckpt, timeout_ms, &cap, err, errlen);
             if (rc) return rc;
         }
         join(t);

@@ -30,6 +30,7 @@ typedef struct export_table export_table_t;
 typedef struct export_tables {
     export_table_t *t;
     int n;
+    uint64_t ckpt; /* > 0: read the rows committed checkpoint ckpt holds (set before export_tables_fetch) */
 } export_tables_t;
 
 /* Notes the table parts of PS ps's Status reply. PSC_EMISMATCH when a part

@@ -27,6 +27,7 @@
 #include "security.h"
 #include "tf_config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -41,6 +42,7 @@ enum {
     OPT_DETACH,
     OPT_FORMAT,
     OPT_OUT,
+    OPT_CHECKPOINT,
     OPT_LOG_LEVEL,
     OPT_HELP,
     OPT_VERSION
@@ -63,8 +65,10 @@ static void usage(FILE *f)
             "  status                     cluster members and health, the job, the variables of every PS\n"
             "  stop                       cancel the running job; the daemons stay up\n"
             "  checkpoint [--reason TEXT] take a checkpoint now; waits until every PS committed it\n"
-            "  export --format safetensors -o FILE   write the current variables\n"
-            "  eval                       test-set accuracy of the current weights (the chief evaluates)\n"
+            "  export --format safetensors -o FILE [--checkpoint ID]   write the current variables, or those\n"
+            "                             of committed checkpoint ID (read on the PS, no restore)\n"
+            "  eval [--checkpoint ID]     test-set metrics of the current weights, or of committed checkpoint ID\n"
+            "                             (the chief evaluates)\n"
             "options:\n"
             "  --cluster FILE|JSON   the cluster (a cluster object or a TF_CONFIG document); default TF_CONFIG\n"
             "  --chief HOST:PORT     the chief's address (default: from the cluster)\n"
@@ -89,6 +93,7 @@ static int parse_options(int argc, char **argv, psctl_cli_t *c, const char **clu
         {"detach", no_argument, NULL, OPT_DETACH},
         {"format", required_argument, NULL, OPT_FORMAT},
         {"out", required_argument, NULL, OPT_OUT},
+        {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
         {"log_level", required_argument, NULL, OPT_LOG_LEVEL},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
@@ -117,6 +122,18 @@ static int parse_options(int argc, char **argv, psctl_cli_t *c, const char **clu
         case OPT_FORMAT: c->format = optarg; break;
         case 'o':
         case OPT_OUT: c->out = optarg; break;
+        case OPT_CHECKPOINT: {
+            char *end;
+            errno = 0;
+            unsigned long long id = strtoull(optarg, &end, 10);
+            if (*end || end == optarg || errno || id == 0 || optarg[0] == '-') {
+                fprintf(stderr, "psctl: --checkpoint: expected a checkpoint id (an integer >= 1), got \"%s\"\n",
+                        optarg);
+                return PSC_EXIT_USAGE;
+            }
+            c->checkpoint = id;
+            break;
+        }
         case OPT_LOG_LEVEL: {
             enum psc_log_level lv;
             if (psc_log_parse_level(optarg, &lv)) {

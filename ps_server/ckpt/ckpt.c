@@ -86,8 +86,8 @@ static int store_closed(const ckpt_db_t *db, char *err, size_t errlen)
 }
 
 /* Gets key; *out is NULL when absent (returns 0). */
-static int view_get(ckpt_view_t *v, const char *key, size_t klen, rocksdb_pinnableslice_t **out, char *err,
-                    size_t errlen)
+int ckpt_view_get(ckpt_view_t *v, const char *key, size_t klen, rocksdb_pinnableslice_t **out, char *err,
+                  size_t errlen)
 {
     char *e = NULL;
     *out = NULL;
@@ -109,7 +109,7 @@ static int manifest_load(ckpt_view_t *v, uint64_t id, ckpt_manifest_t *m, char *
     size_t kl = ckpt_key_manifest(key, id);
     rocksdb_pinnableslice_t *ps;
     memset(m, 0, sizeof *m);
-    int rc = view_get(v, key, kl, &ps, err, errlen);
+    int rc = ckpt_view_get(v, key, kl, &ps, err, errlen);
     if (rc) return rc;
     if (!ps) return psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " not found", id);
     size_t n;
@@ -125,7 +125,7 @@ static int tensor_check(ckpt_view_t *v, uint64_t id, const ckpt_entry_t *e, void
     char key[CKPT_KEY_MAX];
     size_t kl = ckpt_key_tensor(key, id, e->name);
     rocksdb_pinnableslice_t *ps;
-    int rc = view_get(v, key, kl, &ps, err, errlen);
+    int rc = ckpt_view_get(v, key, kl, &ps, err, errlen);
     if (rc) return rc;
     if (!ps)
         return psc_seterr(err, errlen, PSC_ECORRUPT,
@@ -597,7 +597,7 @@ static int writer_check_rows(ckpt_writer_t *w)
 static int check_new_id(ckpt_writer_t *w, ckpt_view_t *v, const char *key, size_t kl, char *err, size_t errlen)
 {
     rocksdb_pinnableslice_t *ps;
-    int rc = view_get(v, key, kl, &ps, err, errlen);
+    int rc = ckpt_view_get(v, key, kl, &ps, err, errlen);
     if (rc || !ps) return rc;
     ckpt_manifest_t old;
     size_t n;
@@ -719,7 +719,7 @@ static int commit_write(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
     ckpt_view_t v;
     view_latest(db, &v);
     rocksdb_pinnableslice_t *ps;
-    int rc = view_get(&v, key, kl, &ps, err, errlen);
+    int rc = ckpt_view_get(&v, key, kl, &ps, err, errlen);
     if (rc) return rc;
     PSC_ASSERT(ps); /* under wlock, just scanned */
     size_t n;

@@ -320,6 +320,25 @@ int ckpt_read_rows(ckpt_db_t *db, uint64_t id, const char *table,
                    int (*fn)(void *arg, int64_t row, const void *rec, size_t len), void *arg, char *err,
                    size_t errlen);
 
+/* A page of ckpt_read_rows: the rows with id > after, at most max (> 0) of
+ * them, *more = 1 when rows with larger ids exist (ask again with after =
+ * the last row passed). Each page seeks in every chain checkpoint, so paging
+ * through a table reads each row version once; the manifests' counts are not
+ * checked (a page sees part of them: ckpt_verify checks them). */
+int ckpt_read_rows_page(ckpt_db_t *db, uint64_t id, const char *table, int64_t after, size_t max,
+                        int (*fn)(void *arg, int64_t row, const void *rec, size_t len), void *arg, int *more, char *err,
+                        size_t errlen);
+
+/* Single rows of table `table` as of checkpoint `id` (a Restore-free read:
+ * the evaluator's pulls of a checkpoint): for each rows[i] that has a version
+ * in id's T-chain, fn(arg, i, rec, len) with its newest one (length and CRC
+ * checked); a row without one (never written, or a negative id) is skipped.
+ * One snapshot; a lookup per chain checkpoint, newest first, until found.
+ * A nonzero return of fn stops and is returned. PSC_ENOTFOUND (no checkpoint
+ * id, no table), PSC_ECORRUPT naming the checkpoint, table and row, PSC_EIO. */
+int ckpt_get_rows(ckpt_db_t *db, uint64_t id, const char *table, const int64_t *rows, size_t n,
+                  int (*fn)(void *arg, size_t i, const void *rec, size_t len), void *arg, char *err, size_t errlen);
+
 /* Checks the length and CRC-32C of every tensor of checkpoint `id`, that its
  * chain is whole, and for each table of id every row version of every
  * checkpoint of the table's chain: key, length, CRC-32C, and the count and

@@ -222,6 +222,11 @@ typedef struct ckpt_view {
 
 void ckpt_view_open(ckpt_db_t *db, ckpt_view_t *v);
 void ckpt_view_close(ckpt_view_t *v);
+struct rocksdb_pinnableslice_t;
+/* The value under key in the view: 0 with *out (NULL when absent; else the
+ * caller destroys it), or PSC_EIO naming the problem. */
+int ckpt_view_get(ckpt_view_t *v, const char *key, size_t klen, struct rocksdb_pinnableslice_t **out, char *err,
+                  size_t errlen);
 /* Every manifest in the view, id ascending, as *out (*n items; the caller
  * frees with ckpt_scan_free). A damaged one is an item with rc != 0; a failed
  * iteration is the function's PSC_EIO. */

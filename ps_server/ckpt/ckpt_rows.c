@@ -345,6 +345,9 @@ typedef struct merge {
     merge_src_t *s; /* the T-chain, newest first */
     int *heap;      /* indexes into s: the smallest (row, index) on top */
     int nheap;
+    int64_t from; /* the first row read (a page: > 0, and the counts are not checked) */
+    size_t max;   /* rows passed on, then stop (0: all) */
+    int more;     /* stopped at max with rows left */
 } merge_t;
 
 static int merge_less(const merge_t *mg, int a, int b)
@@ -372,7 +375,7 @@ static int merge_load(merge_t *mg, merge_src_t *s, char *why, size_t whylen)
 {
     if (!rocksdb_iter_valid(s->r.it)) {
         int rc = rows_it_error(&s->r, mg->v, why, whylen);
-        return rc ? rc : rows_count_check(s->id, s->t, s->seen, why, whylen);
+        return rc || mg->from > 0 ? rc : rows_count_check(s->id, s->t, s->seen, why, whylen);
     }
     size_t kl;
     const char *k = rocksdb_iter_key(s->r.it, &kl);
@@ -392,7 +395,11 @@ static int merge_run(merge_t *mg, int ns, uint64_t id, int (*fn)(void *arg, int6
         if (st) mg->heap[mg->nheap++] = k;
     }
     for (int i = mg->nheap / 2 - 1; i >= 0; i--) heap_down(mg, i);
-    while (mg->nheap) {
+    for (size_t passed = 0; mg->nheap; passed++) {
+        if (mg->max && passed == mg->max) {
+            mg->more = 1;
+            return 0;
+        }
         merge_src_t *s = &mg->s[mg->heap[0]];
         int64_t row = s->row;
         size_t vl;
@@ -433,14 +440,21 @@ static int merge_open(merge_t *mg, const ckpt_scan_item_t *items, int n, int i, 
             mg->s[k].id = c->id;
             mg->s[k].t = ckpt_manifest_find_table(&c->m, table);
             rows_it_open(&mg->s[k].r, mg->v, c->id, table);
+            if (mg->from > 0) {
+                char key[CKPT_ROW_KEY_MAX];
+                memcpy(key, mg->s[k].r.key, mg->s[k].r.plen);
+                ckpt_key_row_set(key, mg->s[k].r.plen, mg->from);
+                rocksdb_iter_seek(mg->s[k].r.it, key, mg->s[k].r.plen + 8);
+            }
         }
     }
     free(chain);
     return tl;
 }
 
-int ckpt_read_rows(ckpt_db_t *db, uint64_t id, const char *table,
-                   int (*fn)(void *arg, int64_t row, const void *rec, size_t len), void *arg, char *err, size_t errlen)
+static int read_rows(ckpt_db_t *db, uint64_t id, const char *table, int64_t from, size_t max, int *more,
+                     int (*fn)(void *arg, int64_t row, const void *rec, size_t len), void *arg, char *err,
+                     size_t errlen)
 {
     PSC_ASSERT(db && fn);
     if (!table) return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": NULL table name", id);
@@ -457,14 +471,86 @@ int ckpt_read_rows(ckpt_db_t *db, uint64_t id, const char *table,
     if (!rc && !ckpt_manifest_find_table(&items[i].m, table))
         rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " has no table \"%.200s\"", id, table);
     if (!rc) {
-        merge_t mg = {.v = &v};
+        merge_t mg = {.v = &v, .from = from, .max = max};
         int ns = merge_open(&mg, items, n, i, table, err, errlen);
         rc = ns < 0 ? ns : merge_run(&mg, ns, id, fn, arg, err, errlen);
+        if (more) *more = mg.more;
         for (int k = 0; k < ns; k++) rows_it_close(&mg.s[k].r);
         free(mg.s);
         free(mg.heap);
     }
     ckpt_scan_free(items, n);
+    ckpt_view_close(&v);
+    return rc;
+}
+
+int ckpt_read_rows(ckpt_db_t *db, uint64_t id, const char *table,
+                   int (*fn)(void *arg, int64_t row, const void *rec, size_t len), void *arg, char *err, size_t errlen)
+{
+    return read_rows(db, id, table, 0, 0, NULL, fn, arg, err, errlen);
+}
+
+int ckpt_read_rows_page(ckpt_db_t *db, uint64_t id, const char *table, int64_t after, size_t max,
+                        int (*fn)(void *arg, int64_t row, const void *rec, size_t len), void *arg, int *more, char *err,
+                        size_t errlen)
+{
+    PSC_ASSERT(max > 0 && more);
+    *more = 0;
+    if (after >= INT64_MAX) return 0;
+    return read_rows(db, id, table, after < 0 ? 0 : after + 1, max, more, fn, arg, err, errlen);
+}
+
+/* ---- single rows of a table as of a checkpoint: a lookup down its chain ---- */
+
+int ckpt_get_rows(ckpt_db_t *db, uint64_t id, const char *table, const int64_t *rows, size_t n,
+                  int (*fn)(void *arg, size_t i, const void *rec, size_t len), void *arg, char *err, size_t errlen)
+{
+    PSC_ASSERT(db && fn && (rows || n == 0));
+    if (!table) return psc_seterr(err, errlen, PSC_EINVAL, "checkpoint %" PRIu64 ": NULL table name", id);
+    ckpt_view_t v;
+    ckpt_view_open(db, &v);
+    ckpt_scan_item_t *items;
+    int nitems, i, *chain = NULL, len = 0, tl = 0;
+    int rc = ckpt_scan_manifests(&v, &items, &nitems, err, errlen);
+    if (rc) {
+        ckpt_view_close(&v);
+        return rc;
+    }
+    rc = find_item(items, nitems, id, &i, err, errlen);
+    if (!rc && !ckpt_manifest_find_table(&items[i].m, table))
+        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %" PRIu64 " has no table \"%.200s\"", id, table);
+    if (!rc) rc = ckpt_chain(items, nitems, i, &chain, &len, err, errlen);
+    if (!rc) {
+        tl = ckpt_chain_table(items, chain, len, table, err, errlen);
+        if (tl < 0) rc = tl;
+    }
+    char(*keys)[CKPT_ROW_KEY_MAX] = psc_xmalloc((size_t)(tl > 0 ? tl : 1) * sizeof *keys);
+    size_t plen = 0;
+    for (int k = 0; k < tl; k++) plen = ckpt_key_row_prefix(keys[k], items[chain[k]].id, table);
+    char why[400];
+    for (size_t j = 0; j < n && !rc; j++) {
+        if (rows[j] < 0) continue;
+        for (int k = 0; k < tl; k++) {
+            ckpt_key_row_set(keys[k], plen, rows[j]);
+            rocksdb_pinnableslice_t *ps = NULL;
+            if ((rc = ckpt_view_get(&v, keys[k], plen + 8, &ps, err, errlen))) break;
+            if (!ps) continue;
+            size_t vl;
+            const unsigned char *val = (const unsigned char *)rocksdb_pinnableslice_value(ps, &vl);
+            const ckpt_scan_item_t *c = &items[chain[k]];
+            rc = ckpt_row_value_check(c->id, ckpt_manifest_find_table(&c->m, table), rows[j], val, vl, NULL, why,
+                                      sizeof why);
+            if (rc)
+                chain_err(id, c->id, rc, why, err, errlen);
+            else
+                rc = fn(arg, j, val + CKPT_ROW_HEADER, vl - CKPT_ROW_HEADER);
+            rocksdb_pinnableslice_destroy(ps);
+            break;
+        }
+    }
+    free(keys);
+    free(chain);
+    ckpt_scan_free(items, nitems);
     ckpt_view_close(&v);
     return rc;
 }

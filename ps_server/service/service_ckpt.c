@@ -89,9 +89,9 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
         goto out;
     }
     if (held >= 0) ckpt_set_step(w, held); /* this shard holds global_step: its value is the step */
-    if (svc->debug_save_delay_ms > 0) { /* tests: a window in which to kill the PS mid-save */
-        PSC_INFO("checkpoint %llu: shard copied; writing it in %d ms (--debug_save_delay_ms)", (unsigned long long)r->id,
-                 svc->debug_save_delay_ms);
+    if (svc->debug_save_delay_ms > 0) {    /* tests: a window in which to kill the PS mid-save */
+        PSC_INFO("checkpoint %llu: shard copied; writing it in %d ms (--debug_save_delay_ms)",
+                 (unsigned long long)r->id, svc->debug_save_delay_ms);
         struct timespec ts = {svc->debug_save_delay_ms / 1000, (long)(svc->debug_save_delay_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -158,8 +158,8 @@ static int fetch_from_ckpt(void *arg, const char *name, void **data, size_t *len
     return ckpt_read(src->db, src->id, name, data, len, err, errlen);
 }
 
-static int rows_from_ckpt(void *arg, const char *name, int (*put)(void *, int64_t, const void *, size_t),
-                          void *put_arg, char *err, size_t errlen)
+static int rows_from_ckpt(void *arg, const char *name, int (*put)(void *, int64_t, const void *, size_t), void *put_arg,
+                          char *err, size_t errlen)
 {
     restore_src_t *src = arg;
     return ckpt_read_rows(src->db, src->id, name, put, put_arg, err, errlen);
@@ -316,6 +316,78 @@ void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Pul
     free(data);
     ps_metrics_add_pull_bytes(svc->metrics, r->length);
     svc_reply_chunk(call, buf, bound, r->name, r->offset, len, 0, r->length, info.step, 0);
+}
+
+/* Committed checkpoint id of the job this PS holds (a table's rows read from
+ * it take the live table's shape and initial values): 0 or the code with err. */
+static int ckpt_of_job(ps_service_t *svc, uint64_t id, ckpt_info_t *info, char *err, size_t errlen)
+{
+    if (!svc->ckpt)
+        return psc_seterr(err, errlen, PSC_ENOTREADY, "ps_server %d has no --checkpoint_dir", svc->task_index);
+    int rc = ckpt_get_info(svc->ckpt, id, info, err, errlen);
+    if (rc == 0 && !info->committed)
+        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %llu was never committed", (unsigned long long)id);
+    char have[17] = "";
+    store_is_ready(svc->store, have);
+    if (rc == 0 && strcmp(info->job_id, have) != 0)
+        rc = psc_seterr(err, errlen, PSC_EMISMATCH, "checkpoint %llu belongs to job %s; this ps_server holds %s%s",
+                        (unsigned long long)id, info->job_id, have[0] ? "job " : "no model", have);
+    return rc;
+}
+
+typedef struct rows_out {
+    float *vals;  /* row i's values at vals + i * dim */
+    int64_t *ids; /* a page: the ids, in order (NULL: by index) */
+    size_t n;     /* a page: rows so far */
+    int dim;
+    size_t record; /* bytes of a row record: int64 t, then the dim values, then slots */
+} rows_out_t;
+
+static int row_at(void *arg, size_t i, const void *rec, size_t len)
+{
+    rows_out_t *o = arg;
+    if (len != o->record) return PSC_ECORRUPT; /* another table's shape: never this job's */
+    memcpy(o->vals + i * (size_t)o->dim, (const unsigned char *)rec + 8, (size_t)o->dim * 4);
+    return 0;
+}
+
+static int row_next(void *arg, int64_t row, const void *rec, size_t len)
+{
+    rows_out_t *o = arg;
+    o->ids[o->n] = row;
+    return row_at(arg, o->n++, rec, len);
+}
+
+int svc_sparse_pull_checkpoint(ps_service_t *svc, const Psc__SparsePull *p, float *dst, size_t cap, int *dim,
+                               int64_t *version, char *err, size_t errlen)
+{
+    ckpt_info_t info;
+    size_t n = p->ids.len / 8, record = 0;
+    int rc = ckpt_of_job(svc, p->checkpoint, &info, err, errlen);
+    if (!rc) rc = store_sparse_initial(svc->store, p->table, p->ids.data, n, dst, cap, dim, &record, err, errlen);
+    if (rc) return rc;
+    int64_t *ids = psc_xmalloc(n ? n * 8 : 8); /* the wire's bytes need not be aligned */
+    if (n) memcpy(ids, p->ids.data, n * 8);
+    rows_out_t o = {.vals = dst, .dim = *dim, .record = record};
+    rc = ckpt_get_rows(svc->ckpt, p->checkpoint, p->table, ids, n, row_at, &o, err, errlen);
+    free(ids);
+    *version = info.step;
+    return rc;
+}
+
+int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, int dim, size_t max, int64_t *ids,
+                              float *vals, size_t *n, int *more, char *err, size_t errlen)
+{
+    ckpt_info_t info;
+    int rc = ckpt_of_job(svc, r->checkpoint, &info, err, errlen);
+    if (rc) return rc;
+    size_t record = 0;
+    float probe;
+    if ((rc = store_sparse_initial(svc->store, r->table, "", 0, &probe, 0, &dim, &record, err, errlen))) return rc;
+    rows_out_t o = {.vals = vals, .ids = ids, .dim = dim, .record = record};
+    rc = ckpt_read_rows_page(svc->ckpt, r->checkpoint, r->table, r->after, max, row_next, &o, more, err, errlen);
+    *n = o.n;
+    return rc;
 }
 
 /* ---- the fence of an async checkpoint (service_fence.c) ---- */

@@ -275,6 +275,16 @@ double svc_fence_unpin(ps_service_t *svc, uint64_t id);
 /* A Pull from committed checkpoint r->checkpoint (service.c's Pull handler
  * hands it over). */
 void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__PullRequest *r);
+/* A SparsePull from committed checkpoint p->checkpoint of the job this PS
+ * holds (service_ckpt.c): the rows it holds, the initial values of the ids it
+ * does not, into dst (room for cap floats); *version = the checkpoint's step.
+ * 0 or the code with err. */
+int svc_sparse_pull_checkpoint(ps_service_t *svc, const Psc__SparsePull *p, float *dst, size_t cap, int *dim,
+                               int64_t *version, char *err, size_t errlen);
+/* A page of TableRows from committed checkpoint r->checkpoint (service_ckpt.c):
+ * ids (room for max) and their values (max * dim floats). */
+int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, int dim, size_t max, int64_t *ids,
+                              float *vals, size_t *n, int *more, char *err, size_t errlen);
 void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);

@@ -30,8 +30,8 @@ int svc_tables_from_pb(const Psc__CreateRequest *r, const psc_optim_config_t *jo
     for (size_t i = 0; i < r->n_tables && !rc; i++) {
         const Psc__TableSpec *t = r->tables[i];
         if (!t->name[0] || strlen(t->name) >= sizeof c[i].name) {
-            rc = psc_seterr(err, errlen, PSC_EINVAL, "sparse table %zu: name of %zu bytes (1..%zu)", i,
-                            strlen(t->name), sizeof c[i].name - 1);
+            rc = psc_seterr(err, errlen, PSC_EINVAL, "sparse table %zu: name of %zu bytes (1..%zu)", i, strlen(t->name),
+                            sizeof c[i].name - 1);
             break;
         }
         snprintf(c[i].name, sizeof c[i].name, "%s", t->name);
@@ -161,8 +161,8 @@ int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
     return 0;
 }
 
-int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen,
-                    size_t bytes, Psc__SparseRows *rows, Psc__SparseRows **ptrs, uint8_t *data)
+int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen, size_t bytes,
+                    Psc__SparseRows *rows, Psc__SparseRows **ptrs, uint8_t *data)
 {
     char err[512];
     size_t at = 0;
@@ -173,7 +173,9 @@ int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
         int64_t version = 0;
         int dim = 0, rc = 0;
         float *dst = (float *)(void *)(data + at);
-        if (sync && p->min_step > 0 && !p->read_only) { /* version: the part's step */
+        if (p->checkpoint) {
+            rc = svc_sparse_pull_checkpoint(svc, p, dst, (bytes - at) / 4, &dim, &version, err, sizeof err);
+        } else if (sync && p->min_step > 0 && !p->read_only) { /* version: the part's step */
             rc = store_sparse_check(svc->store, p->table, p->ids.data, n, NULL, 0, &dim, NULL, err, sizeof err);
             if (!rc && n * (size_t)dim * 4 > bytes - at)
                 rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "sparse table %s changed under the batch", p->table);
@@ -181,8 +183,8 @@ int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
                 rc = store_sparse_pull_sync(svc->store, p->table, p->ids.data, n, p->min_step, dst, &version, err,
                                             sizeof err);
         } else {
-            rc = store_sparse_pull(svc->store, p->table, p->ids.data, n, dst, (bytes - at) / 4, p->read_only, gen,
-                                   &dim, &version, err, sizeof err);
+            rc = store_sparse_pull(svc->store, p->table, p->ids.data, n, dst, (bytes - at) / 4, p->read_only, gen, &dim,
+                                   &version, err, sizeof err);
         }
         if (rc) {
             svc_fail(svc, call, rc, "batch sparse pull %zu: %s", i, err);
@@ -210,7 +212,7 @@ void svc_status_tables(ps_service_t *svc, Psc__StatusReply *rep, void **mem)
     char *block = psc_xcalloc(1, sz * (sizeof(Psc__TableStatus) + sizeof(Psc__TableStatus *) + sizeof info->cfg.name));
     Psc__TableStatus *ts = (Psc__TableStatus *)(void *)block;
     Psc__TableStatus **tp = (Psc__TableStatus **)(void *)(ts + sz);
-    char (*names)[sizeof info->cfg.name] = (void *)(tp + sz);
+    char(*names)[sizeof info->cfg.name] = (void *)(tp + sz);
     for (int i = 0; i < n; i++) {
         psc__table_status__init(&ts[i]);
         memcpy(names[i], info[i].cfg.name, sizeof names[i]);
@@ -257,8 +259,12 @@ void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void
     int64_t *ids = malloc(max * sizeof *ids);
     float *vals = malloc(max * (size_t)dim * sizeof *vals);
     int more = 0;
-    rc = ids && vals ? store_table_rows(svc->store, r->table, r->after, max, ids, vals, &n, &more, err, sizeof err)
-                     : psc_seterr(err, sizeof err, PSC_ENOMEM, "cannot allocate a page of %zu rows", max);
+    if (!ids || !vals)
+        rc = psc_seterr(err, sizeof err, PSC_ENOMEM, "cannot allocate a page of %zu rows", max);
+    else if (r->checkpoint)
+        rc = svc_table_rows_checkpoint(svc, r, dim, max, ids, vals, &n, &more, err, sizeof err);
+    else
+        rc = store_table_rows(svc->store, r->table, r->after, max, ids, vals, &n, &more, err, sizeof err);
     if (rc) {
         svc_fail(svc, call, rc, "%s", err);
     } else {

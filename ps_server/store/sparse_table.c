@@ -427,6 +427,16 @@ int sparse_table_read(sparse_table_t *t, const void *ids, size_t n, float *out)
     return rc;
 }
 
+void sparse_table_initial(const sparse_table_t *t, const void *ids, size_t n, float *out)
+{
+    const int dim = t->cfg.dim;
+    for (size_t i = 0; i < n; i++) {
+        int64_t id;
+        memcpy(&id, (const unsigned char *)ids + 8 * i, 8);
+        psc_table_row_init(&t->cfg.init, t->cfg.seed, t->name_hash, id, out + i * (size_t)dim, dim);
+    }
+}
+
 int sparse_table_pull(sparse_table_t *t, const void *ids, size_t n, float *out)
 {
     req_t q = {.ids = ids, .n = n, .out = out};

@@ -107,6 +107,9 @@ int sparse_table_pull(sparse_table_t *t, const void *ids, size_t n, float *out);
  * values it would be created with (evaluation: ids seen only in test data
  * grow neither the table nor its checkpoints). */
 int sparse_table_read(sparse_table_t *t, const void *ids, size_t n, float *out);
+/* The values ids would be created with (psc_table_row_init), whatever rows
+ * exist: a checkpoint's reader fills in the ids it does not hold. */
+void sparse_table_initial(const sparse_table_t *t, const void *ids, size_t n, float *out);
 /* Applies n checked, unique ids' gradient rows (n*dim float32 LE, any
  * alignment) with learning rate lr, creating missing rows first. If out is
  * non-NULL the updated rows are copied there (push-pull). version += 1.

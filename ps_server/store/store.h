@@ -199,6 +199,11 @@ int store_sparse_check(store_t *s, const char *table, const void *ids, size_t n,
  * changes the generation, and the request is checked again). */
 int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, size_t cap,
                       int read_only, uint64_t checked, int *dim, int64_t *version, char *err, size_t errlen);
+/* store_sparse_pull's checks, then the initial values of the n ids into out
+ * (sparse_table_initial), for a checkpoint's reader to overwrite with the
+ * rows the checkpoint holds; *record_bytes = a row record's size. */
+int store_sparse_initial(store_t *s, const char *table, const void *ids, size_t n, float *out, size_t cap, int *dim,
+                         size_t *record_bytes, char *err, size_t errlen);
 /* Applies n unique ids' gradient rows with the table's optimizer at the
  * learning rate of its schedule (store_note_step). Checks as
  * store_sparse_check first, unless `checked` is as for store_sparse_pull: a

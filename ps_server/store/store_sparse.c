@@ -21,9 +21,8 @@
 static int cfg_same(const sparse_table_cfg_t *a, const sparse_table_cfg_t *b)
 {
     return strcmp(a->name, b->name) == 0 && a->rows == b->rows && a->nparts == b->nparts && a->part == b->part &&
-           a->partition == b->partition && a->dim == b->dim && a->init.kind == b->init.kind &&
-           a->init.a == b->init.a && a->init.b == b->init.b && a->seed == b->seed &&
-           store_optim_same(&a->opt, &b->opt);
+           a->partition == b->partition && a->dim == b->dim && a->init.kind == b->init.kind && a->init.a == b->init.a &&
+           a->init.b == b->init.b && a->seed == b->seed && store_optim_same(&a->opt, &b->opt);
 }
 
 /* Compares a request with the existing parts (caller holds s->lock). */
@@ -53,8 +52,7 @@ int store_check_tables(const store_var_spec_t *vars, int nvars, const sparse_tab
                 return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: declared twice", tables[i].name);
         for (int j = 0; j < nvars; j++)
             if (strcmp(tables[i].name, vars[j].name) == 0)
-                return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: a variable has that name",
-                                  tables[i].name);
+                return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: a variable has that name", tables[i].name);
     }
     return 0;
 }
@@ -67,8 +65,7 @@ static int check_names(const store_t *s, const sparse_table_cfg_t *tables, int n
                 return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: declared twice", tables[i].name);
         for (int j = 0; j < s->nvars; j++)
             if (strcmp(tables[i].name, s->vars[j]->name) == 0)
-                return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: a variable has that name",
-                                  tables[i].name);
+                return psc_seterr(err, errlen, PSC_EINVAL, "sparse table %s: a variable has that name", tables[i].name);
         int rc = store_check_optim(&tables[i].opt, err, errlen);
         if (rc) return rc;
     }
@@ -121,8 +118,8 @@ int store_create_tables(store_t *s, const char *job_id, const sparse_table_cfg_t
     return rc ? store_reject(s, rc) : 0;
 }
 
-int store_table_get(store_t *s, const char *table, sparse_table_t **out, store_table_t **slot,
-                    psc_optim_config_t *opt, uint64_t *gen, char *err, size_t errlen)
+int store_table_get(store_t *s, const char *table, sparse_table_t **out, store_table_t **slot, psc_optim_config_t *opt,
+                    uint64_t *gen, char *err, size_t errlen)
 {
     int rc = 0;
     *out = NULL;
@@ -154,7 +151,7 @@ int store_table_get(store_t *s, const char *table, sparse_table_t **out, store_t
 }
 
 int store_table_check_request(const sparse_table_t *t, const void *ids, size_t n, const void *grads, size_t glen,
-                         char *err, size_t errlen)
+                              char *err, size_t errlen)
 {
     const sparse_table_cfg_t *c = sparse_table_config(t);
     char why[384];
@@ -195,8 +192,8 @@ static int resolve_checked(store_t *s, const char *table, const void *ids, size_
     return rc;
 }
 
-int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, size_t cap,
-                      int read_only, uint64_t checked, int *dim, int64_t *version, char *err, size_t errlen)
+int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, float *out, size_t cap, int read_only,
+                      uint64_t checked, int *dim, int64_t *version, char *err, size_t errlen)
 {
     sparse_table_t *t;
     fence_enter(s);
@@ -215,6 +212,25 @@ int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, 
             count(&s->pulls, 1);
             count(&s->bytes_pulled, (uint64_t)n * (uint64_t)sparse_table_config(t)->dim * 4);
         }
+    }
+    fence_leave(s);
+    return rc ? store_reject(s, rc) : 0;
+}
+
+int store_sparse_initial(store_t *s, const char *table, const void *ids, size_t n, float *out, size_t cap, int *dim,
+                         size_t *record_bytes, char *err, size_t errlen)
+{
+    sparse_table_t *t;
+    fence_enter(s);
+    int rc = resolve_checked(s, table, ids, n, NULL, 0, 0, &t, NULL, err, errlen);
+    if (!rc && (uint64_t)n * (uint64_t)sparse_table_config(t)->dim > cap)
+        rc = psc_seterr(err, errlen, PSC_EMISMATCH, "sparse table %s: %zu rows of dim %d exceed the %zu floats given",
+                        table, n, sparse_table_config(t)->dim, cap);
+    if (!rc) {
+        sparse_table_initial(t, ids, n, out);
+        *dim = sparse_table_config(t)->dim;
+        *record_bytes = sparse_table_record_bytes(t);
+        count(&s->pulls, 1);
     }
     fence_leave(s);
     return rc ? store_reject(s, rc) : 0;

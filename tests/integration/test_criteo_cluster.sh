@@ -97,7 +97,43 @@ grep -q "^test log loss: 0\.[0-9]" "$TMP/train.out" || fail "psctl train printed
 grep -q "succeeded.*auc 0\.[0-9]*).* test AUC $auc" "$TMP/status.out" || fail "status: $(cat "$TMP/status.out")"
 "${PSCTL[@]}" eval >"$TMP/eval.out" 2>"$TMP/eval.err" || fail "psctl eval exited $?: $(cat "$TMP/eval.err")"
 grep -q "^test AUC: $auc$" "$TMP/eval.out" || fail "eval of the final weights: $(cat "$TMP/eval.out"), the job's $auc"
-for _ in $(seq 100); do grep -q "the live model's test AUC 0\." "$TMP/evaluator.log" && break; sleep 0.2; done
-grep -q "the live model's test AUC 0\." "$TMP/evaluator.log" || fail "the evaluator evaluated no checkpoint"
+for _ in $(seq 100); do grep -q "): test AUC 0\." "$TMP/evaluator.log" && break; sleep 0.2; done
+grep -q "): test AUC 0\." "$TMP/evaluator.log" || fail "the evaluator evaluated no checkpoint"
 echo "standalone: test AUC $auc"
+# the evaluator evaluates each checkpoint itself (dense values and table rows read from it on
+# the PS, no restore): psctl eval --checkpoint K gives the AUC it logged for K after training
+# moved on; the final checkpoint exports the live model's bytes, an earlier one other bytes;
+# an id that is not a committed checkpoint is refused by both
+last=$(sed -n 's/.*checkpoint \([0-9]*\) (.*) committed on every ps.*/\1/p' "$TMP/sa-worker0.log" | tail -1)
+[ -n "$last" ] || fail "the chief logged no committed checkpoint"
+ids=""
+for _ in $(seq 300); do # the evaluator goes through the checkpoints in order, up to the final one
+    ids=$(sed -n 's/.*evaluator: checkpoint \([0-9]*\) (step [0-9]*): test AUC .*/\1/p' "$TMP/evaluator.log")
+    echo "$ids" | grep -qx "$last" && break
+    sleep 0.2
+done
+echo "$ids" | grep -qx "$last" || fail "the evaluator did not evaluate the final checkpoint $last: $ids"
+[ "$(echo "$ids" | grep -c .)" -ge 2 ] || fail "the evaluator evaluated fewer than 2 checkpoints: $ids"
+k=$(echo "$ids" | tail -2 | head -1)
+k_auc=$(sed -n "s/.*evaluator: checkpoint $k (step [0-9]*): test AUC \([0-9.]*\) .*/\1/p" "$TMP/evaluator.log")
+"${PSCTL[@]}" eval --checkpoint "$k" >"$TMP/eval-k.out" 2>"$TMP/eval-k.err" ||
+    fail "psctl eval --checkpoint $k exited $?: $(cat "$TMP/eval-k.err")"
+grep -q "^test AUC: $k_auc$" "$TMP/eval-k.out" ||
+    fail "eval of checkpoint $k: $(cat "$TMP/eval-k.out"); the evaluator logged $k_auc"
+grep -q "evaluated checkpoint $k (global_step" "$TMP/eval-k.err" || fail "eval --checkpoint: $(cat "$TMP/eval-k.err")"
+"${PSCTL[@]}" export --format safetensors -o "$TMP/live.st" >/dev/null 2>&1 || fail "psctl export failed"
+"${PSCTL[@]}" export --format safetensors -o "$TMP/last.st" --checkpoint "$last" >"$TMP/exp.out" 2>&1 ||
+    fail "psctl export --checkpoint $last: $(cat "$TMP/exp.out")"
+grep -q "of job [0-9a-f]* checkpoint $last at global_step" "$TMP/exp.out" || fail "export: $(cat "$TMP/exp.out")"
+cmp -s "$TMP/live.st" "$TMP/last.st" || fail "the final checkpoint $last exports other bytes than the live model"
+"${PSCTL[@]}" export --format safetensors -o "$TMP/k.st" --checkpoint "$k" >/dev/null 2>&1 || fail "export of $k failed"
+cmp -s "$TMP/live.st" "$TMP/k.st" && fail "checkpoint $k exports the live model's bytes: not read from the checkpoint"
+"${PSCTL[@]}" eval --checkpoint 999999 >/dev/null 2>"$TMP/eval-bad.err" && fail "eval of checkpoint 999999 succeeded"
+grep -q "checkpoint 999999 is not a committed checkpoint of job .* (kept: .*$last)" "$TMP/eval-bad.err" ||
+    fail "eval of a missing checkpoint: $(cat "$TMP/eval-bad.err")"
+"${PSCTL[@]}" export --format safetensors -o "$TMP/bad.st" --checkpoint 999999 >/dev/null 2>"$TMP/exp-bad.err" &&
+    fail "export of checkpoint 999999 succeeded"
+grep -q "checkpoint 999999" "$TMP/exp-bad.err" || fail "export of a missing checkpoint: $(cat "$TMP/exp-bad.err")"
+[ ! -e "$TMP/bad.st" ] || fail "a failed export left a file"
+echo "standalone: checkpoint $k AUC $k_auc (evaluator = psctl eval --checkpoint); checkpoint $last exports the live bytes"
 pass "a DLRM-style model on synthetic Criteo data reaches the planted AUC - 0.03, async and sync; psctl and the evaluator report AUC"

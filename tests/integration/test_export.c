@@ -177,7 +177,7 @@ static void expect_export_fails(char **addrs, int n, const char *path, const fil
     psc_cluster_t cl = cluster_of(addrs, n);
     char err[1024] = "";
     psc_export_info_t info;
-    int rc = psc_export_safetensors(&cl, path, TIMEOUT_MS, &info, err, sizeof err);
+    int rc = psc_export_safetensors(&cl, path, 0, TIMEOUT_MS, &info, err, sizeof err);
     fprintf(stderr, "  refused as expected: %s\n", err);
     assert_true(rc < 0);
     if (!strstr(err, needle) || (needle2 && !strstr(err, needle2)))
@@ -267,7 +267,7 @@ static void test_export_round_trip(void **state)
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     psc_export_info_t info;
     double t0 = psc_now();
-    if (psc_export_safetensors(&cl, path, TIMEOUT_MS, &info, err, sizeof err)) fail_msg("export: %s", err);
+    if (psc_export_safetensors(&cl, path, 0, TIMEOUT_MS, &info, err, sizeof err)) fail_msg("export: %s", err);
     fprintf(stderr, "  exported %d tensors (%d pieces), %llu bytes in %.3f s\n", info.tensors, info.pieces,
             (unsigned long long)info.bytes, psc_now() - t0);
     int64_t pulled_step = -1;
@@ -352,7 +352,7 @@ static void test_export_round_trip(void **state)
     /* and alone, that job exports fine to another file */
     char path2[512];
     snprintf(path2, sizeof path2, "%s/other.safetensors", dir);
-    if (psc_export_safetensors(&cl2, path2, TIMEOUT_MS, &info, err, sizeof err)) fail_msg("export other: %s", err);
+    if (psc_export_safetensors(&cl2, path2, 0, TIMEOUT_MS, &info, err, sizeof err)) fail_msg("export other: %s", err);
     assert_int_equal(info.tensors, 1);
     assert_false(info.has_global_step);
     assert_string_equal(info.job_id, OTHER_JOB);
@@ -409,7 +409,7 @@ static void test_export_dead_address(void **state)
         psc_cluster_t cl = cluster_of(one, 1);
         char err[1024] = "";
         double t0 = psc_now();
-        int rc = psc_export_safetensors(&cl, path, timeout_ms, NULL, err, sizeof err);
+        int rc = psc_export_safetensors(&cl, path, 0, timeout_ms, NULL, err, sizeof err);
         double took = psc_now() - t0;
         fprintf(stderr, "  %s: %.3f s: %s\n", addrs[i], took, err);
         assert_true(rc < 0);
@@ -464,7 +464,7 @@ static void test_export_tables(void **state)
     }
     const char *path = "/tmp/psc-test-export-tables.safetensors";
     psc_export_info_t info;
-    int rc = psc_export_safetensors(&cl, path, TIMEOUT_MS, &info, err, sizeof err);
+    int rc = psc_export_safetensors(&cl, path, 0, TIMEOUT_MS, &info, err, sizeof err);
     if (rc) fail_msg("export: %s", err);
     assert_int_equal(info.tables, 2);
     assert_int_equal(info.tensors, 4); /* global_step, small, big/ids, big/values */

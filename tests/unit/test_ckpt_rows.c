@@ -18,6 +18,72 @@
  */
 #include "ckpt_rows_fixture.h"
 
+/* ckpt_read_rows_page in pages of `page` rows gives what ckpt_read_rows gives. */
+static void expect_pages(ckpt_db_t *db, uint64_t id, const char *table, size_t rl, const model_t *m, size_t page)
+{
+    char err[512] = "";
+    got_t g = {.m = m, .table = table, .rl = rl};
+    int64_t after = -1;
+    int pages = 0;
+    for (int more = 1; more; pages++) {
+        uint64_t before = g.n;
+        OK(ckpt_read_rows_page(db, id, table, after, page, check_cb, &g, &more, err, sizeof err));
+        if (g.failure[0]) fail_msg("page %d of %" PRIu64 " %s: %s", pages, id, table, g.failure);
+        assert_true(g.n - before <= page);
+        assert_true(!more || g.n - before == page);
+        after = g.last;
+    }
+    uint64_t want = 0;
+    for (int64_t r = 0; r < m->n; r++) want += m->who[r] != 0;
+    if (g.n != want) fail_msg("pages of %" PRIu64 " %s: %" PRIu64 " rows, want %" PRIu64, id, table, g.n, want);
+}
+
+typedef struct point {
+    const model_t *m;
+    const int64_t *rows;
+    const char *table;
+    size_t rl;
+    unsigned char *seen;
+    char failure[256];
+} point_t;
+
+static int point_cb(void *arg, size_t i, const void *rec, size_t len)
+{
+    point_t *p = arg;
+    int64_t row = p->rows[i];
+    unsigned char want[256];
+    if (row < 0 || row >= p->m->n || p->m->who[row] == 0 || p->seen[i]++) {
+        snprintf(p->failure, sizeof p->failure, "row %" PRId64 " (index %zu) given, not in the checkpoint or twice",
+                 row, i);
+        return 0;
+    }
+    rec_fill(want, p->rl, p->m->who[row], p->table, row);
+    if (len != p->rl || memcmp(rec, want, len) != 0)
+        snprintf(p->failure, sizeof p->failure, "row %" PRId64 ": not the record of checkpoint %" PRIu64, row,
+                 p->m->who[row]);
+    return 0;
+}
+
+/* ckpt_get_rows of every row, some twice, and ids no checkpoint holds: each
+ * held one gets its newest version in the chain, the others nothing. */
+static void expect_points(ckpt_db_t *db, uint64_t id, const char *table, size_t rl, const model_t *m)
+{
+    char err[512] = "";
+    size_t n = (size_t)m->n + 3;
+    int64_t *rows = malloc(n * sizeof *rows);
+    for (int64_t r = 0; r < m->n; r++) rows[r] = m->n - 1 - r; /* descending: any order */
+    rows[m->n] = -1, rows[m->n + 1] = m->n + 100, rows[m->n + 2] = 0;
+    point_t p = {.m = m, .rows = rows, .table = table, .rl = rl, .seen = calloc(n, 1)};
+    OK(ckpt_get_rows(db, id, table, rows, n, point_cb, &p, err, sizeof err));
+    if (p.failure[0]) fail_msg("get_rows %" PRIu64 " %s: %s", id, table, p.failure);
+    for (size_t i = 0; i < n; i++) {
+        int held = rows[i] >= 0 && rows[i] < m->n && m->who[rows[i]] != 0;
+        if (p.seen[i] != held) fail_msg("get_rows %" PRIu64 ": row %" PRId64 " seen %d times", id, rows[i], p.seen[i]);
+    }
+    free(p.seen);
+    free(rows);
+}
+
 /* ---- tests ---- */
 
 static void test_base_and_deltas(void **state)
@@ -76,7 +142,13 @@ static void test_base_and_deltas(void **state)
         for (uint64_t id = 1; id <= 4; id++) {
             expect_table(f->db, id, EMB, RL, &m[id]);
             OK(ckpt_verify(f->db, id, err, sizeof err));
+            expect_pages(f->db, id, EMB, RL, &m[id], 7); /* the Restore-free reads (psctl export/eval --checkpoint) */
+            expect_pages(f->db, id, EMB, RL, &m[id], 5000);
+            expect_points(f->db, id, EMB, RL, &m[id]);
         }
+        expect_points(f->db, 4, "item_emb/part_1", 40, &t2);
+        EXPECT_ERR(PSC_ENOTFOUND, "checkpoint 3 has no table \"item_emb/part_1\"",
+                   ckpt_get_rows(f->db, 3, "item_emb/part_1", NULL, 0, point_cb, NULL, err, sizeof err));
         expect_table(f->db, 4, "item_emb/part_1", 40, &t2);
         EXPECT_ERR(PSC_ENOTFOUND, "checkpoint 3 has no table \"item_emb/part_1\"",
                    ckpt_read_rows(f->db, 3, "item_emb/part_1", check_cb, NULL, err, sizeof err));

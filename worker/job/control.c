@@ -27,8 +27,7 @@ struct control {
     int timeout_ms;
 };
 
-void control_set_standalone(control_t *c, runner_t *runner, const psc_cluster_t *cluster, int self_rank,
-                            int timeout_ms)
+void control_set_standalone(control_t *c, runner_t *runner, const psc_cluster_t *cluster, int self_rank, int timeout_ms)
 {
     c->runner = runner;
     c->cluster = cluster;
@@ -61,8 +60,7 @@ static void h_checkpoint(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
     PSC_INFO("checkpoint requested by %s%s%s", psc_rpc_call_peer(call), r->reason[0] ? ": " : "", r->reason);
     psc__checkpoint_request__free_unpacked(r, NULL);
     if (!c->is_chief) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s",
-                     c->chief_addr);
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s", c->chief_addr);
         return;
     }
     chief_mailbox_park(c->requests, call); /* the chief's loop answers it (chief.c) */
@@ -74,8 +72,8 @@ static void h_checkpoint(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
  * skipped) and waits for every call. ops: n entries, out; the caller clears
  * them (psc_rpc_op_clear). 0 when every call ended OK, else the first failure
  * (psc_rpc_first_failure's choice) in err, naming its address. */
-static int call_all(const char *const *addrs, size_t n, const char *method, const void *req, size_t len,
-                    int timeout_ms, psc_rpc_op_t *ops, char *err, size_t errlen)
+static int call_all(const char *const *addrs, size_t n, const char *method, const void *req, size_t len, int timeout_ms,
+                    psc_rpc_op_t *ops, char *err, size_t errlen)
 {
     fanout_call(addrs, n, method, req, len, timeout_ms, ops);
     size_t bad = psc_rpc_first_failure(ops, n);
@@ -91,7 +89,10 @@ static void clear_all(psc_rpc_op_t *ops, size_t n)
 
 /* Address of fan-out target k (0 <= k < targets): the training replicas, then
  * the evaluator; NULL for this worker itself or an empty slot. */
-static int targets(const control_t *c) { return psc_cluster_num_replicas(c->cluster) + c->cluster->n[PSC_JOB_EVALUATOR]; }
+static int targets(const control_t *c)
+{
+    return psc_cluster_num_replicas(c->cluster) + c->cluster->n[PSC_JOB_EVALUATOR];
+}
 static const char *target_addr(const control_t *c, int k)
 {
     int R = psc_cluster_num_replicas(c->cluster);
@@ -120,8 +121,8 @@ static int release_ps(control_t *c, char *err, size_t errlen)
     size_t len = psc__release_request__pack(&req, buf);
     size_t P = (size_t)c->cluster->n[PSC_JOB_PS];
     psc_rpc_op_t *ops = psc_xcalloc(P + 1, sizeof *ops);
-    int rc = call_all((const char *const *)c->cluster->addr[PSC_JOB_PS], P, PSC_M_RELEASE, buf, len, c->timeout_ms,
-                      ops, err, errlen);
+    int rc = call_all((const char *const *)c->cluster->addr[PSC_JOB_PS], P, PSC_M_RELEASE, buf, len, c->timeout_ms, ops,
+                      err, errlen);
     for (size_t i = 0; rc == 0 && i < P; i++) {
         Psc__ReleaseReply *r = psc__release_reply__unpack(NULL, ops[i].reply_len, ops[i].reply);
         if (r && r->released[0]) PSC_INFO("ps %zu released job %s", i, r->released);
@@ -156,8 +157,7 @@ static void h_submit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     }
     if (no_standalone(c, call)) goto out;
     if (!c->is_chief) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s",
-                     c->chief_addr);
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s", c->chief_addr);
         goto out;
     }
     runner_status_t st;
@@ -289,8 +289,7 @@ static void h_report_failure(psc_rpc_call_t *call, const uint8_t *req, size_t le
         return;
     }
     if (!c->is_chief) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s",
-                     c->chief_addr);
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s", c->chief_addr);
     } else {
         char who[64];
         snprintf(who, sizeof who, "%.20s %u", r->task_type, r->task_index);
@@ -328,7 +327,7 @@ static void h_job_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, v
     rep.step = st.progress.step;
     rep.max_steps = st.progress.max_steps;
     rep.global_step = st.state == RUNNER_SUCCEEDED && st.result.global_step ? st.result.global_step
-                                                                             : st.progress.global_step;
+                                                                            : st.progress.global_step;
     rep.loss = st.progress.loss;
     rep.has_loss = st.progress.has_loss;
     rep.checkpoints = (uint32_t)st.progress.checkpoints;
@@ -362,16 +361,16 @@ static void h_eval(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
         psc_rpc_fail(call, PSC_RPC_INVALID_ARGUMENT, "EvalRequest does not parse (%zu bytes)", len);
         return;
     }
+    uint64_t ckpt = r->checkpoint;
     psc__eval_request__free_unpacked(r, NULL);
     if (no_standalone(c, call)) return;
     if (!c->is_chief) {
-        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s",
-                     c->chief_addr);
+        psc_rpc_fail(call, PSC_RPC_FAILED_PRECONDITION, "this worker is not the chief; the chief is %s", c->chief_addr);
         return;
     }
     trainer_result_t res;
     int64_t step = 0;
-    int rc = runner_evaluate(c->runner, &res, &step, err, sizeof err);
+    int rc = runner_evaluate(c->runner, ckpt, &res, &step, err, sizeof err);
     if (rc) {
         psc_rpc_fail(call, rc == PSC_ENOTFOUND ? PSC_RPC_FAILED_PRECONDITION : psc_rpc_status_of(rc), "%s", err);
         return;

@@ -17,22 +17,22 @@
 #include <string.h>
 
 struct ctr_job {
-    model_job_t base;         /* first: the job behind model_job.h */
+    model_job_t base; /* first: the job behind model_job.h */
     ctr_job_opts_t o;
     const psc_job_spec_t *spec;
-    ctr_loader_t *loader;     /* training data (NULL when evaluating only) */
+    ctr_loader_t *loader; /* training data (NULL when evaluating only) */
     tower_ctr_t *tower;
     char backend[16];
     int device;
     int max_batch;
-    int64_t cap_nnz;          /* the tower's capacities; a bigger batch rebuilds it */
-    int64_t *cap_rows;        /* per table */
-    ctr_slot_batch_t *cur;    /* the step's batch, until ctr_job_step_done */
-    ctr_slot_batch_t *next;   /* async: the next step's batch, its rows pulled in the step's round */
-    int next_pulled;          /* that round succeeded: next's rows are there */
-    ps_sparse_op_t *ops;      /* per table */
-    float *logits;            /* (max_batch) */
-    ctr_eval_t period;        /* the training examples since the last period_auc */
+    int64_t cap_nnz;        /* the tower's capacities; a bigger batch rebuilds it */
+    int64_t *cap_rows;      /* per table */
+    ctr_slot_batch_t *cur;  /* the step's batch, until ctr_job_step_done */
+    ctr_slot_batch_t *next; /* async: the next step's batch, its rows pulled in the step's round */
+    int next_pulled;        /* that round succeeded: next's rows are there */
+    ps_sparse_op_t *ops;    /* per table */
+    float *logits;          /* (max_batch) */
+    ctr_eval_t period;      /* the training examples since the last period_auc */
 };
 
 /* The tower, (re)built when b needs more than it holds. */
@@ -73,8 +73,8 @@ int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t e
     j->ops = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *j->ops);
     j->logits = psc_xmalloc((size_t)j->max_batch * sizeof *j->logits);
     ctr_eval_init(&j->period);
-    if (o->train && (rc = ctr_loader_create(spec, 0, o->rank, o->replicas, spec->batch_size, spec->seed,
-                                            spec->shuffle, o->prefetch, &j->loader, err, errlen)))
+    if (o->train && (rc = ctr_loader_create(spec, 0, o->rank, o->replicas, spec->batch_size, spec->seed, spec->shuffle,
+                                            o->prefetch, &j->loader, err, errlen)))
         goto fail;
     *out = j;
     return 0;
@@ -99,32 +99,36 @@ void ctr_job_destroy(ctr_job_t *j)
 
 /* Pulls the rows of b's unique ids of every table into b->rows; read_only
  * (evaluation): rows that do not exist are read as initialized, not created,
- * so test-only ids grow neither the tables nor the checkpoints. */
-static int pull_rows(ctr_job_t *j, ctr_slot_batch_t *b, int64_t sync_step, int read_only, char *err, size_t errlen)
+ * so test-only ids grow neither the tables nor the checkpoints; ckpt > 0: the
+ * rows as committed checkpoint ckpt holds them. */
+static int pull_rows(ctr_job_t *j, ctr_slot_batch_t *b, int64_t sync_step, int read_only, uint64_t ckpt, char *err,
+                     size_t errlen)
 {
     int nops = 0;
     for (int t = 0; t < j->spec->num_tables; t++) {
         ctr_slot_batch_reserve_rows(b, t, j->spec->tables[t].dim);
         if (b->nuids[t] == 0) continue;
-        j->ops[nops++] = (ps_sparse_op_t){
-            .table = t, .pull_ids = b->uids[t], .pull_rows = b->rows[t], .npull = (size_t)b->nuids[t],
-            .read_only = read_only};
+        j->ops[nops++] = (ps_sparse_op_t){.table = t,
+                                          .pull_ids = b->uids[t],
+                                          .pull_rows = b->rows[t],
+                                          .npull = (size_t)b->nuids[t],
+                                          .read_only = read_only,
+                                          .checkpoint = ckpt};
     }
     if (nops == 0) return 0;
-    if (sync_step >= 0)
-        return ps_client_sparse_sync(j->o.pc, j->ops, nops, sync_step, 1, sync_step, err, errlen);
+    if (sync_step >= 0) return ps_client_sparse_sync(j->o.pc, j->ops, nops, sync_step, 1, sync_step, err, errlen);
     return ps_client_sparse(j->o.pc, j->ops, nops, err, errlen);
 }
 
-int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t sync_step, int *examples,
-                    double *loss_sum, int *epoch, char *err, size_t errlen)
+int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t sync_step, int *examples, double *loss_sum,
+                    int *epoch, char *err, size_t errlen)
 {
     ctr_slot_batch_t *b = j->next;
     int rc, pulled = b && j->next_pulled;
     j->next = NULL;
     if (!b && (rc = ctr_loader_next(j->loader, &b, err, errlen))) return rc;
     j->cur = b;
-    if (!pulled && (rc = pull_rows(j, b, sync_step, 0, err, errlen))) return rc;
+    if (!pulled && (rc = pull_rows(j, b, sync_step, 0, 0, err, errlen))) return rc;
     if ((rc = ensure_tower(j, b, err, errlen))) return rc;
     tower_ctr_batch_t tb = ctr_slot_batch_view(b);
     float loss;
@@ -210,7 +214,7 @@ double ctr_job_period_auc(ctr_job_t *j)
 
 int64_t ctr_job_skipped(ctr_job_t *j) { return j->loader ? ctr_loader_skipped(j->loader) : 0; }
 
-int ctr_job_evaluate(ctr_job_t *j, const float *params, trainer_result_t *res, char *err, size_t errlen)
+int ctr_job_evaluate(ctr_job_t *j, const float *params, uint64_t ckpt, trainer_result_t *res, char *err, size_t errlen)
 {
     const psc_job_spec_t *spec = j->spec;
     if (spec->num_test_files == 0)
@@ -224,7 +228,7 @@ int ctr_job_evaluate(ctr_job_t *j, const float *params, trainer_result_t *res, c
     for (;;) {
         ctr_slot_batch_t *b;
         if ((rc = ctr_loader_next(l, &b, err, errlen))) break;
-        if ((rc = pull_rows(j, b, -1, 1, err, errlen)) == 0 && (rc = ensure_tower(j, b, err, errlen)) == 0) {
+        if ((rc = pull_rows(j, b, -1, 1, ckpt, err, errlen)) == 0 && (rc = ensure_tower(j, b, err, errlen)) == 0) {
             tower_ctr_batch_t tb = ctr_slot_batch_view(b);
             if ((rc = tower_ctr_set_params(j->tower, params)) || (rc = tower_ctr_predict(j->tower, &tb, j->logits)))
                 rc = psc_seterr(err, errlen, rc, "the tower's forward pass failed (%s)", psc_strerror(rc));
@@ -297,15 +301,15 @@ static int cm_skip(model_job_t *jb, int64_t steps, char *err, size_t errlen)
 }
 static double cm_period_metric(model_job_t *jb) { return ctr_job_period_auc(ctr(jb)); }
 static int64_t cm_bad_records(const model_job_t *jb) { return ctr_job_skipped(ctr((model_job_t *)jb)); }
-static int cm_evaluate(model_job_t *jb, const float *params, trainer_result_t *res, char *err, size_t errlen)
+static int cm_evaluate(model_job_t *jb, const float *params, uint64_t ckpt, trainer_result_t *res, char *err,
+                       size_t errlen)
 {
-    return ctr_job_evaluate(ctr(jb), params, res, err, errlen);
+    return ctr_job_evaluate(ctr(jb), params, ckpt, res, err, errlen);
 }
 static void cm_destroy(model_job_t *jb) { ctr_job_destroy(ctr(jb)); }
 
 static const model_job_ops_t ctr_ops = {
     .metric = "auc",
-    .live_rows = 1,
     .start = cm_start,
     .share_steps = cm_share_steps,
     .compute = cm_compute,

@@ -68,9 +68,11 @@ double ctr_job_period_auc(ctr_job_t *j);
 /* Bad records the training reader skipped so far. */
 int64_t ctr_job_skipped(ctr_job_t *j);
 
-/* Evaluates the dense weights params and the PS's current rows on the test
- * files: res->test_auc, test_loss (mean log loss), test_examples, evaluated.
- * Returns 0, PSC_ENOTFOUND when the spec has no data.test, or an error. */
-int ctr_job_evaluate(ctr_job_t *j, const float *params, trainer_result_t *res, char *err, size_t errlen);
+/* Evaluates the dense weights params and the PS's rows — current, or as
+ * committed checkpoint ckpt > 0 holds them — on the test files: res->test_auc,
+ * test_loss (mean log loss), test_examples, evaluated. Returns 0,
+ * PSC_ENOTFOUND when the spec has no data.test, or an error. */
+int ctr_job_evaluate(ctr_job_t *j, const float *params, uint64_t ckpt, trainer_result_t *res, char *err,
+                     size_t errlen);
 
 #endif

@@ -131,8 +131,10 @@ static int64_t dj_bad_records(const model_job_t *jb)
 
 /* The towers' current parameters over the whole test set in batches:
  * res->test_accuracy, test_loss (mean), test_examples, evaluated. */
-static int dj_evaluate(model_job_t *jb, const float *params, trainer_result_t *res, char *err, size_t errlen)
+static int dj_evaluate(model_job_t *jb, const float *params, uint64_t ckpt, trainer_result_t *res, char *err,
+                       size_t errlen)
 {
+    (void)ckpt; /* params are all there is */
     dense_job_t *j = dense(jb);
     const dataset_t *set = &j->test;
     double loss_sum = 0;
@@ -153,7 +155,6 @@ static int dj_evaluate(model_job_t *jb, const float *params, trainer_result_t *r
 
 static const model_job_ops_t dense_ops = {
     .metric = "accuracy",
-    .live_rows = 0,
     .start = dj_start,
     .share_steps = dj_share_steps,
     .compute = dj_compute,

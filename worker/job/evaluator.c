@@ -63,16 +63,37 @@ fail:
     return rc;
 }
 
+/* *step = the step of committed checkpoint ckpt of the job, or an error
+ * naming the ones kept (an id keep-last-K deleted is gone). */
+static int ckpt_step(evaluator_ctx_t *e, uint64_t ckpt, int64_t *step, char *err, size_t errlen)
+{
+    ps_ckpt_list_t list;
+    int rc = ps_client_ckpt_list(e->pc, e->spec->job_id, 0, &list, err, errlen);
+    if (rc) return rc;
+    if (!list.enabled)
+        return psc_seterr(err, errlen, PSC_ENOTFOUND, "the ps_servers keep no checkpoints (no --checkpoint_dir)");
+    char kept[256] = "none";
+    for (int k = 0, at = 0; k < list.n; k++) {
+        if (list.ids[k] == ckpt) {
+            *step = list.steps[k];
+            return 0;
+        }
+        at += snprintf(kept + at, sizeof kept - (size_t)PSC_MIN(at, (int)sizeof kept - 1), "%s%llu", k ? ", " : "",
+                       (unsigned long long)list.ids[k]);
+        if (at >= (int)sizeof kept) at = (int)sizeof kept - 1;
+    }
+    return psc_seterr(err, errlen, PSC_ENOTFOUND,
+                      "checkpoint %llu is not a committed checkpoint of job %s on every ps_server (kept: %s)",
+                      (unsigned long long)ckpt, e->spec->job_id, kept);
+}
+
 int evaluator_ctx_run(evaluator_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err, size_t errlen)
 {
-    int64_t live_step = 0;
-    int rc;
-    if (e->job->ops->live_rows) /* the tables' rows are read live: so are the dense weights, to match them */
-        rc = ps_client_pull(e->pc, e->params, step ? step : &live_step, err, errlen);
-    else
+    int rc = ckpt && step ? ckpt_step(e, ckpt, step, err, errlen) : 0;
+    if (!rc)
         rc = ckpt ? ps_client_pull_checkpoint(e->pc, ckpt, e->params, err, errlen)
                   : ps_client_pull(e->pc, e->params, step, err, errlen);
-    return rc ? rc : e->job->ops->evaluate(e->job, e->params, res, err, errlen);
+    return rc ? rc : e->job->ops->evaluate(e->job, e->params, ckpt, res, err, errlen);
 }
 
 static int stopped(const trainer_opts_t *o) { return o->stop && atomic_load(o->stop); }
@@ -91,12 +112,7 @@ int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, siz
         PSC_INFO("TensorBoard events: %s", psc_tfevents_path(tb));
     }
     if ((rc = ps_client_wait_ready(e->pc, o->spec->job_id, o->wait_model_secs, o->stop, err, errlen))) goto out;
-    if (e->job->ops->live_rows)
-        PSC_INFO("evaluator: evaluating job %s's live model on its test files at each new checkpoint (a "
-                 "recommendation model's tables are read live, not from the checkpoint)",
-                 o->spec->job_id);
-    else
-        PSC_INFO("evaluator: evaluating each new checkpoint of job %s on its test set", o->spec->job_id);
+    PSC_INFO("evaluator: evaluating each new checkpoint of job %s on its test set", o->spec->job_id);
     uint64_t last = 0;
     int replicas = psc_cluster_num_replicas(o->cluster);
     int step_ps = ps_client_step_ps(e->pc) >= 0 ? ps_client_step_ps(e->pc) : 0;
@@ -136,8 +152,7 @@ int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, siz
                 *res = r;
                 res->global_step = list.steps[k];
                 if (r.has_auc)
-                    PSC_INFO("evaluator: checkpoint %llu (step %lld) committed: the live model's test AUC %.4f log "
-                             "loss %.4f",
+                    PSC_INFO("evaluator: checkpoint %llu (step %lld): test AUC %.4f log loss %.4f",
                              (unsigned long long)list.ids[k], (long long)list.steps[k], r.test_auc, r.test_loss);
                 else
                     PSC_INFO("evaluator: checkpoint %llu (step %lld): test accuracy %.4f loss %.4f",

@@ -17,8 +17,11 @@ typedef struct evaluator_ctx evaluator_ctx_t;
 /* The model's job for evaluation (model_job.h: its test data and towers,
  * o->devices) and a PS client. */
 int evaluator_ctx_create(const trainer_opts_t *o, evaluator_ctx_t **out, char *err, size_t errlen);
-/* Evaluates the live variables (ckpt 0; *step = global_step) or committed
- * checkpoint ckpt (its values as saved; *step unchanged). Fills res->test_*. */
+/* Evaluates the live model (ckpt 0; *step = global_step) or committed
+ * checkpoint ckpt: its dense values and table rows as saved, read on the PS
+ * without a restore while training goes on (step non-NULL: first checks that
+ * ckpt is one of the job's committed checkpoints, *step = its step). Fills
+ * res->test_*. */
 int evaluator_ctx_run(evaluator_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err,
                       size_t errlen);
 void evaluator_ctx_destroy(evaluator_ctx_t *e); /* NULL ok */

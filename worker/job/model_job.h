@@ -60,7 +60,6 @@ typedef struct model_step {
 
 typedef struct model_job_ops {
     const char *metric; /* the training metric the progress lines show: "accuracy" or "auc" */
-    int live_rows;      /* evaluation reads tables live from the PS: the dense weights must be live too */
     /* Opens the training data: *max_steps this replica's steps (0: not known ahead); logs what it trains on. */
     int (*start)(model_job_t *j, int64_t *max_steps, char *err, size_t errlen);
     /* The steps of replica rank's share, as that replica counts them (0: not known ahead). */
@@ -81,9 +80,10 @@ typedef struct model_job_ops {
     double (*period_metric)(model_job_t *j);
     /* Bad records the training data skipped so far. */
     int64_t (*bad_records)(const model_job_t *j);
-    /* Evaluates params (and, live_rows, the PS's tables) on the test data: res->test_*. PSC_ENOTFOUND: no
-     * test data. */
-    int (*evaluate)(model_job_t *j, const float *params, trainer_result_t *res, char *err, size_t errlen);
+    /* Evaluates params (and the PS's tables: live, or as committed checkpoint ckpt > 0 holds them) on the
+     * test data: res->test_*. PSC_ENOTFOUND: no test data. */
+    int (*evaluate)(model_job_t *j, const float *params, uint64_t ckpt, trainer_result_t *res, char *err,
+                    size_t errlen);
     void (*destroy)(model_job_t *j);
 } model_job_ops_t;
 

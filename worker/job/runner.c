@@ -16,14 +16,14 @@
 
 struct runner {
     trainer_opts_t base;
-    pthread_mutex_t lock;  /* guards the fields below */
+    pthread_mutex_t lock; /* guards the fields below */
     runner_state_t state;
-    int have_thread;       /* a job thread exists (running or not yet joined) */
+    int have_thread; /* a job thread exists (running or not yet joined) */
     pthread_t thread;
-    psc_job_spec_t spec;   /* the current job's spec (valid while have_spec) */
+    psc_job_spec_t spec; /* the current job's spec (valid while have_spec) */
     int have_spec;
-    char *spec_json;       /* its text (psctl eval parses a private copy) */
-    atomic_int stop;       /* the job's trainer_opts_t.stop: set by runner_cancel, read by the job thread */
+    char *spec_json; /* its text (psctl eval parses a private copy) */
+    atomic_int stop; /* the job's trainer_opts_t.stop: set by runner_cancel, read by the job thread */
     double started, ended;
     trainer_progress_t progress;
     trainer_result_t result;
@@ -196,7 +196,7 @@ void runner_status(runner_t *r, runner_status_t *out)
     pthread_mutex_unlock(&r->lock);
 }
 
-int runner_evaluate(runner_t *r, trainer_result_t *res, int64_t *global_step, char *err, size_t errlen)
+int runner_evaluate(runner_t *r, uint64_t ckpt, trainer_result_t *res, int64_t *global_step, char *err, size_t errlen)
 {
     memset(res, 0, sizeof *res);
     pthread_mutex_lock(&r->lock);
@@ -215,7 +215,7 @@ int runner_evaluate(runner_t *r, trainer_result_t *res, int64_t *global_step, ch
     o.spec = &spec;
     evaluator_ctx_t *e;
     if ((rc = evaluator_ctx_create(&o, &e, err, errlen)) == 0) {
-        rc = evaluator_ctx_run(e, 0, res, global_step, err, errlen);
+        rc = evaluator_ctx_run(e, ckpt, res, global_step, err, errlen);
         evaluator_ctx_destroy(e);
     }
     psc_job_spec_deinit(&spec);

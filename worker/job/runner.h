@@ -41,9 +41,12 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
 int runner_cancel(runner_t *r);
 /* A snapshot of the current (or last) job. */
 void runner_status(runner_t *r, runner_status_t *out);
-/* Evaluates the current weights of the running or last job on its test set
- * (evaluator.h), on the calling thread. PSC_ENOTFOUND when there was no job. */
-int runner_evaluate(runner_t *r, trainer_result_t *res, int64_t *global_step, char *err, size_t errlen);
+/* Evaluates the current weights of the running or last job (ckpt 0), or its
+ * committed checkpoint ckpt, on its test set (evaluator.h), on the calling
+ * thread; *global_step = the step evaluated. PSC_ENOTFOUND when there was no
+ * job, or ckpt is not one of its committed checkpoints. */
+int runner_evaluate(runner_t *r, uint64_t ckpt, trainer_result_t *res, int64_t *global_step, char *err,
+                    size_t errlen);
 /* Runs one job of this task (o->spec) on the calling thread, in either mode:
  * the trainer or the evaluator. A task other than the chief whose job fails
  * reports the error to the chief (failures.h); a job the chief stopped because

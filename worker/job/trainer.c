@@ -423,7 +423,7 @@ static void log_progress(run_t *r, int last)
 static int eval_model(void *ctx, float *params, trainer_result_t *res, char *err, size_t errlen)
 {
     run_t *r = ctx;
-    return r->job->ops->evaluate(r->job, params, res, err, errlen);
+    return r->job->ops->evaluate(r->job, params, 0, res, err, errlen);
 }
 
 /* This replica is done: report it; the chief then waits for the others,

@@ -248,6 +248,7 @@ typedef struct ps_sparse_op {
     size_t npull;
     ps_sparse_stats_t *stats; /* optional */
     int read_only;    /* pulls create no row: one without a row reads its initial values (evaluation) */
+    uint64_t checkpoint; /* > 0: pulls read committed checkpoint `checkpoint`'s rows (read_only implied) */
 } ps_sparse_op_t;
 
 /* One sparse round: every op's ids checked (table known, 0 <= id < rows, at

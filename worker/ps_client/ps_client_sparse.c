@@ -370,7 +370,8 @@ static void items_fill(const ps_client_t *pc, const sop_t *s, const sbatch_t *x,
             m->ids.data = (uint8_t *)(o->pull_w + t->from);
             m->ids.len = t->n * 8;
             if (sy) m->min_step = sy->min_step;
-            m->read_only = o->op->read_only;
+            m->read_only = o->op->read_only || o->op->checkpoint;
+            m->checkpoint = o->op->checkpoint;
             it->lp[it->npull++] = m;
         }
     }
