@@ -47,8 +47,7 @@ static int create_sync_of(const Psc__SyncSpec *p, store_sync_cfg_t *c, char *err
         return psc_seterr(err, errlen, PSC_EINVAL, "sync.replicas_to_aggregate must be >= 1, got %u",
                           p->replicas_to_aggregate);
     if (!(c->timeout_secs > 0) || !isfinite(c->timeout_secs))
-        return psc_seterr(err, errlen, PSC_EINVAL, "sync.timeout_secs must be finite and > 0, got %g",
-                          c->timeout_secs);
+        return psc_seterr(err, errlen, PSC_EINVAL, "sync.timeout_secs must be finite and > 0, got %g", c->timeout_secs);
     return 0;
 }
 
@@ -84,8 +83,7 @@ static void h_create(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     for (size_t i = 0; rc == 0 && i < r->n_vars; i++) {
         const Psc__VarSpec *v = r->vars[i];
         if (v->n_shape > PSC_MAX_RANK) {
-            rc = psc_seterr(err, sizeof err, PSC_EINVAL, "%s: rank %zu exceeds %d", v->name, v->n_shape,
-                            PSC_MAX_RANK);
+            rc = psc_seterr(err, sizeof err, PSC_EINVAL, "%s: rank %zu exceeds %d", v->name, v->n_shape, PSC_MAX_RANK);
             break;
         }
         specs[i].name = v->name;
@@ -220,8 +218,7 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     int64_t version = 0, step = 0;
     int rc = store_pull(svc->store, r->name, r->offset, r->length, buf + bound, &version, err, sizeof err);
     if (rc == 0 && r->min_step > 0)
-        rc = store_chunk_read(svc->store, r->name, r->offset, r->length, buf + bound, &step, &version, err,
-                              sizeof err);
+        rc = store_chunk_read(svc->store, r->name, r->offset, r->length, buf + bound, &step, &version, err, sizeof err);
     uint64_t total = 0;
     if (rc == 0) store_var_bytes(svc->store, r->name, &total); /* exists: the pull found it */
     if (rc != 0) {
@@ -245,22 +242,31 @@ static void h_pull(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     psc__pull_request__free_unpacked(r, NULL);
 }
 
+/* A pushed Chunk decoded (and a bfloat16 one widened) into *in, its bytes
+ * counted: the chunk, or NULL when the call has been failed (in freed). */
+static Psc__Chunk *push_in(ps_service_t *svc, psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len,
+                           chunk_in_t *in)
+{
+    if (svc_chunk_in_decode(iov, niov, len, in)) {
+        svc_chunk_in_free(in);
+        svc_fail_undecodable(svc, call, "Chunk", len);
+        return NULL;
+    }
+    ps_metrics_add_push_bytes(svc->metrics, in->cr.c->data.len);
+    if (svc_chunk_in_widen(svc, call, in)) {
+        svc_chunk_in_free(in);
+        return NULL;
+    }
+    return in->cr.c;
+}
+
 static void push_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
     char err[512];
     chunk_in_t in;
-    if (svc_chunk_in_decode(iov, niov, len, &in)) {
-        svc_chunk_in_free(&in);
-        svc_fail_undecodable(svc, call, "Chunk", len);
-        return;
-    }
-    Psc__Chunk *c = in.cr.c;
-    ps_metrics_add_push_bytes(svc->metrics, c->data.len);
-    if (svc_chunk_in_widen(svc, call, &in)) {
-        svc_chunk_in_free(&in);
-        return;
-    }
+    Psc__Chunk *c = push_in(svc, call, iov, niov, len, &in);
+    if (!c) return;
     int64_t version = 0;
     store_note_step(svc->store, c->global_step); /* learning-rate schedules */
     if (store_get_sync(svc->store, NULL)) {
@@ -278,8 +284,8 @@ static void push_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size_t le
         svc_chunk_in_free(&in);
         return;
     }
-    int rc = store_push_iov(svc->store, c->name, c->offset, in.seg, in.nseg, c->data.len, c->total, NULL, &version,
-                            err, sizeof err);
+    int rc = store_push_iov(svc->store, c->name, c->offset, in.seg, in.nseg, c->data.len, c->total, NULL, &version, err,
+                            sizeof err);
     if (rc != 0)
         svc_fail(svc, call, rc, "%s", err);
     else
@@ -299,23 +305,13 @@ static void push_pull_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size
     ps_service_t *svc = arg;
     char err[512];
     chunk_in_t in;
-    if (svc_chunk_in_decode(iov, niov, len, &in)) {
-        svc_chunk_in_free(&in);
-        svc_fail_undecodable(svc, call, "Chunk", len);
-        return;
-    }
-    Psc__Chunk *c = in.cr.c;
-    ps_metrics_add_push_bytes(svc->metrics, c->data.len);
-    if (svc_chunk_in_widen(svc, call, &in)) {
-        svc_chunk_in_free(&in);
-        return;
-    }
+    Psc__Chunk *c = push_in(svc, call, iov, niov, len, &in);
+    if (!c) return;
     if (c->data.len > PSC_CHUNK_BYTES || strlen(c->name) > PSC_NAME_MAX) {
         if (c->data.len > PSC_CHUNK_BYTES)
             svc_reject(svc, call, PSC_EINVAL, "chunk of %zu bytes exceeds %zu", c->data.len, PSC_CHUNK_BYTES);
         else
-            svc_reject(svc, call, PSC_EINVAL, "variable name of %zu bytes (at most %d)", strlen(c->name),
-                       PSC_NAME_MAX);
+            svc_reject(svc, call, PSC_EINVAL, "variable name of %zu bytes (at most %d)", strlen(c->name), PSC_NAME_MAX);
         svc_chunk_in_free(&in);
         return;
     }
@@ -334,7 +330,7 @@ static void push_pull_apply(psc_rpc_call_t *call, psc_iov_t *iov, int niov, size
         } else if (res.stale || res.applied) {
             ps_metrics_add_pull_bytes(svc->metrics, c->data.len);
             svc_reply_chunk(call, buf, bound, c->name, c->offset, c->total, res.version, c->data.len, res.step,
-                                  res.stale);
+                            res.stale);
             if (res.applied || res.lag_applied) svc_park_wake(svc, SVC_PARK_CHUNK, c->name, c->offset);
         } else {
             svc_parked_t *p = psc_xcalloc(1, sizeof *p);

@@ -375,15 +375,17 @@ int svc_sparse_pull_checkpoint(ps_service_t *svc, const Psc__SparsePull *p, floa
     return rc;
 }
 
-int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, int dim, size_t max, int64_t *ids,
-                              float *vals, size_t *n, int *more, char *err, size_t errlen)
+int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, size_t max, int64_t *ids, float *vals,
+                              size_t *n, int *more, char *err, size_t errlen)
 {
     ckpt_info_t info;
     int rc = ckpt_of_job(svc, r->checkpoint, &info, err, errlen);
     if (rc) return rc;
     size_t record = 0;
-    float probe;
-    if ((rc = store_sparse_initial(svc->store, r->table, "", 0, &probe, 0, &dim, &record, err, errlen))) return rc;
+    int dim = 0;
+    float none;
+    /* no ids: the table's shape only (its dim and record size) */
+    if ((rc = store_sparse_initial(svc->store, r->table, "", 0, &none, 0, &dim, &record, err, errlen))) return rc;
     rows_out_t o = {.vals = vals, .ids = ids, .dim = dim, .record = record};
     rc = ckpt_read_rows_page(svc->ckpt, r->checkpoint, r->table, r->after, max, row_next, &o, more, err, errlen);
     *n = o.n;

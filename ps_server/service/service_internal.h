@@ -49,14 +49,14 @@ typedef struct svc_fence {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* applying fell to 0, or a replayed entry was answered */
     enum svc_fence_state state;
-    int applying;        /* admitted requests still applying */
-    int replaying;       /* the reaper applies an unlinked parked entry */
-    int saving;          /* a Save copies under the fence: the lease waits for it */
-    uint64_t id;         /* the Fence's id (its checkpoint) */
+    int applying;  /* admitted requests still applying */
+    int replaying; /* the reaper applies an unlinked parked entry */
+    int saving;    /* a Save copies under the fence: the lease waits for it */
+    uint64_t id;   /* the Fence's id (its checkpoint) */
     double since, expires, lease_ms;
     struct fenced *head, *tail; /* parked, arrival order */
     size_t n, bytes;
-    uint32_t parked;     /* parked since the fence was taken */
+    uint32_t parked; /* parked since the fence was taken */
 } svc_fence_t;
 
 struct ps_service {
@@ -68,12 +68,12 @@ struct ps_service {
     unsigned char done[PSC_MAX_REPLICAS]; /* WorkerDone seen per replica rank */
     uint32_t workers_done;
     int64_t replica_steps[PSC_MAX_REPLICAS]; /* Step.replica_step per rank (max seen) */
-    int64_t restored_step; /* the step of the checkpoint last restored (0: none since Release) */
-    uint32_t max_rank;                     /* 1 + the largest rank that reported steps */
+    int64_t restored_step;                   /* the step of the checkpoint last restored (0: none since Release) */
+    uint32_t max_rank;                       /* 1 + the largest rank that reported steps */
     /* sync replicas: replies waiting for a step to be applied (service_park.c) */
     pthread_mutex_t park_lock;
     struct svc_parked *parked; /* singly linked, newest first */
-    int draining;          /* shutting down: nothing parks any more */
+    int draining;              /* shutting down: nothing parks any more */
     pthread_t reaper;
     int reaper_running;
     pthread_mutex_t reaper_lock;
@@ -108,12 +108,12 @@ void svc_fail_undecodable(ps_service_t *svc, psc_rpc_call_t *call, const char *w
 /* A handler's first line: r = unpack(NULL, len, req) (protobuf-c's unpack of
  * message `name`), or the call answered INVALID_ARGUMENT and the handler
  * returns. Uses the handler's svc, call, req and len. */
-#define SVC_DECODE(r, unpack, name)                                                                                   \
-    do {                                                                                                               \
-        if (!((r) = unpack(NULL, len, req))) {                                                                         \
-            svc_fail_undecodable(svc, call, name, len);                                                                \
-            return;                                                                                                    \
-        }                                                                                                              \
+#define SVC_DECODE(r, unpack, name)                     \
+    do {                                                \
+        if (!((r) = unpack(NULL, len, req))) {          \
+            svc_fail_undecodable(svc, call, name, len); \
+            return;                                     \
+        }                                               \
     } while (0)
 /* Room for a Chunk reply header in front of the payload (reply layout: [pad][header][payload]). */
 size_t svc_reply_header_bound(const char *name);
@@ -165,7 +165,7 @@ typedef struct svc_parked {
     enum svc_park_kind kind;
     char name[PSC_NAME_MAX + 1]; /* a variable the store found, or "global_step" */
     uint64_t offset, total;
-    size_t len;       /* payload bytes of the reply; none are held while parked */
+    size_t len; /* payload bytes of the reply; none are held while parked */
     int64_t min_step;
     double since;
     uint32_t worker; /* the sender's replica rank (sync push or step); UINT32_MAX: a pull */
@@ -283,8 +283,8 @@ int svc_sparse_pull_checkpoint(ps_service_t *svc, const Psc__SparsePull *p, floa
                                int64_t *version, char *err, size_t errlen);
 /* A page of TableRows from committed checkpoint r->checkpoint (service_ckpt.c):
  * ids (room for max) and their values (max * dim floats). */
-int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, int dim, size_t max, int64_t *ids,
-                              float *vals, size_t *n, int *more, char *err, size_t errlen);
+int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, size_t max, int64_t *ids, float *vals,
+                              size_t *n, int *more, char *err, size_t errlen);
 void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);

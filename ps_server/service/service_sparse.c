@@ -262,7 +262,7 @@ void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void
     if (!ids || !vals)
         rc = psc_seterr(err, sizeof err, PSC_ENOMEM, "cannot allocate a page of %zu rows", max);
     else if (r->checkpoint)
-        rc = svc_table_rows_checkpoint(svc, r, dim, max, ids, vals, &n, &more, err, sizeof err);
+        rc = svc_table_rows_checkpoint(svc, r, max, ids, vals, &n, &more, err, sizeof err);
     else
         rc = store_table_rows(svc->store, r->table, r->after, max, ids, vals, &n, &more, err, sizeof err);
     if (rc) {

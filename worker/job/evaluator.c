@@ -73,14 +73,15 @@ static int ckpt_step(evaluator_ctx_t *e, uint64_t ckpt, int64_t *step, char *err
     if (!list.enabled)
         return psc_seterr(err, errlen, PSC_ENOTFOUND, "the ps_servers keep no checkpoints (no --checkpoint_dir)");
     char kept[256] = "none";
-    for (int k = 0, at = 0; k < list.n; k++) {
+    size_t at = 0;
+    for (int k = 0; k < list.n; k++) {
         if (list.ids[k] == ckpt) {
             *step = list.steps[k];
             return 0;
         }
-        at += snprintf(kept + at, sizeof kept - (size_t)PSC_MIN(at, (int)sizeof kept - 1), "%s%llu", k ? ", " : "",
-                       (unsigned long long)list.ids[k]);
-        if (at >= (int)sizeof kept) at = (int)sizeof kept - 1;
+        if (at < sizeof kept)
+            at += (size_t)snprintf(kept + at, sizeof kept - at, "%s%llu", k ? ", " : "",
+                                   (unsigned long long)list.ids[k]);
     }
     return psc_seterr(err, errlen, PSC_ENOTFOUND,
                       "checkpoint %llu is not a committed checkpoint of job %s on every ps_server (kept: %s)",
