@@ -13,6 +13,7 @@
 #include "rpc.h"
 #include "wire.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,27 @@ static int follow(const psctl_cli_t *c)
     }
 }
 
+/* train --warm_start: the spec's "warm_start" with from (and checkpoint)
+ * set, its other keys kept. The new text, or NULL (printed why). */
+static char *with_warm_start(const psctl_cli_t *c, const char *path, char *json)
+{
+    json_error_t je;
+    json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &je);
+    free(json);
+    if (!json_is_object(root)) {
+        fprintf(stderr, "psctl: job spec %s: not a JSON object (line %d: %s)\n", path, je.line, je.text);
+        json_decref(root);
+        return NULL;
+    }
+    json_t *w = json_object_get(root, "warm_start");
+    if (!json_is_object(w)) json_object_set_new(root, "warm_start", w = json_object());
+    json_object_set_new(w, "from", json_string(c->warm_start));
+    if (c->checkpoint) json_object_set_new(w, "checkpoint", json_integer((json_int_t)c->checkpoint));
+    char *out = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return out;
+}
+
 static int cmd_train(const psctl_cli_t *c, const char *path)
 {
     char *json = psc_read_file(path, PSCTL_SPEC_MAX, NULL);
@@ -223,6 +245,7 @@ static int cmd_train(const psctl_cli_t *c, const char *path)
         fprintf(stderr, "psctl: cannot read job spec %s\n", path);
         return PSC_EXIT_USAGE;
     }
+    if (c->warm_start && !(json = with_warm_start(c, path, json))) return PSC_EXIT_USAGE;
     Psc__SubmitRequest req = PSC__SUBMIT_REQUEST__INIT;
     req.spec_json = json;
     size_t len = psc__submit_request__get_packed_size(&req);

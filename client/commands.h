@@ -23,6 +23,7 @@ typedef struct psctl_cli {
     const char *reason, *format, *out;
     uint64_t checkpoint; /* --checkpoint: eval and export read this committed checkpoint (0: live) */
     int detach;
+    const char *warm_start; /* train --warm_start: the spec's warm_start.from (--checkpoint: .checkpoint) */
 } psctl_cli_t;
 
 /* Runs a command; `arg` is its argument (NULL unless takes_arg). Returns

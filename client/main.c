@@ -43,6 +43,7 @@ enum {
     OPT_FORMAT,
     OPT_OUT,
     OPT_CHECKPOINT,
+    OPT_WARM_START,
     OPT_LOG_LEVEL,
     OPT_HELP,
     OPT_VERSION
@@ -60,7 +61,9 @@ static void usage(FILE *f)
             "usage: psctl COMMAND [options]\n"
             "Drives a running psc cluster (standalone-client mode).\n\n"
             "commands:\n"
-            "  train JOB.json [--detach]  submit a job to the chief and follow it (Ctrl-C cancels the job)\n"
+            "  train JOB.json [--detach] [--warm_start JOB_ID|FILE [--checkpoint ID]]\n"
+            "                             submit a job to the chief and follow it (Ctrl-C cancels the job);\n"
+            "                             --warm_start sets the spec's warm_start.from (and .checkpoint)\n"
             "  attach                     follow the running or last job\n"
             "  status                     cluster members and health, the job, the variables of every PS\n"
             "  stop                       cancel the running job; the daemons stay up\n"
@@ -94,6 +97,7 @@ static int parse_options(int argc, char **argv, psctl_cli_t *c, const char **clu
         {"format", required_argument, NULL, OPT_FORMAT},
         {"out", required_argument, NULL, OPT_OUT},
         {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
+        {"warm_start", required_argument, NULL, OPT_WARM_START},
         {"log_level", required_argument, NULL, OPT_LOG_LEVEL},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
@@ -119,6 +123,7 @@ static int parse_options(int argc, char **argv, psctl_cli_t *c, const char **clu
             break;
         }
         case OPT_DETACH: c->detach = 1; break;
+        case OPT_WARM_START: c->warm_start = optarg; break;
         case OPT_FORMAT: c->format = optarg; break;
         case 'o':
         case OPT_OUT: c->out = optarg; break;

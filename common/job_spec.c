@@ -410,6 +410,12 @@ static void compute_job_id(psc_job_spec_t *s)
                    psc_partition_name(T->partition));
         hash_optimizer(&h, "table_optimizer", &T->optimizer);
     }
+    const psc_warm_start_t *w = &s->warm_start; /* a warm-started job is another job (other ids unchanged) */
+    if (w->on) {
+        fnv_printf(&h, "warm_start from=%s checkpoint=%llu variables=%s tables=%d:", w->from,
+                   (unsigned long long)w->checkpoint, w->variables, w->all_tables ? -1 : w->ntables);
+        for (int i = 0; i < w->ntables; i++) fnv_printf(&h, "%s,", w->tables[i]);
+    }
     snprintf(s->job_id, sizeof s->job_id, "%016llx", (unsigned long long)h);
 }
 
@@ -451,7 +457,7 @@ static int parse_with(const jspec_ctx_t *c, const char *json, size_t len, psc_jo
 
     static const char *const keys[] = {"model", "optimizer", "data", "batch_size_per_replica", "epochs", "steps",
                                        "sync", "placement", "checkpoint", "seed", "overlap_push_pull", "gradient_dtype",
-                                       "error_feedback", "tables", "allow_partial", NULL};
+                                       "error_feedback", "tables", "allow_partial", "warm_start", NULL};
     psc_job_spec_t *s = out;
     snprintf(s->train_path, sizeof s->train_path, "%s", DEFAULT_TRAIN);
     snprintf(s->test_path, sizeof s->test_path, "%s", DEFAULT_TEST);
@@ -478,6 +484,7 @@ static int parse_with(const jspec_ctx_t *c, const char *json, size_t len, psc_jo
     if ((rc = jspec_parse_optimizer(c, o, "optimizer", &s->optimizer))) goto out;
     if ((rc = parse_sections(c, root, s))) goto out;
     if ((rc = check_model_tables(c, root, model, s))) goto out;
+    if ((rc = jspec_parse_warm_start(c, root, s))) goto out;
     compute_job_id(s);
 
 out:

@@ -115,6 +115,20 @@ typedef struct psc_table_spec {
     int own_optimizer;      /* 1 when the table declared its own */
 } psc_table_spec_t;
 
+/* "warm_start" (TF's WarmStartSettings): the new job's model starts from
+ * another's values (worker/job/warm_start.h). */
+typedef struct psc_warm_start {
+    int on;
+    char from[512];       /* a job id (16 lowercase hex digits): its committed checkpoint on these PS; else a
+                             safetensors file (psctl export) on the chief's file system */
+    int from_job;         /* from is a job id */
+    uint64_t checkpoint;  /* from a job: 0 = its latest committed checkpoint, else this id */
+    char variables[256];  /* POSIX extended regex a dense variable's whole name must match (default ".*") */
+    int all_tables;       /* "tables" absent: every table of the new job */
+    int ntables;          /* else the tables named (0: none) */
+    char tables[PSC_MAX_TABLES][64];
+} psc_warm_start_t;
+
 typedef struct psc_job_spec {
     int input_shape[3]; /* (h, w, c) for images; rank 1 specs use input_shape[0] */
     int input_rank;     /* 1 or 3 */
@@ -167,6 +181,8 @@ typedef struct psc_job_spec {
     int ckpt_keep;            /* default 5 */
     int ckpt_on_failure;      /* checkpoint.on_failure: a failed job's chief checkpoints the model as it is (default 0) */
     int allow_partial;        /* a replica that never finishes does not fail the job (default 0) */
+
+    psc_warm_start_t warm_start; /* "warm_start" (absent: off) */
 
     uint64_t seed; /* default 42 */
     char job_id[17]; /* 16 hex digits: FNV-1a of the canonical model+optimizer(+schedule)+placement+seed+tables

@@ -116,6 +116,9 @@ int jspec_check_table_names(const jspec_ctx_t *c, const psc_job_spec_t *s);
  * features (tfrecord's data.features, or criteo's and libsvm's own) with
  * dense_offset, cat_index, num_dense and num_cat; then train_examples,
  * test_examples and shuffle. What it allocates, s owns (psc_job_spec_deinit). */
+/* "warm_start" (job_spec_warm.c): from, checkpoint, variables (a regex that
+ * compiles), tables (each one of the spec's). */
+int jspec_parse_warm_start(const jspec_ctx_t *c, const json_t *root, psc_job_spec_t *s);
 int jspec_parse_data(const jspec_ctx_t *c, const json_t *o, psc_job_spec_t *s);
 /* psc_job_spec_check_data for criteo, libsvm and tfrecord: every pattern of
  * data.train (train != 0) and data.test (test != 0) matches at least one file,

@@ -74,6 +74,8 @@ static inline int psc_chunk_valid(uint64_t total, uint64_t offset, uint64_t len)
 #define PSC_M_FENCE "/psc.ParameterServer/Fence"
 #define PSC_M_UNFENCE "/psc.ParameterServer/Unfence"
 #define PSC_M_TABLE_ROWS "/psc.ParameterServer/TableRows"
+#define PSC_M_DESCRIBE "/psc.ParameterServer/Describe"
+#define PSC_M_ASSIGN_ROWS "/psc.ParameterServer/AssignRows"
 #define PSC_M_WORKER_CHECKPOINT "/psc.Worker/Checkpoint"
 #define PSC_M_WORKER_SUBMIT "/psc.Worker/Submit"
 #define PSC_M_WORKER_START "/psc.Worker/Start"

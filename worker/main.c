@@ -366,7 +366,7 @@ static int run_in_cluster(worker_t *w)
         PSC_INFO("%s", w->run.err);
     } else {
         PSC_ERROR("training failed: %s", w->run.err);
-        exit_code = 1;
+        exit_code = w->run.res.config_error ? PSC_EXIT_CONFIG : 1;
     }
     return exit_code;
 }

@@ -463,6 +463,45 @@ static void h_worker_done(psc_rpc_call_t *call, const uint8_t *req, size_t len, 
     psc__worker_done_request__free_unpacked(r, NULL);
 }
 
+void svc_describe(ps_service_t *svc, Psc__StatusReply *rep, svc_desc_mem_t *m)
+{
+    memset(m, 0, sizeof *m);
+    rep->ready = store_is_ready(svc->store, m->job_id);
+    rep->job_id = m->job_id;
+    int64_t step = 0;
+    rep->has_global_step = store_step_get(svc->store, &step);
+    rep->global_step = step;
+    rep->optimizer = (char *)"";
+    int n = 0;
+    store_list(svc->store, &m->vars, &n);
+    m->vs = psc_xcalloc((size_t)(n ? n : 1), sizeof *m->vs);
+    m->vp = psc_xcalloc((size_t)(n ? n : 1), sizeof *m->vp);
+    m->shapes = psc_xcalloc((size_t)(n ? n : 1), sizeof *m->shapes);
+    for (int i = 0; i < n; i++) {
+        Psc__VarStatus *v = &m->vs[i];
+        psc__var_status__init(v);
+        v->name = m->vars[i].name;
+        for (int d = 0; d < m->vars[i].rank; d++) m->shapes[i][d] = m->vars[i].shape[d];
+        v->n_shape = (size_t)m->vars[i].rank;
+        v->shape = m->shapes[i];
+        v->bytes = m->vars[i].bytes;
+        v->version = m->vars[i].version;
+        m->vp[i] = v;
+    }
+    rep->n_vars = (size_t)n;
+    rep->vars = m->vp;
+    svc_status_tables(svc, rep, &m->tables);
+}
+
+void svc_describe_free(svc_desc_mem_t *m)
+{
+    free(m->tables);
+    free(m->shapes);
+    free(m->vp);
+    free(m->vs);
+    free(m->vars);
+}
+
 static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -471,12 +510,8 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     psc__status_request__free_unpacked(r, NULL);
 
     Psc__StatusReply rep = PSC__STATUS_REPLY__INIT;
-    char job_id[17] = "";
-    rep.ready = store_is_ready(svc->store, job_id);
-    rep.job_id = job_id;
-    int64_t step = 0;
-    rep.has_global_step = store_step_get(svc->store, &step);
-    rep.global_step = step;
+    svc_desc_mem_t m;
+    svc_describe(svc, &rep, &m);
     store_stats_t st;
     store_get_stats(svc->store, &st);
     rep.applied = st.applied;
@@ -508,38 +543,12 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
         if (svc->done[w]) done_ranks[rep.n_done_workers++] = w;
     pthread_mutex_unlock(&svc->lock);
     rep.done_workers = done_ranks;
-    rep.optimizer = (char *)"";
     rep.checkpoints = svc->ckpt != NULL;
     rep.incarnation = svc->incarnation;
-
-    store_var_info_t *vars = NULL;
-    int n = 0;
-    store_list(svc->store, &vars, &n);
-    Psc__VarStatus *vs = psc_xcalloc((size_t)(n ? n : 1), sizeof *vs);
-    Psc__VarStatus **vp = psc_xcalloc((size_t)(n ? n : 1), sizeof *vp);
-    int64_t(*shapes)[PSC_MAX_RANK] = psc_xcalloc((size_t)(n ? n : 1), sizeof *shapes);
-    for (int i = 0; i < n; i++) {
-        psc__var_status__init(&vs[i]);
-        vs[i].name = vars[i].name;
-        for (int d = 0; d < vars[i].rank; d++) shapes[i][d] = vars[i].shape[d];
-        vs[i].n_shape = (size_t)vars[i].rank;
-        vs[i].shape = shapes[i];
-        vs[i].bytes = vars[i].bytes;
-        vs[i].version = vars[i].version;
-        vp[i] = &vs[i];
-    }
-    rep.n_vars = (size_t)n;
-    rep.vars = vp;
-    void *tables_mem = NULL;
-    svc_status_tables(svc, &rep, &tables_mem);
     size_t sz = psc__status_reply__get_packed_size(&rep);
     psc__status_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
     psc_rpc_reply_send(call);
-    free(tables_mem);
-    free(shapes);
-    free(vp);
-    free(vs);
-    free(vars);
+    svc_describe_free(&m);
     free(progress);
     free(done_ranks);
 }
@@ -622,6 +631,8 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_FENCE, svc_h_fence, svc); /* last: the fuzzer's seeds index methods */
     psc_rpc_server_add_method(server, PSC_M_UNFENCE, svc_h_unfence, svc);
     psc_rpc_server_add_method(server, PSC_M_TABLE_ROWS, svc_h_table_rows, svc);
+    psc_rpc_server_add_method(server, PSC_M_DESCRIBE, svc_h_describe, svc);
+    psc_rpc_server_add_method(server, PSC_M_ASSIGN_ROWS, svc_h_assign_rows, svc);
     ps_metrics_observe_server(svc->metrics, server);
 }
 

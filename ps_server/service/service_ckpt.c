@@ -56,6 +56,19 @@ static int row_to_writer(void *arg, const char *name, int64_t id, const void *re
     return ckpt_add_row(arg, name, id, rec, len);
 }
 
+static void add_description(ps_service_t *svc, ckpt_writer_t *w)
+{
+    Psc__StatusReply d = PSC__STATUS_REPLY__INIT;
+    svc_desc_mem_t m;
+    svc_describe(svc, &d, &m);
+    size_t n = psc__status_reply__get_packed_size(&d);
+    uint8_t *buf = psc_xmalloc(n ? n : 1);
+    psc__status_reply__pack(&d, buf);
+    ckpt_add(w, SVC_CKPT_MODEL, buf, n); /* a failure is remembered by the writer */
+    free(buf);
+    svc_describe_free(&m);
+}
+
 void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -76,6 +89,7 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
      * mode only at step boundary r->step), then write it outside the fence */
     int64_t held = -1;
     ckpt_writer_t *w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
+    add_description(svc, w); /* what the checkpoint holds, for a reader without the job's spec (Describe) */
     store_rows_io_t rows = {.table = table_to_writer, .row = row_to_writer, .arg = w};
     uint64_t parent = 0;
     rc = store_export_ex(svc->store, emit_to_writer, w, &rows, r->id, store_get_sync(svc->store, NULL) ? r->step : -1,
@@ -318,15 +332,22 @@ void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Pul
     svc_reply_chunk(call, buf, bound, r->name, r->offset, len, 0, r->length, info.step, 0);
 }
 
-/* Committed checkpoint id of the job this PS holds (a table's rows read from
- * it take the live table's shape and initial values): 0 or the code with err. */
-static int ckpt_of_job(ps_service_t *svc, uint64_t id, ckpt_info_t *info, char *err, size_t errlen)
+/* Checkpoint id, committed: 0 (*info) or the code with err. */
+static int committed(ps_service_t *svc, uint64_t id, ckpt_info_t *info, char *err, size_t errlen)
 {
     if (!svc->ckpt)
         return psc_seterr(err, errlen, PSC_ENOTREADY, "ps_server %d has no --checkpoint_dir", svc->task_index);
     int rc = ckpt_get_info(svc->ckpt, id, info, err, errlen);
     if (rc == 0 && !info->committed)
         rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %llu was never committed", (unsigned long long)id);
+    return rc;
+}
+
+/* Committed checkpoint id of the job this PS holds (a table's rows read from
+ * it take the live table's shape and initial values): 0 or the code with err. */
+static int ckpt_of_job(ps_service_t *svc, uint64_t id, ckpt_info_t *info, char *err, size_t errlen)
+{
+    int rc = committed(svc, id, info, err, errlen);
     char have[17] = "";
     store_is_ready(svc->store, have);
     if (rc == 0 && strcmp(info->job_id, have) != 0)
@@ -346,7 +367,8 @@ typedef struct rows_out {
 static int row_at(void *arg, size_t i, const void *rec, size_t len)
 {
     rows_out_t *o = arg;
-    if (len != o->record) return PSC_ECORRUPT; /* another table's shape: never this job's */
+    /* another table's shape: never this job's (record 0: the described dim's values at least) */
+    if (o->record ? len != o->record : len < 8 + (size_t)o->dim * 4) return PSC_ECORRUPT;
     memcpy(o->vals + i * (size_t)o->dim, (const unsigned char *)rec + 8, (size_t)o->dim * 4);
     return 0;
 }
@@ -375,21 +397,83 @@ int svc_sparse_pull_checkpoint(ps_service_t *svc, const Psc__SparsePull *p, floa
     return rc;
 }
 
-int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, size_t max, int64_t *ids, float *vals,
-                              size_t *n, int *more, char *err, size_t errlen)
+/* The description checkpoint id keeps of this shard (SVC_CKPT_MODEL): *out
+ * (free_unpacked), or PSC_ENOTFOUND for a checkpoint older than descriptions. */
+static int ckpt_description(ps_service_t *svc, uint64_t id, Psc__StatusReply **out, char *err, size_t errlen)
+{
+    void *data = NULL;
+    size_t len = 0;
+    int rc = ckpt_read(svc->ckpt, id, SVC_CKPT_MODEL, &data, &len, err, errlen);
+    if (rc == PSC_ENOTFOUND)
+        return psc_seterr(err, errlen, PSC_ENOTFOUND,
+                          "checkpoint %llu does not describe its model (written by an older psc): only its own job "
+                          "can read it",
+                          (unsigned long long)id);
+    if (rc) return rc;
+    *out = psc__status_reply__unpack(NULL, len, data);
+    free(data);
+    if (!*out)
+        return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %llu: its description does not parse",
+                          (unsigned long long)id);
+    return 0;
+}
+
+int svc_checkpoint_table(ps_service_t *svc, uint64_t id, const char *table, int *dim, size_t *record, char *err,
+                         size_t errlen)
 {
     ckpt_info_t info;
-    int rc = ckpt_of_job(svc, r->checkpoint, &info, err, errlen);
+    Psc__StatusReply *d = NULL;
+    int rc = committed(svc, id, &info, err, errlen);
     if (rc) return rc;
-    size_t record = 0;
-    int dim = 0;
+    if ((rc = ckpt_description(svc, id, &d, err, errlen)) == 0) {
+        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %llu of job %s has no table %s on ps_server %d",
+                        (unsigned long long)id, info.job_id, table, svc->task_index);
+        for (size_t i = 0; i < d->n_tables; i++)
+            if (strcmp(d->tables[i]->name, table) == 0 && d->tables[i]->dim > 0 && d->tables[i]->dim <= 4096) {
+                *dim = (int)d->tables[i]->dim;
+                *record = 0;
+                rc = 0;
+            }
+        psc__status_reply__free_unpacked(d, NULL);
+        return rc;
+    }
+    if (rc != PSC_ENOTFOUND) return rc;
+    /* an older checkpoint: only of the live job, whose table gives the shape */
+    if ((rc = ckpt_of_job(svc, id, &info, err, errlen))) return rc;
     float none;
-    /* no ids: the table's shape only (its dim and record size) */
-    if ((rc = store_sparse_initial(svc->store, r->table, "", 0, &none, 0, &dim, &record, err, errlen))) return rc;
+    return store_sparse_initial(svc->store, table, "", 0, &none, 0, dim, record, err, errlen);
+}
+
+int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, int dim, size_t record, size_t max,
+                              int64_t *ids, float *vals, size_t *n, int *more, char *err, size_t errlen)
+{
     rows_out_t o = {.vals = vals, .ids = ids, .dim = dim, .record = record};
-    rc = ckpt_read_rows_page(svc->ckpt, r->checkpoint, r->table, r->after, max, row_next, &o, more, err, errlen);
+    int rc = ckpt_read_rows_page(svc->ckpt, r->checkpoint, r->table, r->after, max, row_next, &o, more, err, errlen);
     *n = o.n;
     return rc;
+}
+
+void svc_h_describe(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__DescribeRequest *r;
+    SVC_DECODE(r, psc__describe_request__unpack, "DescribeRequest");
+    ckpt_info_t info;
+    void *data = NULL;
+    size_t n = 0;
+    int rc = committed(svc, r->checkpoint, &info, err, sizeof err);
+    if (rc == 0 && (rc = ckpt_read(svc->ckpt, r->checkpoint, SVC_CKPT_MODEL, &data, &n, err, sizeof err)) == PSC_ENOTFOUND)
+        psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu does not describe its model (written by an older psc)",
+                   (unsigned long long)r->checkpoint);
+    if (rc) {
+        svc_fail(svc, call, rc, "%s", err);
+    } else {
+        memcpy(psc_rpc_reply_alloc(call, n), data, n); /* the packed StatusReply as saved (CRC-checked) */
+        psc_rpc_reply_send(call);
+    }
+    free(data);
+    psc__describe_request__free_unpacked(r, NULL);
 }
 
 /* ---- the fence of an async checkpoint (service_fence.c) ---- */

@@ -281,10 +281,34 @@ void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Pul
  * 0 or the code with err. */
 int svc_sparse_pull_checkpoint(ps_service_t *svc, const Psc__SparsePull *p, float *dst, size_t cap, int *dim,
                                int64_t *version, char *err, size_t errlen);
-/* A page of TableRows from committed checkpoint r->checkpoint (service_ckpt.c):
- * ids (room for max) and their values (max * dim floats). */
-int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, size_t max, int64_t *ids, float *vals,
-                              size_t *n, int *more, char *err, size_t errlen);
+/* Table `table` of committed checkpoint id (service_ckpt.c): its dim, and the
+ * bytes of its row records (0: at least 8 + 4 * dim, the checkpoint's
+ * description says the dim). A checkpoint that describes itself (SVC_CKPT_MODEL)
+ * may be of any job; an older one only of the job this PS holds, whose live
+ * table gives the shape. 0 or the code with err. */
+int svc_checkpoint_table(ps_service_t *svc, uint64_t id, const char *table, int *dim, size_t *record, char *err,
+                         size_t errlen);
+/* A page of TableRows from committed checkpoint r->checkpoint (service_ckpt.c),
+ * of the dim and record svc_checkpoint_table gave: ids (room for max) and
+ * their values (max * dim floats). */
+int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, int dim, size_t record, size_t max,
+                              int64_t *ids, float *vals, size_t *n, int *more, char *err, size_t errlen);
+/* The shard as a StatusReply's description part (job_id, ready,
+ * has_global_step, global_step, vars, tables): what Status answers and what a
+ * checkpoint keeps as its tensor SVC_CKPT_MODEL (Describe). m holds what rep
+ * points to until svc_describe_free. */
+typedef struct svc_desc_mem {
+    char job_id[17];
+    store_var_info_t *vars;
+    Psc__VarStatus *vs, **vp;
+    int64_t (*shapes)[PSC_MAX_RANK];
+    void *tables;
+} svc_desc_mem_t;
+#define SVC_CKPT_MODEL "~model" /* never a variable's name (model_spec.h names) */
+void svc_describe(ps_service_t *svc, Psc__StatusReply *rep, svc_desc_mem_t *m);
+void svc_describe_free(svc_desc_mem_t *m);
+void svc_h_describe(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+void svc_h_assign_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_commit(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);

@@ -248,7 +248,9 @@ void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void
     Psc__TableRowsRequest *r;
     SVC_DECODE(r, psc__table_rows_request__unpack, "TableRowsRequest");
     int dim = 0;
-    int rc = store_sparse_check(svc->store, r->table, "", 0, NULL, 0, &dim, NULL, err, sizeof err);
+    size_t record = 0;
+    int rc = r->checkpoint ? svc_checkpoint_table(svc, r->checkpoint, r->table, &dim, &record, err, sizeof err)
+                           : store_sparse_check(svc->store, r->table, "", 0, NULL, 0, &dim, NULL, err, sizeof err);
     if (rc) {
         svc_fail(svc, call, rc, "%s", err); /* the store counted it */
         psc__table_rows_request__free_unpacked(r, NULL);
@@ -262,7 +264,7 @@ void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void
     if (!ids || !vals)
         rc = psc_seterr(err, sizeof err, PSC_ENOMEM, "cannot allocate a page of %zu rows", max);
     else if (r->checkpoint)
-        rc = svc_table_rows_checkpoint(svc, r, max, ids, vals, &n, &more, err, sizeof err);
+        rc = svc_table_rows_checkpoint(svc, r, dim, record, max, ids, vals, &n, &more, err, sizeof err);
     else
         rc = store_table_rows(svc->store, r->table, r->after, max, ids, vals, &n, &more, err, sizeof err);
     if (rc) {
@@ -283,4 +285,29 @@ void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void
     free(ids);
     free(vals);
     psc__table_rows_request__free_unpacked(r, NULL);
+}
+
+void svc_h_assign_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__AssignRowsRequest *r;
+    SVC_DECODE(r, psc__assign_rows_request__unpack, "AssignRowsRequest");
+    if (r->ids.len % 8) {
+        svc_reject(svc, call, PSC_EINVAL, "AssignRows of table %s: ids are %zu bytes, not a multiple of 8", r->table,
+                   r->ids.len);
+    } else {
+        size_t n = r->ids.len / 8;
+        int rc = store_sparse_assign(svc->store, r->table, r->ids.data, n, r->values.data, r->values.len, err,
+                                     sizeof err);
+        if (rc) {
+            svc_fail(svc, call, rc, "%s", err); /* the store counted it */
+        } else {
+            Psc__AssignRowsReply rep = PSC__ASSIGN_ROWS_REPLY__INIT;
+            rep.rows = n;
+            uint8_t buf[16];
+            psc_rpc_reply(call, buf, psc__assign_rows_reply__pack(&rep, buf));
+        }
+    }
+    psc__assign_rows_request__free_unpacked(r, NULL);
 }

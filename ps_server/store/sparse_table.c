@@ -207,6 +207,12 @@ static void row_init(const sparse_table_t *t, int64_t id, unsigned char *rec)
     optim_init_slots(&t->cfg.opt, t->nslots >= 1 ? w + dim : NULL, t->nslots >= 2 ? w + 2 * dim : NULL, (size_t)dim);
 }
 
+void sparse_table_assigned_record(const sparse_table_t *t, int64_t id, const float *values, unsigned char *rec)
+{
+    row_init(t, id, rec);
+    memcpy(rec_values(rec), values, 4 * (size_t)t->cfg.dim);
+}
+
 /* The entry of row id, created with its initial record if absent. */
 static inline int shard_row(sparse_table_t *t, shard_t *sh, int64_t id, uint64_t h, uint32_t epoch, entry_t **out)
 {

@@ -140,5 +140,9 @@ void sparse_table_scan(sparse_table_t *t, int64_t after, size_t max, int64_t *id
  * PSC_EINVAL), len, t >= 0 and finite floats (PSC_ECORRUPT), each naming the
  * problem; PSC_ENOMEM. A refused record changes nothing. */
 int sparse_table_put(sparse_table_t *t, int64_t id, const void *rec, size_t len, char *err, size_t errlen);
+/* The record (sparse_table_record_bytes) of a new row id whose values are
+ * `values` (dim floats, any alignment): t = 0 and the optimizer's initial
+ * slots, as a pull would create it. */
+void sparse_table_assigned_record(const sparse_table_t *t, int64_t id, const float *values, unsigned char *rec);
 
 #endif

@@ -252,6 +252,8 @@ void store_reset(store_t *s)
 static int check_spec(const store_var_spec_t *v, uint64_t *bytes, char *err, size_t errlen)
 {
     if (!v->name || !v->name[0]) return psc_seterr(err, errlen, PSC_EINVAL, "variable with an empty name");
+    if (v->name[0] == '~') /* a checkpoint's own tensors ("~model") start so */
+        return psc_seterr(err, errlen, PSC_EINVAL, "variable name \"%.40s\" starts with '~' (reserved)", v->name);
     size_t len = strlen(v->name);
     if (len > PSC_NAME_MAX)
         return psc_seterr(err, errlen, PSC_EINVAL, "variable name \"%.40s...\" is %zu characters (at most %d)",

@@ -211,6 +211,14 @@ int store_sparse_initial(store_t *s, const char *table, const void *ids, size_t 
 int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
                       uint64_t checked, int64_t *version, char *err, size_t errlen);
 
+/* Sets n unique ids' rows of `table` (8n bytes of ids, n*dim float32 values
+ * in vlen bytes, any alignment) to the values, creating them, their optimizer
+ * slots as a new row's (a warm start): only between Create and ready (PSC_ENOTREADY
+ * otherwise). Checked whole first, as a push's ids and gradient (range, part,
+ * unique, size, finite): a refused request changes nothing; after that only
+ * PSC_ENOMEM can stop it midway. */
+int store_sparse_assign(store_t *s, const char *table, const void *ids, size_t n, const void *values, size_t vlen,
+                        char *err, size_t errlen);
 /* A page of the rows of `table` that exist, ascending id: those with id >
  * after, at most max (ids: max, vals: max * dim floats); *n rows, *more = 1
  * when rows with larger ids exist. Each row is read under its shard lock.

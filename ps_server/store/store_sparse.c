@@ -258,6 +258,39 @@ int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, 
     return rc ? store_reject(s, rc) : 0;
 }
 
+int store_sparse_assign(store_t *s, const char *table, const void *ids, size_t n, const void *values, size_t vlen,
+                        char *err, size_t errlen)
+{
+    sparse_table_t *t = NULL;
+    int rc = 0;
+    fence_enter(s);
+    pthread_rwlock_rdlock(&s->lock);
+    if (!s->have_job || s->ready)
+        rc = psc_seterr(err, errlen, PSC_ENOTREADY, "sparse table %.*s: rows are assigned only %s", PSC_NAME_MAX, table,
+                        s->have_job ? "before the model is ready (a warm start); it is ready" : "after Create");
+    for (int i = 0; i < s->ntables && !t && !rc; i++)
+        if (strcmp(sparse_table_config(s->tables[i].part)->name, table) == 0) t = s->tables[i].part;
+    pthread_rwlock_unlock(&s->lock);
+    if (!rc && !t) rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "unknown sparse table \"%.*s\"", PSC_NAME_MAX, table);
+    if (!rc) rc = store_table_check_request(t, ids, n, values, vlen, err, errlen);
+    if (!rc) {
+        size_t rec = sparse_table_record_bytes(t), dim = (size_t)sparse_table_config(t)->dim;
+        unsigned char *r = psc_xmalloc(rec);
+        float *row = psc_xmalloc(4 * dim);
+        for (size_t i = 0; i < n && !rc; i++) {
+            int64_t id;
+            memcpy(&id, (const unsigned char *)ids + 8 * i, 8);
+            memcpy(row, (const unsigned char *)values + 4 * dim * i, 4 * dim);
+            sparse_table_assigned_record(t, id, row, r);
+            rc = sparse_table_put(t, id, r, rec, err, errlen);
+        }
+        free(row);
+        free(r);
+    }
+    fence_leave(s);
+    return rc ? store_reject(s, rc) : 0;
+}
+
 int store_table_rows(store_t *s, const char *table, int64_t after, size_t max, int64_t *ids, float *vals, size_t *n,
                      int *more, char *err, size_t errlen)
 {

@@ -10,6 +10,7 @@
 #include "psc.h"
 #include "rpc.h"
 #include "tower.h"
+#include "warm_start.h"
 #include "wire.h"
 #include "worker_metrics.h"
 
@@ -32,6 +33,7 @@ struct chief {
     double last_time;
     double last_rows_look; /* a job with tables: when every PS's Status was last read (their rows, for a lost shard's WARN) */
     int periodic_tries, requested_tries; /* steps a checkpoint waited for a sync step boundary */
+    warm_start_t ws;      /* the spec's warm_start: the model's initial values (ps_client's init hook) */
 };
 
 chief_t *chief_create(const chief_opts_t *o, ps_client_t *pc)
@@ -42,12 +44,17 @@ chief_t *chief_create(const chief_opts_t *o, ps_client_t *pc)
     c->committed_step = -1;
     snprintf(c->off_why, sizeof c->off_why, "checkpoints off: the schedule has not started");
     chief_mailbox_open(o->requests);
+    if (o->spec->warm_start.on) {
+        c->ws = (warm_start_t){.spec = o->spec, .vars = o->vars, .nvars = o->nvars, .pc = pc, .cluster = o->cluster};
+        ps_client_set_init_hook(pc, warm_start_apply, &c->ws);
+    }
     return c;
 }
 
 void chief_destroy(chief_t *c, const char *why)
 {
     if (!c) return;
+    ps_client_set_init_hook(c->pc, NULL, NULL);
     chief_mailbox_close(c->o.requests, why);
     free(c);
 }
@@ -58,6 +65,7 @@ int chief_create_model(chief_t *c, float *params, ps_model_origin_t *origin, cha
 {
     const psc_job_spec_t *spec = c->o.spec;
     tower_init_params(c->o.vars, c->o.nvars, spec->seed, params); /* used only if nothing can be restored */
+    c->ws.params = params;
     int rc = ps_client_create_model(c->pc, spec->job_id, &spec->optimizer, params, origin, err, errlen);
     if (rc) return rc;
     if (origin->joined)
@@ -87,6 +95,7 @@ int chief_redeclare_model(chief_t *c, int lost_ps, float *params, char *err, siz
 {
     ps_model_origin_t origin;
     tower_init_params(c->o.vars, c->o.nvars, c->o.spec->seed, params); /* used only if nothing can be restored */
+    c->ws.params = params;
     int rc = ps_client_create_model(c->pc, c->o.spec->job_id, &c->o.spec->optimizer, params, &origin, err, errlen);
     if (rc) return rc;
     char who[32] = "a ps";

@@ -52,6 +52,7 @@ runner_state_t runner_run_task(const trainer_opts_t *o, trainer_result_t *res, c
     int rc = o->task.type == PSC_JOB_EVALUATOR ? evaluator_run(o, res, err, errlen) : trainer_run(o, res, err, errlen);
     runner_state_t st = RUNNER_FAILED;
     char why[1024];
+    res->config_error = rc == PSC_ECONFIG;
     if (rc == 0) {
         st = RUNNER_SUCCEEDED;
     } else if (failures_aborted(o->failures, why, sizeof why)) { /* the chief stopped the job: it failed */

@@ -68,6 +68,7 @@ typedef struct trainer_result {
     int has_auc;              /* a recommendation model: test_auc holds its exact ROC AUC */
     double test_auc;
     int64_t test_examples;
+    int config_error;         /* failed: the job's configuration cannot run (PSC_ECONFIG: e.g. its warm start) */
 } trainer_result_t;
 
 /* Fills defaults into o (zeros become the documented defaults). */

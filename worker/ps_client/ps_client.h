@@ -220,6 +220,19 @@ void ps_client_set_tables(ps_client_t *pc, const psc_table_spec_t *tables, int n
 /* ps_client_set_tables for the job spec's tables, placed by
  * psc_place_tables after the model's first_turn pieces (psc_place's count). */
 int ps_client_set_job_tables(ps_client_t *pc, const psc_job_spec_t *spec, int first_turn, char *err, size_t errlen);
+/* Chief, warm start (before the model is ready): sets n rows of table t
+ * (ids unique, in [0, rows); vals n x dim) on the PS that hold their parts,
+ * skipping PS p where skip[p] (skip may be NULL), about 4 MiB a call, many
+ * calls in flight (AssignRows). 0 or the first failure (err). */
+int ps_client_table_assign(ps_client_t *pc, int table, const int64_t *ids, const float *vals, size_t n, const int *skip,
+                           char *err, size_t errlen);
+/* Called by ps_client_create_model when it initializes the model (no
+ * checkpoint of the job to restore), before the initial values are assigned:
+ * it may change init_params (what create_model was given) and write table
+ * rows (ps_client_table_assign) on the PS not ready[p]. A failure fails
+ * create_model with its code. NULL: none. */
+typedef int (*ps_client_init_hook_fn)(void *arg, const int *ready, char *err, size_t errlen);
+void ps_client_set_init_hook(ps_client_t *pc, ps_client_init_hook_fn fn, void *arg);
 /* dim of table t (0 if unknown). */
 int ps_client_table_dim(const ps_client_t *pc, int table);
 

@@ -249,7 +249,9 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
     if ((rc = restore_latest(pc, job_id, origin, err, errlen)) != 0 || origin->restored) goto out;
     if (nready > 0) warn_partial_reinit(pc, ready, nready, origin);
     origin->initialized = 1;
-    /* 2b, 3. Else initial values where the model is missing, then ready. */
+    /* 2b, 3. Else initial values where the model is missing (a warm start's
+     * where it has them: the hook), then ready. */
+    if (pc->init_hook && (rc = pc->init_hook(pc->init_hook_arg, ready, err, errlen))) goto out;
     if ((rc = assign_initial(pc, ready, init_params, err, errlen)) == 0)
         rc = mark_ready(pc, job_id, ready, err, errlen);
     /* the re-initialized parts start empty: a count seen before says nothing
@@ -259,6 +261,12 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
 out:
     free(ready);
     return rc;
+}
+
+void ps_client_set_init_hook(ps_client_t *pc, ps_client_init_hook_fn fn, void *arg)
+{
+    pc->init_hook = fn;
+    pc->init_hook_arg = arg;
 }
 
 /* ---- checkpoints ---- */

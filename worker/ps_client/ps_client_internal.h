@@ -18,6 +18,7 @@
 
 /* calls of one round in flight at a time, across every PS */
 #define PS_CLIENT_IN_FLIGHT 16
+#define PS_CLIENT_ASSIGN_BYTES ((size_t)4 << 20) /* rows of one AssignRows call */
 /* room for a chunk call's request header (a Chunk without data, a PullRequest) */
 #define PS_CLIENT_HDR_CAP 320
 
@@ -68,6 +69,8 @@ struct ps_client {
     double sync_timeout;
     int64_t replica_step; /* this replica's steps, sent with every Step (ps_client_set_progress) */
     int64_t last_global_step; /* newest global_step a reply carried: sent with pushes (learning-rate schedules) */
+    ps_client_init_hook_fn init_hook; /* ps_client_set_init_hook */
+    void *init_hook_arg;
     /* sparse tables (ps_client_set_tables) */
     psc_table_spec_t *tables;
     int ntables;

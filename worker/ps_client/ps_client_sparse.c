@@ -173,6 +173,55 @@ static void group(const ps_client_t *pc, int table, const int64_t *ids, size_t n
     free(ps);
 }
 
+int ps_client_table_assign(ps_client_t *pc, int table, const int64_t *ids, const float *vals, size_t n, const int *skip,
+                           char *err, size_t errlen)
+{
+    int P = pc->num_ps;
+    size_t d = (size_t)pc->tables[table].dim, per = PS_CLIENT_ASSIGN_BYTES / (8 + 4 * d);
+    size_t *at = psc_xmalloc((size_t)P * sizeof *at), *cnt = psc_xmalloc((size_t)P * sizeof *cnt);
+    int64_t *gid = psc_xmalloc((n ? n : 1) * sizeof *gid);
+    uint32_t *src = psc_xmalloc((n ? n : 1) * sizeof *src);
+    float *gval = psc_xmalloc((n ? n : 1) * d * sizeof *gval);
+    group(pc, table, ids, n, at, cnt, gid, src);
+    for (size_t w = 0; w < n; w++) memcpy(gval + w * d, vals + (size_t)src[w] * d, d * 4);
+    size_t nops = 0;
+    for (int p = 0; p < P; p++)
+        if (!(skip && skip[p])) nops += (cnt[p] + per - 1) / per;
+    psc_rpc_op_t *ops = psc_xcalloc(nops ? nops : 1, sizeof *ops);
+    uint8_t **bufs = psc_xcalloc(nops ? nops : 1, sizeof *bufs);
+    size_t k = 0;
+    for (int p = 0; p < P; p++) {
+        if (skip && skip[p]) continue;
+        for (size_t i = 0; i < cnt[p]; i += per, k++) {
+            size_t m = PSC_MIN(per, cnt[p] - i), w = at[p] + i;
+            Psc__AssignRowsRequest req = PSC__ASSIGN_ROWS_REQUEST__INIT;
+            req.table = pc->tables[table].name;
+            req.ids.data = (uint8_t *)(gid + w);
+            req.ids.len = m * 8;
+            req.values.data = (uint8_t *)(gval + w * d);
+            req.values.len = m * d * 4;
+            size_t len = psc__assign_rows_request__get_packed_size(&req);
+            bufs[k] = psc_xmalloc(len);
+            ops[k].ch = pc->ch[p];
+            ops[k].method = PSC_M_ASSIGN_ROWS;
+            ops[k].hdr = bufs[k];
+            ops[k].hdr_len = psc__assign_rows_request__pack(&req, bufs[k]);
+        }
+    }
+    int rc = psc_rpc_run(ops, nops, PS_CLIENT_IN_FLIGHT, pc->timeout_ms);
+    if (rc) rc = pcl_op_error(ops, nops, "assign rows", err, errlen);
+    pcl_clear_ops(ops, nops);
+    for (size_t i = 0; i < nops; i++) free(bufs[i]);
+    free(bufs);
+    free(ops);
+    free(gval);
+    free(src);
+    free(gid);
+    free(cnt);
+    free(at);
+    return rc;
+}
+
 static void sop_free(sop_t *s)
 {
     free(s->push_u);

@@ -31,6 +31,7 @@ typedef struct export_tables {
     export_table_t *t;
     int n;
     uint64_t ckpt; /* > 0: read the rows committed checkpoint ckpt holds (set before export_tables_fetch) */
+    int rows_only; /* every table as "<name>/ids" + "<name>/values", however small */
 } export_tables_t;
 
 /* Notes the table parts of PS ps's Status reply. PSC_EMISMATCH when a part

@@ -137,7 +137,7 @@ static int by_id(const void *a, const void *b)
 }
 
 /* The parts' rows (each part ascending) in one ascending order. */
-static void join(export_table_t *t)
+static void join(export_table_t *t, int rows_only)
 {
     size_t d = (size_t)t->dim, *ord = psc_xmalloc((t->n ? t->n : 1) * sizeof *ord);
     for (size_t i = 0; i < t->n; i++) ord[i] = i;
@@ -154,7 +154,7 @@ static void join(export_table_t *t)
     free(t->vals);
     t->ids = ids;
     t->vals = vals;
-    if ((uint64_t)t->rows * d * 4 >= PSC_EXPORT_DENSE_TABLE_BYTES) return;
+    if (rows_only || (uint64_t)t->rows * d * 4 >= PSC_EXPORT_DENSE_TABLE_BYTES) return;
     t->dense = psc_xmalloc((size_t)t->rows * d * sizeof *t->dense);
     uint32_t h = psc_table_hash(t->name);
     for (size_t i = 0, at = 0; i < (size_t)t->rows; i++) {
@@ -178,7 +178,7 @@ int export_tables_fetch(export_tables_t *x, psc_rpc_channel_t **ch, int timeout_
             int rc = fetch_part(t, k, ch[t->part_ps[k]], x->ckpt, timeout_ms, &cap, err, errlen);
             if (rc) return rc;
         }
-        join(t);
+        join(t, x->rows_only);
     }
     return 0;
 }

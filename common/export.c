@@ -389,17 +389,22 @@ typedef struct export_ctx {
 
 static const char *ps_addr(const export_ctx_t *x, int ps) { return x->cluster->addr[PSC_JOB_PS][ps]; }
 
-/* Status of every PS at once; collects the pieces and checks job and readiness. */
-static int status_all(export_ctx_t *x, char *err, size_t errlen)
+/* Status of every PS at once (describe: the Describe of checkpoint x->ckpt,
+ * the shard as it was saved); collects the pieces and checks job and
+ * readiness. */
+static int status_all(export_ctx_t *x, int describe, char *err, size_t errlen)
 {
     int P = x->nps, rc = 0;
     psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
     Psc__StatusRequest req = PSC__STATUS_REQUEST__INIT;
-    uint8_t buf[16];
-    size_t len = psc__status_request__pack(&req, buf);
+    Psc__DescribeRequest dreq = PSC__DESCRIBE_REQUEST__INIT;
+    dreq.checkpoint = x->ckpt;
+    uint8_t buf[32];
+    size_t len = describe ? psc__describe_request__pack(&dreq, buf) : psc__status_request__pack(&req, buf);
+    const char *what = describe ? "Describe" : "Status";
     for (int i = 0; i < P; i++) {
         ops[i].ch = x->ch[i];
-        ops[i].method = PSC_M_STATUS;
+        ops[i].method = describe ? PSC_M_DESCRIBE : PSC_M_STATUS;
         ops[i].hdr = buf;
         ops[i].hdr_len = len;
     }
@@ -408,15 +413,15 @@ static int status_all(export_ctx_t *x, char *err, size_t errlen)
         for (int i = 0; i < P; i++) nbad += ops[i].code != PSC_RPC_OK;
         char more[64] = "";
         if (nbad > 1) snprintf(more, sizeof more, " (and %d more PS)", nbad - 1);
-        rc = psc_seterr(err, errlen, psc_rpc_code_errno(ops[bad].code), "ps %d (%s): Status failed: %s: %s%s", bad,
-                        ps_addr(x, bad), psc_rpc_code_name(ops[bad].code), ops[bad].msg, more);
+        rc = psc_seterr(err, errlen, psc_rpc_code_errno(ops[bad].code), "ps %d (%s): %s failed: %s: %s%s", bad,
+                        ps_addr(x, bad), what, psc_rpc_code_name(ops[bad].code), ops[bad].msg, more);
         goto out;
     }
     size_t cap = 0;
     for (int i = 0; i < P && rc == 0; i++) {
         Psc__StatusReply *r = psc__status_reply__unpack(NULL, ops[i].reply_len, ops[i].reply ? ops[i].reply : buf);
         if (!r) {
-            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "ps %d (%s): Status reply does not parse", i, ps_addr(x, i));
+            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "ps %d (%s): %s reply does not parse", i, ps_addr(x, i), what);
             break;
         }
         if (!r->job_id[0])
@@ -610,6 +615,12 @@ static int write_tensors(const export_ctx_t *x, int fd, const psc_export_tensor_
 int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, uint64_t ckpt, int timeout_ms,
                            psc_export_info_t *info, char *err, size_t errlen)
 {
+    return psc_export_safetensors_ex(cluster, path, ckpt, 0, timeout_ms, info, err, errlen);
+}
+
+int psc_export_safetensors_ex(const psc_cluster_t *cluster, const char *path, uint64_t ckpt, int flags, int timeout_ms,
+                              psc_export_info_t *info, char *err, size_t errlen)
+{
     if (!cluster || !path || !path[0]) return psc_seterr(err, errlen, PSC_EINVAL, "export: no cluster or no path");
     if (cluster->n[PSC_JOB_PS] < 1) return psc_seterr(err, errlen, PSC_EINVAL, "export: the cluster has no ps tasks");
     for (int i = 0; i < cluster->n[PSC_JOB_PS]; i++)
@@ -618,6 +629,7 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, uint6
 
     export_ctx_t x = {.cluster = cluster, .nps = cluster->n[PSC_JOB_PS], .timeout_ms = timeout_ms, .ckpt = ckpt};
     x.tables.ckpt = ckpt;
+    x.tables.rows_only = (flags & PSC_EXPORT_TABLE_ROWS) != 0;
     psc_export_tensor_t *tensors = NULL;
     pull_chunk_t *chunks = NULL;
     psc_rpc_op_t *ops = NULL;
@@ -633,7 +645,12 @@ int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, uint6
 
     x.ch = psc_xcalloc((size_t)x.nps, sizeof *x.ch);
     for (int i = 0; i < x.nps; i++) x.ch[i] = psc_rpc_channel_create(ps_addr(&x, i));
-    if ((rc = status_all(&x, msg, sizeof msg))) goto fail;
+    /* a checkpoint's own description (any job's); one written before
+     * descriptions existed is read by the live model, its own job's */
+    rc = status_all(&x, ckpt > 0, msg, sizeof msg);
+    if (rc == PSC_ENOTFOUND && ckpt > 0 && !(flags & PSC_EXPORT_DESCRIBED) && strstr(msg, "does not describe"))
+        rc = status_all(&x, 0, msg, sizeof msg);
+    if (rc) goto fail;
     if ((rc = psc_export_plan(x.pieces, x.npieces, &tensors, &nt, msg, sizeof msg))) goto fail;
     if ((rc = export_tables_fetch(&x.tables, x.ch, timeout_ms, msg, sizeof msg))) goto fail;
     export_tables_tensors(&x.tables, &tensors, &nt);

@@ -77,9 +77,8 @@ typedef struct psc_export_info {
  * cluster->addr[PSC_JOB_PS][i]) to `path` as safetensors, and its sparse
  * tables as export_tables.h says (dense "<name>" when small, else
  * "<name>/ids" + "<name>/values"): the live values (ckpt 0), or those
- * committed checkpoint ckpt holds (each PS reads its shard of it; the pieces
- * and tables are named by the live model, which must be the checkpoint's
- * job's). timeout_ms is the
+ * committed checkpoint ckpt holds (each PS reads its shard of it, as the
+ * checkpoint describes it: see psc_export_safetensors_ex). timeout_ms is the
  * deadline of each call (Status, and each chunk's Pull); a PS that is down
  * fails within it. Refuses, naming the PS (index and address), when a PS is
  * unreachable, holds no model, is not ready, holds another job than ps 0, or
@@ -92,6 +91,17 @@ typedef struct psc_export_info {
  * Any thread; the caller owns every argument. */
 int psc_export_safetensors(const psc_cluster_t *cluster, const char *path, uint64_t ckpt, int timeout_ms,
                            psc_export_info_t *info, char *err, size_t errlen);
+
+/* psc_export_safetensors with flags: PSC_EXPORT_TABLE_ROWS writes every
+ * table as "<name>/ids" + "<name>/values" (the rows that exist), however
+ * small (a warm start's image: no untouched row becomes a row). With ckpt >
+ * 0 the pieces and tables are the checkpoint's own (Describe: a checkpoint of
+ * any job on these PS); a checkpoint saved before descriptions existed is
+ * read by the live model's names, which must be its job's. */
+#define PSC_EXPORT_TABLE_ROWS 1
+#define PSC_EXPORT_DESCRIBED 2 /* only a checkpoint that describes itself (no fallback to the live model) */
+int psc_export_safetensors_ex(const psc_cluster_t *cluster, const char *path, uint64_t ckpt, int flags, int timeout_ms,
+                              psc_export_info_t *info, char *err, size_t errlen);
 
 /* If name is "<base>/part_<i>" (i decimal, no sign, no leading zero), returns
  * i and sets *base_len to strlen(base); else -1. */

@@ -1,0 +1,237 @@
+/* warm_start.c — see warm_start.h. */
+#include "warm_start.h"
+
+#include "bytes.h"
+#include "export.h"
+#include "log.h"
+#include "psc.h"
+#include "safetensors.h"
+#include "tower.h"
+
+#include <inttypes.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WS_EXPORT_TIMEOUT_MS 120000 /* each call of the source checkpoint's export */
+#define WS_ROWS_PER_ASSIGN ((size_t)1 << 20)
+
+/* The committed checkpoint of job w->from that w->checkpoint names. */
+static int pick_checkpoint(const warm_start_t *ws, uint64_t *id, int64_t *step, char *err, size_t errlen)
+{
+    const psc_warm_start_t *w = &ws->spec->warm_start;
+    ps_ckpt_list_t list;
+    int rc = ps_client_ckpt_list(ws->pc, w->from, 0, &list, err, errlen);
+    if (rc) return rc;
+    if (!list.enabled)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "warm start from job %s: not every ps_server has a --checkpoint_dir", w->from);
+    char kept[256] = "";
+    for (int i = 0; i < list.n; i++) {
+        size_t l = strlen(kept);
+        snprintf(kept + l, sizeof kept - l, "%s%llu", i ? ", " : "", (unsigned long long)list.ids[i]);
+        if (w->checkpoint == 0 || list.ids[i] == w->checkpoint) {
+            *id = list.ids[i];
+            *step = list.steps[i];
+        }
+    }
+    if (list.n == 0)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "warm start: job %s has no checkpoint committed on every ps_server of this cluster", w->from);
+    if (w->checkpoint && *id != w->checkpoint)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "warm start: checkpoint %llu is not a committed checkpoint of job %s on every ps_server "
+                          "(kept: %s)",
+                          (unsigned long long)w->checkpoint, w->from, kept);
+    return 0;
+}
+
+/* Opens the source as a safetensors image; what: how the log names it. */
+static int open_source(const warm_start_t *ws, psc_st_file_t *f, char *what, size_t wlen, char *err, size_t errlen)
+{
+    const psc_warm_start_t *w = &ws->spec->warm_start;
+    if (!w->from_job) {
+        snprintf(what, wlen, "file %s", w->from);
+        char why[768];
+        int rc = psc_st_load(w->from, f, why, sizeof why);
+        return rc ? psc_seterr(err, errlen, PSC_ECONFIG, "warm start: %s", why) : 0;
+    }
+    uint64_t id = 0;
+    int64_t step = 0;
+    int rc = pick_checkpoint(ws, &id, &step, err, errlen);
+    if (rc) return rc;
+    snprintf(what, wlen, "checkpoint %llu of job %s (step %lld)", (unsigned long long)id, w->from, (long long)step);
+    const char *dir = getenv("TMPDIR");
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s/psc-warm-start-XXXXXX", dir && dir[0] ? dir : "/tmp");
+    int fd = mkstemp(tmp);
+    if (fd < 0) return psc_seterr(err, errlen, PSC_EIO, "warm start: cannot create a file in %s", dir ? dir : "/tmp");
+    close(fd);
+    char why[768];
+    rc = psc_export_safetensors_ex(ws->cluster, tmp, id, PSC_EXPORT_TABLE_ROWS | PSC_EXPORT_DESCRIBED, WS_EXPORT_TIMEOUT_MS,
+                                   NULL, why, sizeof why);
+    if (rc == 0) rc = psc_st_load(tmp, f, why, sizeof why);
+    unlink(tmp); /* mapped: the image lives until psc_st_free */
+    if (rc == PSC_ENOTFOUND || rc == PSC_EMISMATCH || rc == PSC_ECORRUPT) rc = PSC_ECONFIG;
+    return rc ? psc_seterr(err, errlen, rc, "warm start from %s: %s", what, why) : 0;
+}
+
+static void fmt_shape(char *buf, size_t len, const int64_t *shape, int rank)
+{
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < rank && at < len; d++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, d ? ", " : "", shape[d]);
+    if (at < len) snprintf(buf + at, len - at, "]");
+}
+
+static void note(char *list, size_t len, const char *name)
+{
+    size_t l = strlen(list);
+    if (l + strlen(name) + 8 < len) snprintf(list + l, len - l, "%s%s", l ? ", " : "", name);
+    else if (l + 5 < len && !strstr(list, "...")) snprintf(list + l, len - l, ", ...");
+}
+
+/* The dense variables: into ws->params. *used / absent as the log says. */
+static int dense(const warm_start_t *ws, const psc_st_file_t *f, const char *what, int *used, char *absent,
+                 size_t alen, char *err, size_t errlen)
+{
+    const psc_warm_start_t *w = &ws->spec->warm_start;
+    char pat[300];
+    snprintf(pat, sizeof pat, "^(%s)$", w->variables); /* the whole name */
+    regex_t re;
+    if (regcomp(&re, pat, REG_EXTENDED | REG_NOSUB))
+        return psc_seterr(err, errlen, PSC_ECONFIG, "warm_start.variables: \"%s\" does not compile", w->variables);
+    int64_t *off = psc_xmalloc((size_t)ws->nvars * sizeof *off);
+    tower_layout(ws->vars, ws->nvars, off);
+    int rc = 0;
+    for (int i = 0; i < ws->nvars && !rc; i++) {
+        const psc_var_desc_t *v = &ws->vars[i];
+        if (v->is_step || regexec(&re, v->name, 0, NULL, 0) != 0) continue;
+        const psc_st_tensor_t *t = psc_st_find(f, v->name);
+        if (!t) {
+            note(absent, alen, v->name);
+            continue;
+        }
+        int same = t->dtype == PSC_ST_F32 && t->rank == v->rank;
+        for (int d = 0; same && d < v->rank; d++) same = t->shape[d] == v->shape[d];
+        if (!same) {
+            char a[96], b[96];
+            fmt_shape(a, sizeof a, v->shape, v->rank);
+            fmt_shape(b, sizeof b, t->shape, t->rank);
+            rc = psc_seterr(err, errlen, PSC_ECONFIG,
+                            "warm start: variable %s is F32 %s in this job's model but %s %s in %s", v->name, a,
+                            psc_st_dtype_name(t->dtype), b, what);
+            break;
+        }
+        memcpy(ws->params + off[i], t->data, (size_t)v->numel * 4); /* little-endian, as the host */
+        (*used)++;
+    }
+    free(off);
+    regfree(&re);
+    return rc;
+}
+
+/* Table k's rows from the source: ids and values (n x dim), or a dense
+ * [rows, dim] (ids NULL). 0 with *n 0 when the source has none. */
+static int table_source(const warm_start_t *ws, const psc_st_file_t *f, int k, const char *what,
+                        const psc_st_tensor_t **ids, const psc_st_tensor_t **vals, char *err, size_t errlen)
+{
+    const psc_table_spec_t *T = &ws->spec->tables[k];
+    char name[PSC_EXPORT_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s/ids", T->name);
+    *ids = psc_st_find(f, name);
+    snprintf(name, sizeof name, "%s/values", T->name);
+    *vals = psc_st_find(f, name);
+    if (!*ids && !*vals) *vals = psc_st_find(f, T->name); /* the dense form */
+    if (!*vals) {
+        if (*ids) return psc_seterr(err, errlen, PSC_ECONFIG, "warm start: %s has %s/ids but no values", what, T->name);
+        return 0;
+    }
+    const psc_st_tensor_t *v = *vals;
+    int64_t n = v->rank == 2 ? v->shape[0] : -1;
+    if (v->dtype != PSC_ST_F32 || v->rank != 2 || v->shape[1] != T->dim)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "warm start: table %s has dim %d in this job but its rows in %s are %s of rank %d (dim %" PRId64
+                          ")",
+                          T->name, T->dim, what, psc_st_dtype_name(v->dtype), v->rank, v->rank == 2 ? v->shape[1] : 0);
+    if (*ids && ((*ids)->dtype != PSC_ST_I64 || (*ids)->rank != 1 || (*ids)->shape[0] != n))
+        return psc_seterr(err, errlen, PSC_ECONFIG, "warm start: table %s in %s: %s/ids is not I64 [%" PRId64 "]",
+                          T->name, what, T->name, n);
+    if (!*ids && n > T->rows)
+        return psc_seterr(err, errlen, PSC_ECONFIG,
+                          "warm start: table %s has %" PRId64 " rows in this job but %" PRId64 " in %s", T->name,
+                          T->rows, n, what);
+    return 0;
+}
+
+/* Assigns table k's rows, a batch at a time (aligned copies of the mapped
+ * file's bytes, every id checked: ascending, below the table's rows). */
+static int table_rows(const warm_start_t *ws, int k, const psc_st_tensor_t *ids, const psc_st_tensor_t *vals,
+                      const int *ready, const char *what, uint64_t *rows, char *err, size_t errlen)
+{
+    const psc_table_spec_t *T = &ws->spec->tables[k];
+    size_t n = (size_t)vals->shape[0], d = (size_t)T->dim, per = PSC_MIN(WS_ROWS_PER_ASSIGN, n ? n : 1);
+    int64_t *bid = psc_xmalloc(per * sizeof *bid);
+    float *bval = psc_xmalloc(per * d * sizeof *bval);
+    int64_t prev = -1;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i += per) {
+        size_t m = PSC_MIN(per, n - i);
+        for (size_t j = 0; j < m; j++) {
+            bid[j] = ids ? (int64_t)psc_le_get64(ids->data + 8 * (i + j)) : (int64_t)(i + j);
+            if (bid[j] <= prev || bid[j] >= T->rows) {
+                rc = psc_seterr(err, errlen, PSC_ECONFIG,
+                                "warm start: table %s in %s: row id %" PRId64 " is %s (this job's table has %" PRId64
+                                " rows)",
+                                T->name, what, bid[j], bid[j] <= prev ? "not above the one before" : "out of range",
+                                T->rows);
+                break;
+            }
+            prev = bid[j];
+        }
+        memcpy(bval, vals->data + 4 * d * i, 4 * d * m);
+        if (!rc) rc = ps_client_table_assign(ws->pc, k, bid, bval, m, ready, err, errlen);
+    }
+    free(bid);
+    free(bval);
+    if (!rc) *rows += n;
+    return rc;
+}
+
+static int selected(const psc_warm_start_t *w, const char *table)
+{
+    if (w->all_tables) return 1;
+    for (int i = 0; i < w->ntables; i++)
+        if (strcmp(w->tables[i], table) == 0) return 1;
+    return 0;
+}
+
+int warm_start_apply(void *arg, const int *ready, char *err, size_t errlen)
+{
+    const warm_start_t *ws = arg;
+    const psc_warm_start_t *w = &ws->spec->warm_start;
+    psc_st_file_t f;
+    char what[640], absent[512] = "", tabsent[512] = "";
+    double t0 = psc_now();
+    int rc = open_source(ws, &f, what, sizeof what, err, errlen);
+    if (rc) return rc;
+    int used = 0, tables = 0;
+    uint64_t rows = 0;
+    rc = dense(ws, &f, what, &used, absent, sizeof absent, err, errlen);
+    for (int k = 0; k < ws->spec->num_tables && !rc; k++) {
+        const psc_st_tensor_t *ids = NULL, *vals = NULL;
+        if (!selected(w, ws->spec->tables[k].name)) continue;
+        rc = table_source(ws, &f, k, what, &ids, &vals, err, errlen);
+        if (!rc && !vals) note(tabsent, sizeof tabsent, ws->spec->tables[k].name);
+        if (!rc && vals && (rc = table_rows(ws, k, ids, vals, ready, what, &rows, err, errlen)) == 0) tables++;
+    }
+    psc_st_free(&f);
+    if (rc) return rc;
+    PSC_INFO("warm start from %s: %d variables and %d tables (%llu rows) in %.2f s", what, used, tables,
+             (unsigned long long)rows, psc_now() - t0);
+    if (absent[0]) PSC_INFO("warm start: %s has no %s: they start from their initializers", what, absent);
+    if (tabsent[0]) PSC_INFO("warm start: %s has no rows of table %s: it starts from its initializer", what, tabsent);
+    return 0;
+}
