@@ -463,45 +463,6 @@ static void h_worker_done(psc_rpc_call_t *call, const uint8_t *req, size_t len, 
     psc__worker_done_request__free_unpacked(r, NULL);
 }
 
-void svc_describe(ps_service_t *svc, Psc__StatusReply *rep, svc_desc_mem_t *m)
-{
-    memset(m, 0, sizeof *m);
-    rep->ready = store_is_ready(svc->store, m->job_id);
-    rep->job_id = m->job_id;
-    int64_t step = 0;
-    rep->has_global_step = store_step_get(svc->store, &step);
-    rep->global_step = step;
-    rep->optimizer = (char *)"";
-    int n = 0;
-    store_list(svc->store, &m->vars, &n);
-    m->vs = psc_xcalloc((size_t)(n ? n : 1), sizeof *m->vs);
-    m->vp = psc_xcalloc((size_t)(n ? n : 1), sizeof *m->vp);
-    m->shapes = psc_xcalloc((size_t)(n ? n : 1), sizeof *m->shapes);
-    for (int i = 0; i < n; i++) {
-        Psc__VarStatus *v = &m->vs[i];
-        psc__var_status__init(v);
-        v->name = m->vars[i].name;
-        for (int d = 0; d < m->vars[i].rank; d++) m->shapes[i][d] = m->vars[i].shape[d];
-        v->n_shape = (size_t)m->vars[i].rank;
-        v->shape = m->shapes[i];
-        v->bytes = m->vars[i].bytes;
-        v->version = m->vars[i].version;
-        m->vp[i] = v;
-    }
-    rep->n_vars = (size_t)n;
-    rep->vars = m->vp;
-    svc_status_tables(svc, rep, &m->tables);
-}
-
-void svc_describe_free(svc_desc_mem_t *m)
-{
-    free(m->tables);
-    free(m->shapes);
-    free(m->vp);
-    free(m->vs);
-    free(m->vars);
-}
-
 static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;

@@ -150,8 +150,6 @@ int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
                     Psc__SparseRows *rows, Psc__SparseRows **ptrs, uint8_t *data);
 /* psc.ParameterServer/TableRows: a page of a table part's rows, id order. */
 void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
-/* Fills Status's tables; *mem is what to free() after packing. */
-void svc_status_tables(ps_service_t *svc, Psc__StatusReply *rep, void **mem);
 
 /* ---- sync parking and the reaper (service_park.c) ---- */
 

@@ -203,44 +203,6 @@ int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
     return 0;
 }
 
-void svc_status_tables(ps_service_t *svc, Psc__StatusReply *rep, void **mem)
-{
-    store_table_info_t *info = NULL;
-    int n = 0;
-    store_list_tables(svc->store, &info, &n);
-    size_t sz = (size_t)(n ? n : 1);
-    char *block = psc_xcalloc(1, sz * (sizeof(Psc__TableStatus) + sizeof(Psc__TableStatus *) + sizeof info->cfg.name));
-    Psc__TableStatus *ts = (Psc__TableStatus *)(void *)block;
-    Psc__TableStatus **tp = (Psc__TableStatus **)(void *)(ts + sz);
-    char(*names)[sizeof info->cfg.name] = (void *)(tp + sz);
-    for (int i = 0; i < n; i++) {
-        psc__table_status__init(&ts[i]);
-        memcpy(names[i], info[i].cfg.name, sizeof names[i]);
-        ts[i].name = names[i];
-        ts[i].part = (uint32_t)info[i].cfg.part;
-        ts[i].num_parts = (uint32_t)info[i].cfg.nparts;
-        ts[i].rows = info[i].cfg.rows;
-        ts[i].dim = (uint32_t)info[i].cfg.dim;
-        ts[i].rows_touched = info[i].stats.rows;
-        ts[i].bytes = info[i].stats.bytes;
-        ts[i].rows_pulled = info[i].stats.rows_pulled;
-        ts[i].rows_pushed = info[i].stats.rows_pushed;
-        ts[i].version = (int64_t)info[i].stats.version;
-        ts[i].partition = (uint32_t)info[i].cfg.partition;
-        ts[i].init = (uint32_t)info[i].cfg.init.kind;
-        ts[i].init_a = info[i].cfg.init.a;
-        ts[i].init_b = info[i].cfg.init.b;
-        ts[i].seed = info[i].cfg.seed;
-        ts[i].rows_pulled_per_sec = info[i].rows_pulled_per_sec;
-        ts[i].rows_pushed_per_sec = info[i].rows_pushed_per_sec;
-        tp[i] = &ts[i];
-    }
-    free(info);
-    rep->n_tables = (size_t)n;
-    rep->tables = tp;
-    *mem = block;
-}
-
 void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;

@@ -456,6 +456,50 @@ static void test_job_id_new_keys(void **state)
 }
 
 /* The fuzzer's seeds are valid specs (each is a starting point for mutations). */
+/* "warm_start": defaults, every refusal, the job id it changes */
+static void test_warm_start(void **state)
+{
+    (void)state;
+    char buf[8192];
+    psc_job_spec_t s;
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"0123456789abcdef\"}"), &s);
+    assert_true(s.warm_start.on && s.warm_start.from_job && s.warm_start.all_tables);
+    assert_int_equal(s.warm_start.checkpoint, 0);
+    assert_string_equal(s.warm_start.variables, ".*");
+    const char *id = job_id_of(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"0123456789abcdef\"}"));
+    assert_string_not_equal(id, job_id_of(spec3(buf, sizeof buf, MLP, ADAM, "")));
+    psc_job_spec_deinit(&s);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM,
+                   "\"warm_start\": {\"from\": \"0123456789abcdef\", \"checkpoint\": 7, \"variables\": \"dense/.*\"}"),
+             &s);
+    assert_int_equal(s.warm_start.checkpoint, 7);
+    psc_job_spec_deinit(&s);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"/m/day1.safetensors\", \"tables\": []}"),
+             &s);
+    assert_true(!s.warm_start.from_job && !s.warm_start.all_tables && s.warm_start.ntables == 0);
+    psc_job_spec_deinit(&s);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM,
+                   "\"tables\": [" T_EMB "], \"warm_start\": {\"from\": \"x.st\", \"tables\": [\"emb\"]}"),
+             &s);
+    assert_int_equal(s.warm_start.ntables, 1);
+    psc_job_spec_deinit(&s);
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {}"), "warm_start.from: missing");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"\"}"), "warm_start.from: expected");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"f\", \"x\": 1}"),
+                 "warm_start.x: unknown key");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"f.st\", \"checkpoint\": 3}"),
+                 "warm_start.checkpoint: only a warm start from a job id");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"0123456789abcdef\", \"checkpoint\": 0}"),
+                 "warm_start.checkpoint: expected \"latest\" or a checkpoint id");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"f\", \"variables\": \"(\"}"),
+                 "warm_start.variables: \"(\" is not a POSIX extended regular expression");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"f\", \"tables\": [\"emb\"]}"),
+                 "warm_start.tables[0]: \"emb\" is not one of the job's tables");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM,
+                       "\"tables\": [" T_EMB "], \"warm_start\": {\"from\": \"f\", \"tables\": [\"emb\", \"emb\"]}"),
+                 "warm_start.tables[1]: named twice");
+}
+
 static void test_fuzz_seeds(void **state)
 {
     (void)state;
@@ -483,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_tables),
         cmocka_unit_test(test_table_errors),
         cmocka_unit_test(test_job_id_new_keys),
+        cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_fuzz_seeds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
