@@ -26,8 +26,9 @@ static int parse_checkpoint(const jspec_ctx_t *c, const json_t *o, psc_warm_star
     char got[64];
     if (!v || (json_is_string(v) && strcmp(json_string_value(v), "latest") == 0)) return 0;
     if (!w->from_job)
-        return jspec_fail(c, "warm_start.checkpoint", "only a warm start from a job id names a checkpoint (from is "
-                                                      "a file)");
+        return jspec_fail(c, "warm_start.checkpoint",
+                          "only a warm start from a job id names a checkpoint (from is "
+                          "a file)");
     if (!json_is_integer(v) || json_integer_value(v) < 1)
         return jspec_fail(c, "warm_start.checkpoint", "expected \"latest\" or a checkpoint id >= 1, got %s",
                           jspec_show(v, got, sizeof got));
@@ -51,8 +52,7 @@ static int parse_tables(const jspec_ctx_t *c, const json_t *o, const psc_job_spe
         int found = -1;
         for (int k = 0; json_is_string(n) && k < s->num_tables && found < 0; k++)
             if (strcmp(s->tables[k].name, json_string_value(n)) == 0) found = k;
-        if (found < 0)
-            return jspec_fail(c, p, "%s is not one of the job's tables", jspec_show(n, got, sizeof got));
+        if (found < 0) return jspec_fail(c, p, "%s is not one of the job's tables", jspec_show(n, got, sizeof got));
         for (int k = 0; k < w->ntables; k++)
             if (strcmp(w->tables[k], s->tables[found].name) == 0) return jspec_fail(c, p, "named twice");
         snprintf(w->tables[w->ntables++], sizeof w->tables[0], "%s", s->tables[found].name);

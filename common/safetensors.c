@@ -16,9 +16,12 @@
 
 static int dtype_of(const char *s, enum psc_st_dtype *d)
 {
-    if (strcmp(s, "F32") == 0) *d = PSC_ST_F32;
-    else if (strcmp(s, "I64") == 0) *d = PSC_ST_I64;
-    else return -1;
+    if (strcmp(s, "F32") == 0)
+        *d = PSC_ST_F32;
+    else if (strcmp(s, "I64") == 0)
+        *d = PSC_ST_I64;
+    else
+        return -1;
     return 0;
 }
 
@@ -30,7 +33,8 @@ static int parse_entry(const char *name, json_t *e, const uint8_t *data, uint64_
         return psc_seterr(err, errlen, PSC_ECORRUPT, "a tensor name of %zu bytes (1 to %zu)", strlen(name),
                           sizeof t->name - 1);
     snprintf(t->name, sizeof t->name, "%s", name);
-    json_t *dt = json_object_get(e, "dtype"), *sh = json_object_get(e, "shape"), *off = json_object_get(e, "data_offsets");
+    json_t *dt = json_object_get(e, "dtype"), *sh = json_object_get(e, "shape"),
+           *off = json_object_get(e, "data_offsets");
     if (!json_is_object(e) || !json_is_string(dt) || !json_is_array(sh) || !json_is_array(off) ||
         json_array_size(off) != 2)
         return psc_seterr(err, errlen, PSC_ECORRUPT, "tensor %s: not {\"dtype\", \"shape\", \"data_offsets\": [b, e]}",
@@ -91,8 +95,10 @@ int psc_st_parse(const uint8_t *buf, size_t len, psc_st_file_t *f, char *err, si
     {
         if (strcmp(key, "__metadata__") == 0) {
             json_t *j = json_object_get(e, "job_id");
-            if (!json_is_object(e)) rc = psc_seterr(err, errlen, PSC_ECORRUPT, "__metadata__ is not an object");
-            else if (json_is_string(j)) snprintf(f->job_id, sizeof f->job_id, "%s", json_string_value(j));
+            if (!json_is_object(e))
+                rc = psc_seterr(err, errlen, PSC_ECORRUPT, "__metadata__ is not an object");
+            else if (json_is_string(j))
+                snprintf(f->job_id, sizeof f->job_id, "%s", json_string_value(j));
         } else {
             rc = parse_entry(key, e, data, dlen, &f->t[f->n], err, errlen);
             if (!rc) f->n++;

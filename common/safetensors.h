@@ -40,8 +40,8 @@ typedef struct psc_st_tensor {
 typedef struct psc_st_file {
     psc_st_tensor_t *t; /* in header order */
     int n;
-    char job_id[64];    /* __metadata__.job_id ("" if none) */
-    void *map;          /* psc_st_load: the mapped file */
+    char job_id[64]; /* __metadata__.job_id ("" if none) */
+    void *map;       /* psc_st_load: the mapped file */
     size_t map_len;
 } psc_st_file_t;
 

@@ -70,8 +70,8 @@ static int open_source(const warm_start_t *ws, psc_st_file_t *f, char *what, siz
     if (fd < 0) return psc_seterr(err, errlen, PSC_EIO, "warm start: cannot create a file in %s", dir ? dir : "/tmp");
     close(fd);
     char why[768];
-    rc = psc_export_safetensors_ex(ws->cluster, tmp, id, PSC_EXPORT_TABLE_ROWS | PSC_EXPORT_DESCRIBED, WS_EXPORT_TIMEOUT_MS,
-                                   NULL, why, sizeof why);
+    rc = psc_export_safetensors_ex(ws->cluster, tmp, id, PSC_EXPORT_TABLE_ROWS | PSC_EXPORT_DESCRIBED,
+                                   WS_EXPORT_TIMEOUT_MS, NULL, why, sizeof why);
     if (rc == 0) rc = psc_st_load(tmp, f, why, sizeof why);
     unlink(tmp); /* mapped: the image lives until psc_st_free */
     if (rc == PSC_ENOTFOUND || rc == PSC_EMISMATCH || rc == PSC_ECORRUPT) rc = PSC_ECONFIG;
@@ -89,13 +89,15 @@ static void fmt_shape(char *buf, size_t len, const int64_t *shape, int rank)
 static void note(char *list, size_t len, const char *name)
 {
     size_t l = strlen(list);
-    if (l + strlen(name) + 8 < len) snprintf(list + l, len - l, "%s%s", l ? ", " : "", name);
-    else if (l + 5 < len && !strstr(list, "...")) snprintf(list + l, len - l, ", ...");
+    if (l + strlen(name) + 8 < len)
+        snprintf(list + l, len - l, "%s%s", l ? ", " : "", name);
+    else if (l + 5 < len && !strstr(list, "..."))
+        snprintf(list + l, len - l, ", ...");
 }
 
 /* The dense variables: into ws->params. *used / absent as the log says. */
-static int dense(const warm_start_t *ws, const psc_st_file_t *f, const char *what, int *used, char *absent,
-                 size_t alen, char *err, size_t errlen)
+static int dense(const warm_start_t *ws, const psc_st_file_t *f, const char *what, int *used, char *absent, size_t alen,
+                 char *err, size_t errlen)
 {
     const psc_warm_start_t *w = &ws->spec->warm_start;
     char pat[300];
@@ -152,10 +154,10 @@ static int table_source(const warm_start_t *ws, const psc_st_file_t *f, int k, c
     const psc_st_tensor_t *v = *vals;
     int64_t n = v->rank == 2 ? v->shape[0] : -1;
     if (v->dtype != PSC_ST_F32 || v->rank != 2 || v->shape[1] != T->dim)
-        return psc_seterr(err, errlen, PSC_ECONFIG,
-                          "warm start: table %s has dim %d in this job but its rows in %s are %s of rank %d (dim %" PRId64
-                          ")",
-                          T->name, T->dim, what, psc_st_dtype_name(v->dtype), v->rank, v->rank == 2 ? v->shape[1] : 0);
+        return psc_seterr(
+            err, errlen, PSC_ECONFIG,
+            "warm start: table %s has dim %d in this job but its rows in %s are %s of rank %d (dim %" PRId64 ")",
+            T->name, T->dim, what, psc_st_dtype_name(v->dtype), v->rank, v->rank == 2 ? v->shape[1] : 0);
     if (*ids && ((*ids)->dtype != PSC_ST_I64 || (*ids)->rank != 1 || (*ids)->shape[0] != n))
         return psc_seterr(err, errlen, PSC_ECONFIG, "warm start: table %s in %s: %s/ids is not I64 [%" PRId64 "]",
                           T->name, what, T->name, n);
@@ -182,11 +184,10 @@ static int table_rows(const warm_start_t *ws, int k, const psc_st_tensor_t *ids,
         for (size_t j = 0; j < m; j++) {
             bid[j] = ids ? (int64_t)psc_le_get64(ids->data + 8 * (i + j)) : (int64_t)(i + j);
             if (bid[j] <= prev || bid[j] >= T->rows) {
-                rc = psc_seterr(err, errlen, PSC_ECONFIG,
-                                "warm start: table %s in %s: row id %" PRId64 " is %s (this job's table has %" PRId64
-                                " rows)",
-                                T->name, what, bid[j], bid[j] <= prev ? "not above the one before" : "out of range",
-                                T->rows);
+                rc = psc_seterr(
+                    err, errlen, PSC_ECONFIG,
+                    "warm start: table %s in %s: row id %" PRId64 " is %s (this job's table has %" PRId64 " rows)",
+                    T->name, what, bid[j], bid[j] <= prev ? "not above the one before" : "out of range", T->rows);
                 break;
             }
             prev = bid[j];

@@ -37,7 +37,7 @@ typedef struct warm_start {
     const psc_job_spec_t *spec; /* spec->warm_start.on */
     const psc_var_desc_t *vars;
     int nvars;
-    float *params;              /* the slab ps_client_create_model assigns */
+    float *params; /* the slab ps_client_create_model assigns */
     ps_client_t *pc;
     const psc_cluster_t *cluster;
 } warm_start_t;
