@@ -6,6 +6,7 @@
 
 #include "psc.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Status's tables; *mem is what to free() after packing. */
