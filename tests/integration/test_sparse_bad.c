@@ -1,6 +1,7 @@
 /* test_sparse_bad — sparse tables refusing what they must, on real
  * ps_server processes (sparse_fixture.h):
- *   - bad sparse requests get their gRPC status and message, change nothing
+ *   - bad sparse requests (AssignRows once the model is ready included) get
+ *     their gRPC status and message, change nothing
  *     (rows, versions) and the PS keeps serving; a read-only pull (evaluation)
  *     of unseen ids reads their initial values and creates no row (Status);
  *   - a refused Create (a bad table or sync spec, a sync spec that conflicts
@@ -233,6 +234,23 @@ static void test_bad_input(void **state)
     for (size_t i = 0; i < big; i++) many[i] = 2 * (int64_t)(i % 500);
     expect(sparse_pull("emb", many, big * 8, msg, sizeof msg), msg, PSC_RPC_RESOURCE_EXHAUSTED, "ids");
     free(many);
+    /* AssignRows (a warm start) only before the model is ready; ids that are not int64s */
+    Psc__AssignRowsRequest ar = PSC__ASSIGN_ROWS_REQUEST__INIT;
+    ar.table = "emb";
+    ar.ids.data = (uint8_t *)good;
+    ar.ids.len = sizeof good;
+    ar.values.data = (uint8_t *)g8;
+    ar.values.len = sizeof g8;
+    size_t alen = psc__assign_rows_request__get_packed_size(&ar);
+    uint8_t *abuf = malloc(alen);
+    psc__assign_rows_request__pack(&ar, abuf);
+    expect(call_ps0(PSC_M_ASSIGN_ROWS, abuf, alen, msg, sizeof msg), msg, PSC_RPC_FAILED_PRECONDITION,
+           "only before the model is ready");
+    ar.ids.len = 12;
+    alen = psc__assign_rows_request__get_packed_size(&ar);
+    abuf = malloc(alen);
+    psc__assign_rows_request__pack(&ar, abuf);
+    expect(call_ps0(PSC_M_ASSIGN_ROWS, abuf, alen, msg, sizeof msg), msg, PSC_RPC_INVALID_ARGUMENT, "multiple of 8");
     /* a dense pull of the table's name */
     Psc__PullRequest pr = PSC__PULL_REQUEST__INIT;
     Psc__PullRequest *prp = &pr;
