@@ -146,7 +146,7 @@ static int tensor_cmp(const void *pa, const void *pb)
     return strcmp(a->name, b->name);
 }
 
-static void fmt_shape(char *buf, size_t len, const int64_t *shape, int rank)
+void psc_export_fmt_shape(char *buf, size_t len, const int64_t *shape, int rank)
 {
     size_t at = (size_t)snprintf(buf, len, "[");
     for (int d = 0; d < rank && at < len; d++)
@@ -192,7 +192,7 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
         int64_t numel = shape_numel(p0->shape, p0->rank);
         if (numel < 0 || (uint64_t)numel > UINT64_MAX / 4 || (uint64_t)numel * 4 != p0->bytes) {
             char s[96];
-            fmt_shape(s, sizeof s, p0->shape, p0->rank);
+            psc_export_fmt_shape(s, sizeof s, p0->shape, p0->rank);
             return psc_seterr(err, errlen, PSC_EMISMATCH,
                               "%s (ps %d): %" PRIu64 " bytes do not fit shape %s of float32", t->name, p0->ps,
                               p0->bytes, s);
@@ -227,8 +227,8 @@ static int plan_group(const psc_export_piece_t *pieces, const piece_key_t *k, in
     for (int i = 0; i < n; i++) {
         const psc_export_piece_t *pi = &pieces[k[i].idx];
         char s0[96], si[96];
-        fmt_shape(s0, sizeof s0, p0->shape, p0->rank);
-        fmt_shape(si, sizeof si, pi->shape, pi->rank);
+        psc_export_fmt_shape(s0, sizeof s0, p0->shape, p0->rank);
+        psc_export_fmt_shape(si, sizeof si, pi->shape, pi->rank);
         if (pi->rank != p0->rank)
             return psc_seterr(err, errlen, PSC_EMISMATCH,
                               "%s: parts disagree on rank: %s (ps %d) is %s, %s (ps %d) is %s", t->name, p0->name,

@@ -134,6 +134,9 @@ int psc_export_layout(psc_export_tensor_t *tensors, int nt, char *err, size_t er
 char *psc_safetensors_header(const psc_export_tensor_t *tensors, int ntensors, const char *const *keys,
                              const char *const *vals, int nmeta, size_t *len);
 
+/* shape as "[d0, d1, ...]" ("[]" for rank 0) into buf. */
+void psc_export_fmt_shape(char *buf, size_t len, const int64_t *shape, int rank);
+
 /* "F32", "I64". */
 const char *psc_st_dtype_name(enum psc_st_dtype d);
 

@@ -300,17 +300,24 @@ void svc_h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     psc_rpc_reply(call, buf, psc__release_reply__pack(&rep, buf));
 }
 
+/* Checkpoint id, committed: 0 (*info) or the code with err. */
+static int committed(ps_service_t *svc, uint64_t id, ckpt_info_t *info, char *err, size_t errlen)
+{
+    if (!svc->ckpt)
+        return psc_seterr(err, errlen, PSC_ENOTREADY, "ps_server %d has no --checkpoint_dir", svc->task_index);
+    int rc = ckpt_get_info(svc->ckpt, id, info, err, errlen);
+    if (rc == 0 && !info->committed)
+        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %llu was never committed", (unsigned long long)id);
+    return rc;
+}
+
 /* A Pull from committed checkpoint r->checkpoint: the tensor's bytes
  * [offset, offset+length), CRC-checked (ckpt_read), as a Chunk reply. */
 void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__PullRequest *r)
 {
     char err[512];
-    if (no_checkpoints(svc, call)) return;
     ckpt_info_t info;
-    int rc = ckpt_get_info(svc->ckpt, r->checkpoint, &info, err, sizeof err);
-    if (rc == 0 && !info.committed)
-        rc = psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu was never committed",
-                        (unsigned long long)r->checkpoint);
+    int rc = committed(svc, r->checkpoint, &info, err, sizeof err);
     void *data = NULL;
     size_t len = 0;
     if (rc == 0) rc = ckpt_read(svc->ckpt, r->checkpoint, r->name, &data, &len, err, sizeof err);
@@ -330,17 +337,6 @@ void svc_pull_checkpoint(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Pul
     free(data);
     ps_metrics_add_pull_bytes(svc->metrics, r->length);
     svc_reply_chunk(call, buf, bound, r->name, r->offset, len, 0, r->length, info.step, 0);
-}
-
-/* Checkpoint id, committed: 0 (*info) or the code with err. */
-static int committed(ps_service_t *svc, uint64_t id, ckpt_info_t *info, char *err, size_t errlen)
-{
-    if (!svc->ckpt)
-        return psc_seterr(err, errlen, PSC_ENOTREADY, "ps_server %d has no --checkpoint_dir", svc->task_index);
-    int rc = ckpt_get_info(svc->ckpt, id, info, err, errlen);
-    if (rc == 0 && !info->committed)
-        rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %llu was never committed", (unsigned long long)id);
-    return rc;
 }
 
 /* Committed checkpoint id of the job this PS holds (a table's rows read from
@@ -397,18 +393,25 @@ int svc_sparse_pull_checkpoint(ps_service_t *svc, const Psc__SparsePull *p, floa
     return rc;
 }
 
-/* The description checkpoint id keeps of this shard (SVC_CKPT_MODEL): *out
- * (free_unpacked), or PSC_ENOTFOUND for a checkpoint older than descriptions. */
+/* The bytes of the description checkpoint id keeps of this shard
+ * (SVC_CKPT_MODEL, CRC-checked): *data (free()), or PSC_ENOTFOUND for a
+ * checkpoint older than descriptions. */
+static int description_bytes(ps_service_t *svc, uint64_t id, void **data, size_t *len, char *err, size_t errlen)
+{
+    int rc = ckpt_read(svc->ckpt, id, SVC_CKPT_MODEL, data, len, err, errlen);
+    if (rc == PSC_ENOTFOUND)
+        psc_seterr(err, errlen, PSC_ENOTFOUND,
+                   "checkpoint %llu does not describe its model (written by an older psc): only its own job can read it",
+                   (unsigned long long)id);
+    return rc;
+}
+
+/* The description, unpacked: *out (free_unpacked). */
 static int ckpt_description(ps_service_t *svc, uint64_t id, Psc__StatusReply **out, char *err, size_t errlen)
 {
     void *data = NULL;
     size_t len = 0;
-    int rc = ckpt_read(svc->ckpt, id, SVC_CKPT_MODEL, &data, &len, err, errlen);
-    if (rc == PSC_ENOTFOUND)
-        return psc_seterr(err, errlen, PSC_ENOTFOUND,
-                          "checkpoint %llu does not describe its model (written by an older psc): only its own job "
-                          "can read it",
-                          (unsigned long long)id);
+    int rc = description_bytes(svc, id, &data, &len, err, errlen);
     if (rc) return rc;
     *out = psc__status_reply__unpack(NULL, len, data);
     free(data);
@@ -463,9 +466,7 @@ void svc_h_describe(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *
     void *data = NULL;
     size_t n = 0;
     int rc = committed(svc, r->checkpoint, &info, err, sizeof err);
-    if (rc == 0 && (rc = ckpt_read(svc->ckpt, r->checkpoint, SVC_CKPT_MODEL, &data, &n, err, sizeof err)) == PSC_ENOTFOUND)
-        psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu does not describe its model (written by an older psc)",
-                   (unsigned long long)r->checkpoint);
+    if (rc == 0) rc = description_bytes(svc, r->checkpoint, &data, &n, err, sizeof err);
     if (rc) {
         svc_fail(svc, call, rc, "%s", err);
     } else {

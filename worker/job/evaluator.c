@@ -63,34 +63,10 @@ fail:
     return rc;
 }
 
-/* *step = the step of committed checkpoint ckpt of the job, or an error
- * naming the ones kept (an id keep-last-K deleted is gone). */
-static int ckpt_step(evaluator_ctx_t *e, uint64_t ckpt, int64_t *step, char *err, size_t errlen)
-{
-    ps_ckpt_list_t list;
-    int rc = ps_client_ckpt_list(e->pc, e->spec->job_id, 0, &list, err, errlen);
-    if (rc) return rc;
-    if (!list.enabled)
-        return psc_seterr(err, errlen, PSC_ENOTFOUND, "the ps_servers keep no checkpoints (no --checkpoint_dir)");
-    char kept[256] = "none";
-    size_t at = 0;
-    for (int k = 0; k < list.n; k++) {
-        if (list.ids[k] == ckpt) {
-            *step = list.steps[k];
-            return 0;
-        }
-        if (at < sizeof kept)
-            at += (size_t)snprintf(kept + at, sizeof kept - at, "%s%llu", k ? ", " : "",
-                                   (unsigned long long)list.ids[k]);
-    }
-    return psc_seterr(err, errlen, PSC_ENOTFOUND,
-                      "checkpoint %llu is not a committed checkpoint of job %s on every ps_server (kept: %s)",
-                      (unsigned long long)ckpt, e->spec->job_id, kept);
-}
-
 int evaluator_ctx_run(evaluator_ctx_t *e, uint64_t ckpt, trainer_result_t *res, int64_t *step, char *err, size_t errlen)
 {
-    int rc = ckpt && step ? ckpt_step(e, ckpt, step, err, errlen) : 0;
+    uint64_t id; /* ckpt must be a committed checkpoint of the job (keep-last-K deletes them) */
+    int rc = ckpt && step ? ps_client_ckpt_find(e->pc, e->spec->job_id, ckpt, &id, step, err, errlen) : 0;
     if (!rc)
         rc = ckpt ? ps_client_pull_checkpoint(e->pc, ckpt, e->params, err, errlen)
                   : ps_client_pull(e->pc, e->params, step, err, errlen);

@@ -18,36 +18,6 @@
 #define WS_EXPORT_TIMEOUT_MS 120000 /* each call of the source checkpoint's export */
 #define WS_ROWS_PER_ASSIGN ((size_t)1 << 20)
 
-/* The committed checkpoint of job w->from that w->checkpoint names. */
-static int pick_checkpoint(const warm_start_t *ws, uint64_t *id, int64_t *step, char *err, size_t errlen)
-{
-    const psc_warm_start_t *w = &ws->spec->warm_start;
-    ps_ckpt_list_t list;
-    int rc = ps_client_ckpt_list(ws->pc, w->from, 0, &list, err, errlen);
-    if (rc) return rc;
-    if (!list.enabled)
-        return psc_seterr(err, errlen, PSC_ECONFIG,
-                          "warm start from job %s: not every ps_server has a --checkpoint_dir", w->from);
-    char kept[256] = "";
-    for (int i = 0; i < list.n; i++) {
-        size_t l = strlen(kept);
-        snprintf(kept + l, sizeof kept - l, "%s%llu", i ? ", " : "", (unsigned long long)list.ids[i]);
-        if (w->checkpoint == 0 || list.ids[i] == w->checkpoint) {
-            *id = list.ids[i];
-            *step = list.steps[i];
-        }
-    }
-    if (list.n == 0)
-        return psc_seterr(err, errlen, PSC_ECONFIG,
-                          "warm start: job %s has no checkpoint committed on every ps_server of this cluster", w->from);
-    if (w->checkpoint && *id != w->checkpoint)
-        return psc_seterr(err, errlen, PSC_ECONFIG,
-                          "warm start: checkpoint %llu is not a committed checkpoint of job %s on every ps_server "
-                          "(kept: %s)",
-                          (unsigned long long)w->checkpoint, w->from, kept);
-    return 0;
-}
-
 /* Opens the source as a safetensors image; what: how the log names it. */
 static int open_source(const warm_start_t *ws, psc_st_file_t *f, char *what, size_t wlen, char *err, size_t errlen)
 {
@@ -60,8 +30,9 @@ static int open_source(const warm_start_t *ws, psc_st_file_t *f, char *what, siz
     }
     uint64_t id = 0;
     int64_t step = 0;
-    int rc = pick_checkpoint(ws, &id, &step, err, errlen);
-    if (rc) return rc;
+    char why[768];
+    int rc = ps_client_ckpt_find(ws->pc, w->from, w->checkpoint, &id, &step, why, sizeof why);
+    if (rc) return psc_seterr(err, errlen, rc == PSC_ENOTFOUND ? PSC_ECONFIG : rc, "warm start: %s", why);
     snprintf(what, wlen, "checkpoint %llu of job %s (step %lld)", (unsigned long long)id, w->from, (long long)step);
     const char *dir = getenv("TMPDIR");
     char tmp[512];
@@ -69,21 +40,12 @@ static int open_source(const warm_start_t *ws, psc_st_file_t *f, char *what, siz
     int fd = mkstemp(tmp);
     if (fd < 0) return psc_seterr(err, errlen, PSC_EIO, "warm start: cannot create a file in %s", dir ? dir : "/tmp");
     close(fd);
-    char why[768];
     rc = psc_export_safetensors_ex(ws->cluster, tmp, id, PSC_EXPORT_TABLE_ROWS | PSC_EXPORT_DESCRIBED,
                                    WS_EXPORT_TIMEOUT_MS, NULL, why, sizeof why);
     if (rc == 0) rc = psc_st_load(tmp, f, why, sizeof why);
     unlink(tmp); /* mapped: the image lives until psc_st_free */
     if (rc == PSC_ENOTFOUND || rc == PSC_EMISMATCH || rc == PSC_ECORRUPT) rc = PSC_ECONFIG;
     return rc ? psc_seterr(err, errlen, rc, "warm start from %s: %s", what, why) : 0;
-}
-
-static void fmt_shape(char *buf, size_t len, const int64_t *shape, int rank)
-{
-    size_t at = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < rank && at < len; d++)
-        at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, d ? ", " : "", shape[d]);
-    if (at < len) snprintf(buf + at, len - at, "]");
 }
 
 static void note(char *list, size_t len, const char *name)
@@ -120,8 +82,8 @@ static int dense(const warm_start_t *ws, const psc_st_file_t *f, const char *wha
         for (int d = 0; same && d < v->rank; d++) same = t->shape[d] == v->shape[d];
         if (!same) {
             char a[96], b[96];
-            fmt_shape(a, sizeof a, v->shape, v->rank);
-            fmt_shape(b, sizeof b, t->shape, t->rank);
+            psc_export_fmt_shape(a, sizeof a, v->shape, v->rank);
+            psc_export_fmt_shape(b, sizeof b, t->shape, t->rank);
             rc = psc_seterr(err, errlen, PSC_ECONFIG,
                             "warm start: variable %s is F32 %s in this job's model but %s %s in %s", v->name, a,
                             psc_st_dtype_name(t->dtype), b, what);

@@ -126,6 +126,11 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
  * CRC32C). */
 int ps_client_ckpt_list(ps_client_t *pc, const char *job_id, int verify, ps_ckpt_list_t *out, char *err,
                         size_t errlen);
+/* Committed checkpoint `want` of job_id (0: its newest) that every PS holds:
+ * *id and its *step. PSC_ENOTFOUND naming why: the PS keep no checkpoints,
+ * the job has none, or want is not one of them (the kept ones named). */
+int ps_client_ckpt_find(ps_client_t *pc, const char *job_id, uint64_t want, uint64_t *id, int64_t *step, char *err,
+                        size_t errlen);
 /* Takes checkpoint `id` (two phases): Save on every PS (each writes its shard
  * prepared; in sync mode only at step boundary `step`; in async mode one cut:
  * every PS is fenced first (Fence), all save at the global_step that then

@@ -354,6 +354,32 @@ out:
     return rc;
 }
 
+int ps_client_ckpt_find(ps_client_t *pc, const char *job_id, uint64_t want, uint64_t *id, int64_t *step, char *err,
+                        size_t errlen)
+{
+    ps_ckpt_list_t list;
+    int rc = ps_client_ckpt_list(pc, job_id, 0, &list, err, errlen);
+    if (rc) return rc;
+    if (!list.enabled)
+        return psc_seterr(err, errlen, PSC_ENOTFOUND, "the ps_servers keep no checkpoints (no --checkpoint_dir)");
+    if (!want && list.n == 0)
+        return psc_seterr(err, errlen, PSC_ENOTFOUND, "job %s has no checkpoint committed on every ps_server", job_id);
+    char kept[256] = "none";
+    size_t at = 0;
+    for (int k = 0; k < list.n; k++) {
+        if (list.ids[k] == want || (!want && k == list.n - 1)) {
+            *id = list.ids[k];
+            *step = list.steps[k];
+            return 0;
+        }
+        if (at < sizeof kept)
+            at += (size_t)snprintf(kept + at, sizeof kept - at, "%s%llu", k ? ", " : "", (unsigned long long)list.ids[k]);
+    }
+    return psc_seterr(err, errlen, PSC_ENOTFOUND,
+                      "checkpoint %llu is not a committed checkpoint of job %s on every ps_server (kept: %s)",
+                      (unsigned long long)want, job_id, kept);
+}
+
 int ps_client_ckpt_commit(ps_client_t *pc, uint64_t id, int keep, int discard, char *err, size_t errlen)
 {
     Psc__CommitRequest req = PSC__COMMIT_REQUEST__INIT;
