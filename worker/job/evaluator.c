@@ -100,8 +100,12 @@ int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, siz
             rc = psc_seterr(err, errlen, PSC_ECANCELLED, "evaluator stopped");
             break;
         }
-        ps_ckpt_list_t list;
+        /* the status first: a list fetched after it holds every checkpoint
+         * up to the step it reports */
+        ps_status_t st;
         char lerr[512];
+        int all_done = ps_client_status(e->pc, step_ps, &st, lerr, sizeof lerr) == 0 && (int)st.workers_done >= replicas;
+        ps_ckpt_list_t list;
         if (ps_client_ckpt_list(e->pc, o->spec->job_id, 0, &list, lerr, sizeof lerr) != 0) {
             if (unreachable_since == 0) unreachable_since = psc_now();
             if (all_done_since > 0 || psc_now() - unreachable_since > o->retry_secs) {
@@ -141,11 +145,24 @@ int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, siz
                     psc_tfevents_flush(tb);
                 }
             }
-            ps_status_t st;
-            if (ps_client_status(e->pc, step_ps, &st, lerr, sizeof lerr) == 0 && (int)st.workers_done >= replicas) {
+            if (all_done) {
+                /* every replica is done, so the step no longer moves: the
+                 * chief's final checkpoint holds it. Done once the list has
+                 * it (and all before it were evaluated above); a chief whose
+                 * final checkpoint fails gets retry_secs to say so. */
                 if (all_done_since == 0) all_done_since = psc_now();
-                if (psc_now() - all_done_since > 3) { /* the chief's final checkpoint had its chance */
+                int64_t newest = -1;
+                for (int k = 0; k < list.n; k++)
+                    if (list.steps[k] > newest) newest = list.steps[k];
+                if (st.has_global_step && newest >= st.global_step) {
                     PSC_INFO("evaluator: every replica finished; done after %d evaluations", evaluated);
+                    break;
+                }
+                if (psc_now() - all_done_since > o->retry_secs) {
+                    PSC_WARN("evaluator: every replica finished but no checkpoint at the final global_step %lld "
+                             "came within --retry_secs %.0f s (the chief's final checkpoint failed?): done after %d "
+                             "evaluations",
+                             (long long)st.global_step, o->retry_secs, evaluated);
                     break;
                 }
             }

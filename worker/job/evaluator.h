@@ -30,8 +30,9 @@ void evaluator_ctx_destroy(evaluator_ctx_t *e); /* NULL ok */
  * checkpoints and evaluates each new committed one in id order, logging
  * "evaluator: checkpoint ID (step S): test accuracy A loss L" and, with
  * o->logdir, writing eval/accuracy and eval/loss to <logdir>/eval. Ends when
- * every training replica reported done and the newest checkpoint was
- * evaluated, when the PS stay unreachable for o->retry_secs after that, or on
+ * every training replica reported done and the checkpoint at the final
+ * global_step was evaluated (or did not come within o->retry_secs), when the
+ * PS stay unreachable for o->retry_secs after that, or on
  * *o->stop. res: the last evaluation. */
 int evaluator_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen);
 
