@@ -76,6 +76,7 @@ static inline int psc_chunk_valid(uint64_t total, uint64_t offset, uint64_t len)
 #define PSC_M_TABLE_ROWS "/psc.ParameterServer/TableRows"
 #define PSC_M_DESCRIBE "/psc.ParameterServer/Describe"
 #define PSC_M_ASSIGN_ROWS "/psc.ParameterServer/AssignRows"
+#define PSC_M_STAGE "/psc.ParameterServer/Stage"
 #define PSC_M_WORKER_CHECKPOINT "/psc.Worker/Checkpoint"
 #define PSC_M_WORKER_SUBMIT "/psc.Worker/Submit"
 #define PSC_M_WORKER_START "/psc.Worker/Start"

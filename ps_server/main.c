@@ -177,6 +177,7 @@ static int ps_start(const ps_opts_t *o, ps_daemon_t *d)
         return PSC_EXIT_SOFTWARE;
     }
     ps_service_set_checkpoints(d->svc, d->ckpt, (int)o->save_delay_ms);
+    ps_service_set_num_ps(d->svc, d->cfg.cluster.n[PSC_JOB_PS]);
     d->metrics = o->df.metrics_port ? psc_metrics_create() : NULL;
     ps_service_set_metrics(d->svc, d->metrics);
     d->server = psc_rpc_server_create(d->bind, (int)o->threads, err, sizeof err);

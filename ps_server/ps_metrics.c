@@ -29,6 +29,7 @@ static const struct {
     {PSC_M_RELEASE, "Release"},     {PSC_M_FENCE, "Fence"},
     {PSC_M_UNFENCE, "Unfence"},     {PSC_M_TABLE_ROWS, "TableRows"},
     {PSC_M_DESCRIBE, "Describe"},   {PSC_M_ASSIGN_ROWS, "AssignRows"},
+    {PSC_M_STAGE, "Stage"},
 };
 #define PS_NMETHODS PSC_ARRAY_LEN(ps_methods)
 

@@ -48,6 +48,7 @@ enum {
     OPT_LOGDIR,
     OPT_BLAS_THREADS,
     OPT_BATCH_BYTES,
+    OPT_RESTORE_FROM,
 };
 
 static void usage(FILE *f)
@@ -67,10 +68,13 @@ static void usage(FILE *f)
             "                           whole at start (model, cluster, data files): a bad one exits 78\n"
             "  --wait_model_secs S      non-chief: how long to wait for the chief's model (default 120)\n"
             "  --wait_workers_secs S    chief: how long to wait for the other replicas at the end (default 600)\n"
+            "  --restore_from ADDRS     chief: HOST:PORT,... of ps_servers outside the cluster, started on the\n"
+            "                           --checkpoint_dir of departed PS: a restore onto fewer PS reads their shards\n"
             "  --rpc_timeout_ms MS      deadline of each RPC (default 30000; checkpoint saves, commits and\n"
             "                           restores wait at least 30 minutes)\n"
             "  --retry_secs S           how long to retry unavailable parameter servers (a PS restarting)\n"
-            "                           before failing (default 300)\n"
+            "                           before failing (default 300)\n");
+    fprintf(f, /* two strings: each within the length every C compiler takes */
             "  --log_every_secs S       progress line period (default 5)\n"
             "  --prefetch N             batches prepared ahead by the input thread, 1..64 (default 2)\n"
             "  --debug_step_delay_ms MS testing: sleep MS in every step (simulates a slow replica)\n"
@@ -170,6 +174,7 @@ static int parse_opt(worker_args_t *a, int c, const char *arg, const char *text)
     case OPT_WAIT_MODEL: rc = parse_secs("--wait_model_secs", arg, &to->wait_model_secs); break;
     case OPT_WAIT_WORKERS: rc = parse_secs("--wait_workers_secs", arg, &to->wait_workers_secs); break;
     case OPT_RETRY_SECS: rc = parse_secs("--retry_secs", arg, &to->retry_secs); break;
+    case OPT_RESTORE_FROM: to->restore_from = arg; break;
     case OPT_LOG_EVERY: rc = parse_secs("--log_every_secs", arg, &to->log_every_secs); break;
     case OPT_LOGDIR: to->logdir = arg; break;
     case OPT_RPC_TIMEOUT: rc = int_flag("--rpc_timeout_ms", arg, 1, 3600000, NULL, &to->rpc_timeout_ms); break;
@@ -209,6 +214,7 @@ static int parse_args(int argc, char **argv, worker_args_t *a)
         {"wait_workers_secs", required_argument, NULL, OPT_WAIT_WORKERS},
         {"rpc_timeout_ms", required_argument, NULL, OPT_RPC_TIMEOUT},
         {"retry_secs", required_argument, NULL, OPT_RETRY_SECS},
+        {"restore_from", required_argument, NULL, OPT_RESTORE_FROM},
         {"logdir", required_argument, NULL, OPT_LOGDIR},
         {"log_every_secs", required_argument, NULL, OPT_LOG_EVERY},
         {"prefetch", required_argument, NULL, OPT_PREFETCH},

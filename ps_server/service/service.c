@@ -543,6 +543,7 @@ ps_service_t *ps_service_create(store_t *store, int task_index, void (*on_shutdo
     pthread_mutex_init(&svc->reaper_lock, NULL);
     pthread_cond_init(&svc->reaper_cond, NULL);
     svc_fence_init(&svc->fence);
+    svc_stage_init(&svc->stage);
     if (svc_reaper_start(svc, svc_fence_tick, err, errlen)) { /* the fence's replay runs on the reaper */
         ps_service_destroy(svc);
         return NULL;
@@ -561,6 +562,7 @@ void ps_service_destroy(ps_service_t *svc)
     pthread_mutex_destroy(&svc->reaper_lock);
     pthread_cond_destroy(&svc->reaper_cond);
     svc_fence_deinit(&svc->fence);
+    svc_stage_deinit(&svc->stage);
     free(svc);
 }
 
@@ -594,6 +596,7 @@ void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server)
     psc_rpc_server_add_method(server, PSC_M_TABLE_ROWS, svc_h_table_rows, svc);
     psc_rpc_server_add_method(server, PSC_M_DESCRIBE, svc_h_describe, svc);
     psc_rpc_server_add_method(server, PSC_M_ASSIGN_ROWS, svc_h_assign_rows, svc);
+    psc_rpc_server_add_method(server, PSC_M_STAGE, svc_h_stage, svc);
     ps_metrics_observe_server(svc->metrics, server);
 }
 
@@ -602,6 +605,8 @@ void ps_service_set_checkpoints(ps_service_t *svc, ckpt_db_t *db, int debug_save
     svc->ckpt = db;
     svc->debug_save_delay_ms = debug_save_delay_ms;
 }
+
+void ps_service_set_num_ps(ps_service_t *svc, int num_ps) { svc->num_ps = num_ps; }
 
 void ps_service_set_metrics(ps_service_t *svc, psc_metrics_t *m)
 {

@@ -35,6 +35,10 @@ void ps_service_set_checkpoints(ps_service_t *svc, ckpt_db_t *db, int debug_save
  * series are listed in ps_metrics.h); m is the caller's and must outlive svc.
  * Before ps_service_register, at most once; NULL m (the default): no metrics. */
 void ps_service_set_metrics(ps_service_t *svc, psc_metrics_t *m);
+/* The number of PS in the cluster, recorded in each checkpoint's description
+ * with this PS's task index (a restore onto another number of PS needs both).
+ * Before ps_service_register; 0 (the default): not known. */
+void ps_service_set_num_ps(ps_service_t *svc, int num_ps);
 /* Registers every method on the server (before psc_rpc_server_start). */
 void ps_service_register(ps_service_t *svc, psc_rpc_server_t *server);
 

@@ -56,19 +56,6 @@ static int row_to_writer(void *arg, const char *name, int64_t id, const void *re
     return ckpt_add_row(arg, name, id, rec, len);
 }
 
-static void add_description(ps_service_t *svc, ckpt_writer_t *w)
-{
-    Psc__StatusReply d = PSC__STATUS_REPLY__INIT;
-    svc_desc_mem_t m;
-    svc_describe(svc, &d, &m);
-    size_t n = psc__status_reply__get_packed_size(&d);
-    uint8_t *buf = psc_xmalloc(n ? n : 1);
-    psc__status_reply__pack(&d, buf);
-    ckpt_add(w, SVC_CKPT_MODEL, buf, n); /* a failure is remembered by the writer */
-    free(buf);
-    svc_describe_free(&m);
-}
-
 void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -89,7 +76,7 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
      * mode only at step boundary r->step), then write it outside the fence */
     int64_t held = -1;
     ckpt_writer_t *w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
-    add_description(svc, w); /* what the checkpoint holds, for a reader without the job's spec (Describe) */
+    svc_add_description(svc, w); /* what the checkpoint holds, for a reader without the job's spec (Describe) */
     store_rows_io_t rows = {.table = table_to_writer, .row = row_to_writer, .arg = w};
     uint64_t parent = 0;
     rc = store_export_ex(svc->store, emit_to_writer, w, &rows, r->id, store_get_sync(svc->store, NULL) ? r->step : -1,
@@ -179,6 +166,27 @@ static int rows_from_ckpt(void *arg, const char *name, int (*put)(void *, int64_
     return ckpt_read_rows(src->db, src->id, name, put, put_arg, err, errlen);
 }
 
+static int ckpt_description(ps_service_t *svc, uint64_t id, Psc__StatusReply **out, char *err, size_t errlen);
+
+/* A checkpoint restores only onto the shard that wrote it: the same task
+ * index of as many PS (its description says; an older one does not, and the
+ * variables' names are the check). Another shape is re-split by the chief
+ * (Stage). 0 or PSC_ENOTFOUND (the chief's restore then looks further). */
+static int same_shape(ps_service_t *svc, uint64_t id, char *err, size_t errlen)
+{
+    Psc__StatusReply *d = NULL;
+    int rc = ckpt_description(svc, id, &d, err, errlen);
+    if (rc == PSC_ENOTFOUND) return 0;
+    if (rc) return rc;
+    if (d->num_ps && svc->num_ps && ((int)d->num_ps != svc->num_ps || (int)d->ps_index != svc->task_index))
+        rc = psc_seterr(err, errlen, PSC_ENOTFOUND,
+                        "checkpoint %llu holds the shard of ps %u of %u, none for this ps %d of %d (the chief "
+                        "restores it re-split)",
+                        (unsigned long long)id, d->ps_index, d->num_ps, svc->task_index, svc->num_ps);
+    psc__status_reply__free_unpacked(d, NULL);
+    return rc;
+}
+
 void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -194,6 +202,7 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     if (rc == 0 && strcmp(info.job_id, r->job_id) != 0)
         rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "checkpoint %llu belongs to job %s", (unsigned long long)r->id,
                         info.job_id);
+    if (rc == 0) rc = same_shape(svc, r->id, err, sizeof err);
     restore_src_t src = {svc->ckpt, r->id};
     store_rows_io_t rows = {.read = rows_from_ckpt, .arg = &src};
     if (rc == 0) rc = store_import_ex(svc->store, fetch_from_ckpt, &src, &rows, r->step, err, sizeof err);
@@ -285,6 +294,7 @@ void svc_h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     svc_fail_parked(svc, 0, PSC_ESTALE, "released the job");
     svc_fence_fail_all(svc, 0, PSC_ESTALE, "released the job");
     store_reset(svc->store);
+    svc_stage_release(svc);
     pthread_mutex_lock(&svc->lock);
     memset(svc->done, 0, sizeof svc->done);
     svc->workers_done = 0;
@@ -358,11 +368,17 @@ typedef struct rows_out {
     size_t n;     /* a page: rows so far */
     int dim;
     size_t record; /* bytes of a row record: int64 t, then the dim values, then slots */
+    uint8_t *recs; /* whole records instead (record bytes each; record > 0) */
 } rows_out_t;
 
 static int row_at(void *arg, size_t i, const void *rec, size_t len)
 {
     rows_out_t *o = arg;
+    if (o->recs) {
+        if (len != o->record) return PSC_ECORRUPT;
+        memcpy(o->recs + i * o->record, rec, len);
+        return 0;
+    }
     /* another table's shape: never this job's (record 0: the described dim's values at least) */
     if (o->record ? len != o->record : len < 8 + (size_t)o->dim * 4) return PSC_ECORRUPT;
     memcpy(o->vals + i * (size_t)o->dim, (const unsigned char *)rec + 8, (size_t)o->dim * 4);
@@ -447,10 +463,27 @@ int svc_checkpoint_table(ps_service_t *svc, uint64_t id, const char *table, int 
     return store_sparse_initial(svc->store, table, "", 0, &none, 0, dim, record, err, errlen);
 }
 
-int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, int dim, size_t record, size_t max,
-                              int64_t *ids, float *vals, size_t *n, int *more, char *err, size_t errlen)
+int svc_checkpoint_record_bytes(ps_service_t *svc, uint64_t id, const char *table, size_t *record, char *err,
+                                size_t errlen)
 {
-    rows_out_t o = {.vals = vals, .ids = ids, .dim = dim, .record = record};
+    ckpt_table_info_t *t = NULL;
+    int n = 0, rc = ckpt_tables(svc->ckpt, id, &t, &n, err, errlen);
+    if (rc) return rc;
+    rc = psc_seterr(err, errlen, PSC_ENOTFOUND, "checkpoint %llu has no rows of table %s on ps_server %d",
+                    (unsigned long long)id, table, svc->task_index);
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, table) == 0) {
+            *record = t[i].record_len;
+            rc = 0;
+        }
+    free(t);
+    return rc;
+}
+
+int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, int dim, size_t record, size_t max,
+                              int64_t *ids, float *vals, uint8_t *recs, size_t *n, int *more, char *err, size_t errlen)
+{
+    rows_out_t o = {.vals = vals, .ids = ids, .dim = dim, .record = record, .recs = recs};
     int rc = ckpt_read_rows_page(svc->ckpt, r->checkpoint, r->table, r->after, max, row_next, &o, more, err, errlen);
     *n = o.n;
     return rc;
@@ -467,12 +500,25 @@ void svc_h_describe(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *
     size_t n = 0;
     int rc = committed(svc, r->checkpoint, &info, err, sizeof err);
     if (rc == 0) rc = description_bytes(svc, r->checkpoint, &data, &n, err, sizeof err);
+    /* the description as saved (CRC-checked), with the names of the tensors
+     * the checkpoint holds (field `tensors`, appended: a repeated field's
+     * elements may follow the rest of the message) */
+    char **names = NULL;
+    int nn = 0;
+    if (rc == 0) rc = ckpt_names(svc->ckpt, r->checkpoint, &names, &nn, err, sizeof err);
     if (rc) {
         svc_fail(svc, call, rc, "%s", err);
     } else {
-        memcpy(psc_rpc_reply_alloc(call, n), data, n); /* the packed StatusReply as saved (CRC-checked) */
+        Psc__StatusReply extra = PSC__STATUS_REPLY__INIT;
+        extra.tensors = names;
+        extra.n_tensors = (size_t)nn;
+        size_t xn = psc__status_reply__get_packed_size(&extra);
+        uint8_t *buf = psc_rpc_reply_alloc(call, n + xn);
+        memcpy(buf, data, n);
+        psc__status_reply__pack(&extra, buf + n);
         psc_rpc_reply_send(call);
     }
+    ckpt_free_names(names, nn);
     free(data);
     psc__describe_request__free_unpacked(r, NULL);
 }

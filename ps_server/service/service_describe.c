@@ -4,6 +4,7 @@
  * Below the handlers: it reads only the store. */
 #include "service_internal.h"
 
+#include "ckpt.h"
 #include "psc.h"
 
 #include <stdlib.h>
@@ -57,6 +58,8 @@ void svc_describe(ps_service_t *svc, Psc__StatusReply *rep, svc_desc_mem_t *m)
     rep->has_global_step = store_step_get(svc->store, &step);
     rep->global_step = step;
     rep->optimizer = (char *)"";
+    rep->ps_index = (uint32_t)svc->task_index;
+    rep->num_ps = (uint32_t)svc->num_ps;
     int n = 0;
     store_list(svc->store, &m->vars, &n);
     m->vs = psc_xcalloc((size_t)(n ? n : 1), sizeof *m->vs);
@@ -85,4 +88,17 @@ void svc_describe_free(svc_desc_mem_t *m)
     free(m->vp);
     free(m->vs);
     free(m->vars);
+}
+
+void svc_add_description(ps_service_t *svc, ckpt_writer_t *w)
+{
+    Psc__StatusReply d = PSC__STATUS_REPLY__INIT;
+    svc_desc_mem_t m;
+    svc_describe(svc, &d, &m);
+    size_t n = psc__status_reply__get_packed_size(&d);
+    uint8_t *buf = psc_xmalloc(n ? n : 1);
+    psc__status_reply__pack(&d, buf);
+    ckpt_add(w, SVC_CKPT_MODEL, buf, n); /* a failure is remembered by the writer */
+    free(buf);
+    svc_describe_free(&m);
 }

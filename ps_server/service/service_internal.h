@@ -59,9 +59,22 @@ typedef struct svc_fence {
     uint32_t parked; /* parked since the fence was taken */
 } svc_fence_t;
 
+/* A checkpoint being staged (service_stage.c). */
+typedef struct svc_stage {
+    pthread_mutex_t lock;
+    ckpt_writer_t *w; /* NULL: none */
+    uint64_t id;
+    char tensor[CKPT_MAX_NAME + 1]; /* the tensor being assembled */
+    uint8_t *buf;          /* its bytes so far (NULL: none) */
+    uint64_t total, filled;
+    char **tables; /* the tables declared in it */
+    int ntables;
+} svc_stage_t;
+
 struct ps_service {
     store_t *store;
     int task_index;
+    int num_ps; /* the PS of the cluster (ps_service_set_num_ps; 0: not known) */
     void (*on_shutdown)(void *);
     void *shutdown_arg;
     pthread_mutex_t lock;
@@ -88,6 +101,7 @@ struct ps_service {
     uint64_t incarnation;
     ps_metrics_t *metrics; /* ps_service_set_metrics; NULL: none */
     svc_fence_t fence;     /* async checkpoints: the push fence (service_fence.c) */
+    svc_stage_t stage;     /* a restore onto another number of PS (service_stage.c) */
 };
 
 /* ---- failures and replies (service_reply.c) ---- */
@@ -286,11 +300,23 @@ int svc_sparse_pull_checkpoint(ps_service_t *svc, const Psc__SparsePull *p, floa
  * table gives the shape. 0 or the code with err. */
 int svc_checkpoint_table(ps_service_t *svc, uint64_t id, const char *table, int *dim, size_t *record, char *err,
                          size_t errlen);
+/* The bytes of one row record of table in checkpoint id (its manifest):
+ * 0, or PSC_ENOTFOUND when it holds no rows of it here. */
+int svc_checkpoint_record_bytes(ps_service_t *svc, uint64_t id, const char *table, size_t *record, char *err,
+                                size_t errlen);
 /* A page of TableRows from committed checkpoint r->checkpoint (service_ckpt.c),
  * of the dim and record svc_checkpoint_table gave: ids (room for max) and
- * their values (max * dim floats). */
+ * their values (max * dim floats), or with recs (record > 0) the whole records
+ * (max * record bytes; vals unused). */
 int svc_table_rows_checkpoint(ps_service_t *svc, const Psc__TableRowsRequest *r, int dim, size_t record, size_t max,
-                              int64_t *ids, float *vals, size_t *n, int *more, char *err, size_t errlen);
+                              int64_t *ids, float *vals, uint8_t *recs, size_t *n, int *more, char *err,
+                              size_t errlen);
+/* Stage: a checkpoint of this shard written from the chief's pieces (service_stage.c). */
+void svc_h_stage(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
+void svc_stage_init(svc_stage_t *st);
+void svc_stage_deinit(svc_stage_t *st);
+/* Drops a staged checkpoint not prepared yet (Release: the job goes). */
+void svc_stage_release(ps_service_t *svc);
 /* The shard as a StatusReply's description part (job_id, ready,
  * has_global_step, global_step, vars, tables): what Status answers and what a
  * checkpoint keeps as its tensor SVC_CKPT_MODEL (Describe). m holds what rep
@@ -304,6 +330,9 @@ typedef struct svc_desc_mem {
 } svc_desc_mem_t;
 #define SVC_CKPT_MODEL "~model" /* never a variable's name (model_spec.h names) */
 void svc_describe(ps_service_t *svc, Psc__StatusReply *rep, svc_desc_mem_t *m);
+/* Adds the shard's description to a checkpoint being written, as tensor
+ * SVC_CKPT_MODEL (a failure is remembered by the writer). */
+void svc_add_description(ps_service_t *svc, ckpt_writer_t *w);
 void svc_describe_free(svc_desc_mem_t *m);
 void svc_h_describe(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_assign_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);

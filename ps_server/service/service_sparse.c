@@ -213,20 +213,27 @@ void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void
     size_t record = 0;
     int rc = r->checkpoint ? svc_checkpoint_table(svc, r->checkpoint, r->table, &dim, &record, err, sizeof err)
                            : store_sparse_check(svc->store, r->table, "", 0, NULL, 0, &dim, NULL, err, sizeof err);
+    if (rc == 0 && r->records && !r->checkpoint)
+        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "TableRows of table %s: records only from a checkpoint",
+                        r->table);
+    if (rc == 0 && r->records) rc = svc_checkpoint_record_bytes(svc, r->checkpoint, r->table, &record, err, sizeof err);
     if (rc) {
         svc_fail(svc, call, rc, "%s", err); /* the store counted it */
         psc__table_rows_request__free_unpacked(r, NULL);
         return;
     }
-    size_t fit = SVC_SPARSE_REPLY_MAX / (8 + 4 * (size_t)dim);
+    size_t fit = SVC_SPARSE_REPLY_MAX / (8 + (r->records ? record : 4 * (size_t)dim));
     size_t max = r->max_rows && r->max_rows < fit ? r->max_rows : fit, n = 0;
+    if (max == 0) max = 1;
     int64_t *ids = malloc(max * sizeof *ids);
-    float *vals = malloc(max * (size_t)dim * sizeof *vals);
+    float *vals = r->records ? NULL : malloc(max * (size_t)dim * sizeof *vals);
+    uint8_t *recs = r->records ? malloc(max * record) : NULL;
     int more = 0;
-    if (!ids || !vals)
+    if (!ids || (!vals && !recs))
         rc = psc_seterr(err, sizeof err, PSC_ENOMEM, "cannot allocate a page of %zu rows", max);
     else if (r->checkpoint)
-        rc = svc_table_rows_checkpoint(svc, r, dim, record, max, ids, vals, &n, &more, err, sizeof err);
+        rc = svc_table_rows_checkpoint(svc, r, dim, record, max, ids, vals, recs, &n, &more,
+                                       err, sizeof err);
     else
         rc = store_table_rows(svc->store, r->table, r->after, max, ids, vals, &n, &more, err, sizeof err);
     if (rc) {
@@ -236,16 +243,23 @@ void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void
         rep.dim = (uint32_t)dim;
         rep.ids.data = (uint8_t *)ids;
         rep.ids.len = n * 8;
-        rep.values.data = (uint8_t *)vals;
-        rep.values.len = n * (size_t)dim * 4;
+        if (recs) {
+            rep.records.data = recs;
+            rep.records.len = n * record;
+            rep.record_bytes = (uint32_t)record;
+        } else {
+            rep.values.data = (uint8_t *)vals;
+            rep.values.len = n * (size_t)dim * 4;
+        }
         rep.more = more;
         size_t sz = psc__table_rows_reply__get_packed_size(&rep);
         psc__table_rows_reply__pack(&rep, psc_rpc_reply_alloc(call, sz));
         psc_rpc_reply_send(call);
-        ps_metrics_add_pull_bytes(svc->metrics, rep.values.len);
+        ps_metrics_add_pull_bytes(svc->metrics, rep.values.len + rep.records.len);
     }
     free(ids);
     free(vals);
+    free(recs);
     psc__table_rows_request__free_unpacked(r, NULL);
 }
 

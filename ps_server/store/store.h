@@ -429,6 +429,10 @@ int store_export_ex(store_t *s, store_emit_fn emit, void *arg, const store_rows_
  * checkpoint are gone again. */
 int store_import_ex(store_t *s, store_fetch_fn fetch, void *arg, const store_rows_io_t *rows, int64_t sync_step,
                     char *err, size_t errlen);
+/* The bytes store_export would emit for tensor `name` of the variables the
+ * store holds (a value, a slot, ".t", global_step): 0, or PSC_ENOTFOUND when
+ * it emits no such tensor. Any thread. */
+int store_ckpt_tensor_bytes(store_t *s, const char *name, uint64_t *bytes);
 /* Checkpoint ckpt_id, exported by this store, is committed: the next
  * checkpoint's table rows are a delta on it. Another id: no-op. */
 void store_ckpt_committed(store_t *s, uint64_t ckpt_id);

@@ -83,6 +83,22 @@ static void tensor_list_free(store_tensor_t *list, size_t count)
     free(list);
 }
 
+int store_ckpt_tensor_bytes(store_t *s, const char *name, uint64_t *bytes)
+{
+    pthread_rwlock_rdlock(&s->lock);
+    size_t count = 0;
+    store_tensor_t *list = s->have_job ? tensor_list_build(s->vars, s->nvars, &s->opt, &count) : NULL;
+    pthread_rwlock_unlock(&s->lock);
+    int rc = PSC_ENOTFOUND;
+    for (size_t i = 0; i < count && rc; i++)
+        if (strcmp(list[i].name, name) == 0) {
+            *bytes = list[i].len;
+            rc = 0;
+        }
+    tensor_list_free(list, count);
+    return rc;
+}
+
 int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, int64_t *step, char *err,
                  size_t errlen)
 {

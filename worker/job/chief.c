@@ -70,6 +70,10 @@ int chief_create_model(chief_t *c, float *params, ps_model_origin_t *origin, cha
     if (rc) return rc;
     if (origin->joined)
         PSC_INFO("the PS already hold job %s's model: joining it", spec->job_id);
+    else if (origin->restored && origin->resharded_from)
+        PSC_INFO("restored job %s's model from checkpoint %llu (step %lld), re-split from %d ps_servers onto %d",
+                 spec->job_id, (unsigned long long)origin->ckpt_id, (long long)origin->step, origin->resharded_from,
+                 ps_client_num_ps(c->pc));
     else if (origin->restored)
         PSC_INFO("restored job %s's model from checkpoint %llu (step %lld)", spec->job_id,
                  (unsigned long long)origin->ckpt_id, (long long)origin->step);

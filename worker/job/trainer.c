@@ -184,6 +184,7 @@ static int setup(run_t *r, char *err, size_t errlen)
 
     r->pc = ps_client_create(o->cluster, r->vars, r->nvars, r->placed, r->nplaced, r->rank, o->rpc_timeout_ms);
     if (o->batch_bytes >= 0) ps_client_set_batch_bytes(r->pc, (size_t)o->batch_bytes);
+    if (r->is_chief && (rc = ps_client_set_restore_sources(r->pc, o->restore_from, err, errlen))) return rc;
     if ((rc = ps_client_set_job_tables(r->pc, spec, r->nplaced, err, errlen))) return rc;
     if ((rc = setup_job(r, err, errlen))) return rc;
     if (spec->gradient_dtype == PSC_ENC_BFLOAT16) {
@@ -246,18 +247,18 @@ static void resume(run_t *r)
     int sp = ps_client_step_ps(r->pc);
     if (sp < 0 || ps_client_status(r->pc, sp, &st, err, sizeof err) != 0 || r->rank >= PSC_MAX_REPLICAS)
         return;
+    char of[64] = "of a streamed data set (until it ends)"; /* max_steps 0: not known ahead */
+    if (r->max_steps > 0) snprintf(of, sizeof of, "of %lld", (long long)r->max_steps);
     if (st.replica_steps[r->rank] > 0) {
         done = PSC_MIN(st.replica_steps[r->rank], step_cap(r));
-        PSC_INFO("this replica ran %lld steps before it restarted: resuming at step %lld of %lld (global_step %lld)",
-                 (long long)st.replica_steps[r->rank], (long long)done, (long long)r->max_steps,
-                 (long long)r->global_step);
+        PSC_INFO("this replica ran %lld steps before it restarted: resuming at step %lld %s (global_step %lld)",
+                 (long long)st.replica_steps[r->rank], (long long)done, of, (long long)r->global_step);
     } else if (st.restored_step > 0) {
         int64_t share = r->spec->sync ? st.restored_step : st.restored_step / r->replicas;
         done = PSC_MIN(share, step_cap(r));
         PSC_INFO("the model was restored at global_step %lld (%lld step%s of this replica's share): resuming at step "
-                 "%lld of %lld",
-                 (long long)st.restored_step, (long long)share, share == 1 ? "" : "s", (long long)done,
-                 (long long)r->max_steps);
+                 "%lld %s",
+                 (long long)st.restored_step, (long long)share, share == 1 ? "" : "s", (long long)done, of);
     }
     if (done == 0) return;
     char serr[512];

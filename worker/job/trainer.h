@@ -40,6 +40,7 @@ typedef struct trainer_opts {
     double wait_workers_secs; /* chief: bound on waiting for the other replicas to finish (default 600) */
     int rpc_timeout_ms;       /* deadline of each RPC (default 30000) */
     double retry_secs;        /* how long to ride out unavailable PS before failing (default 300) */
+    const char *restore_from; /* chief: ps_servers outside the cluster to restore from (ps_client_set_restore_sources) */
     double log_every_secs;    /* progress line period (default 5) */
     int prefetch;             /* batches prepared ahead (default 2) */
     int debug_step_delay_ms;  /* testing: sleep this long in every step (a slow replica) */

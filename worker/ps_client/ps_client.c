@@ -205,6 +205,8 @@ void ps_client_destroy(ps_client_t *pc)
     free(pc->resid);
     for (int i = 0; i < pc->num_ps; i++) psc_rpc_channel_destroy(pc->ch[i]);
     free(pc->ch);
+    for (int i = 0; i < pc->nsrc; i++) psc_rpc_channel_destroy(pc->src_ch[i]);
+    free(pc->src_ch);
     free(pc->placed);
     free(pc->slab_offset);
     batches_free(pc);

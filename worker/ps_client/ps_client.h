@@ -66,6 +66,7 @@ typedef struct ps_model_origin {
     int initialized;  /* initial values assigned (no checkpoint to restore) */
     uint64_t ckpt_id;
     int64_t step;
+    int resharded_from; /* restored: the number of PS that wrote it, when not these (0: these) */
     /* initialized while other PS kept their trained shards (no checkpoint to
      * restore): the model is a mix. How many PS got initial values, and which
      * (bit i: ps i, for the first 64); 0 when every PS started fresh. */
@@ -237,6 +238,12 @@ int ps_client_table_assign(ps_client_t *pc, int table, const int64_t *ids, const
  * rows (ps_client_table_assign) on the PS not ready[p]. A failure fails
  * create_model with its code. NULL: none. */
 typedef int (*ps_client_init_hook_fn)(void *arg, const int *ready, char *err, size_t errlen);
+/* PS outside the cluster ("HOST:PORT,HOST:PORT", NULL or "": none) whose
+ * checkpoints a restore onto another number of PS may read: the shards of a
+ * job written by more PS than this cluster has, served by ps_servers started
+ * on the departing PS's --checkpoint_dir (ps_client_reshard.c). 0, or
+ * PSC_EINVAL naming a bad address. Before ps_client_create_model. */
+int ps_client_set_restore_sources(ps_client_t *pc, const char *addrs, char *err, size_t errlen);
 void ps_client_set_init_hook(ps_client_t *pc, ps_client_init_hook_fn fn, void *arg);
 /* dim of table t (0 if unknown). */
 int ps_client_table_dim(const ps_client_t *pc, int table);

@@ -24,6 +24,8 @@
 #include <time.h>
 
 static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t *origin, char *err, size_t errlen);
+static int restore_resharded(ps_client_t *pc, const char *job_id, ps_model_origin_t *origin, char *err,
+                             size_t errlen);
 
 /* ---- the model ---- */
 
@@ -245,8 +247,10 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
         origin->joined = 1;
         goto out;
     }
-    /* 2a. Restore the newest checkpoint committed and intact on every PS. */
+    /* 2a. Restore the newest checkpoint committed and intact on every PS, or
+     * one written by another number of PS, re-split. */
     if ((rc = restore_latest(pc, job_id, origin, err, errlen)) != 0 || origin->restored) goto out;
+    if ((rc = restore_resharded(pc, job_id, origin, err, errlen)) != 0 || origin->restored) goto out;
     if (nready > 0) warn_partial_reinit(pc, ready, nready, origin);
     origin->initialized = 1;
     /* 2b, 3. Else initial values where the model is missing (a warm start's
@@ -524,6 +528,26 @@ static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t
             return psc_seterr(err, errlen, rc, "%s", e);
     }
     if (list.n) PSC_WARN("no checkpoint of job %s could be restored", job_id);
+    return 0;
+}
+
+/* The newest checkpoint of job_id when another number of PS wrote it:
+ * staged re-split on these PS (ps_client_reshard.c), committed, restored. */
+static int restore_resharded(ps_client_t *pc, const char *job_id, ps_model_origin_t *origin, char *err,
+                             size_t errlen)
+{
+    uint64_t id = 0;
+    int64_t step = 0;
+    int from = 0;
+    int rc = pcl_reshard_stage(pc, job_id, &id, &step, &from, err, errlen);
+    if (rc || !id) return rc;
+    /* keep everything: the job's own keep applies from its next checkpoint */
+    if ((rc = ps_client_ckpt_commit(pc, id, 1 << 30, 0, err, errlen))) return rc;
+    if ((rc = ps_client_ckpt_restore(pc, job_id, id, step, err, errlen))) return rc;
+    origin->restored = 1;
+    origin->ckpt_id = id;
+    origin->step = step;
+    origin->resharded_from = from;
     return 0;
 }
 

@@ -69,6 +69,8 @@ struct ps_client {
     double sync_timeout;
     int64_t replica_step; /* this replica's steps, sent with every Step (ps_client_set_progress) */
     int64_t last_global_step; /* newest global_step a reply carried: sent with pushes (learning-rate schedules) */
+    psc_rpc_channel_t **src_ch; /* ps_client_set_restore_sources: PS outside the cluster to restore from */
+    int nsrc;
     ps_client_init_hook_fn init_hook; /* ps_client_set_init_hook */
     void *init_hook_arg;
     /* sparse tables (ps_client_set_tables) */
@@ -138,5 +140,14 @@ psc_rpc_op_t *pcl_sparse_own(ps_client_t *pc, pcl_sparse_t *r, size_t *n);
 int pcl_sparse_finish(ps_client_t *pc, pcl_sparse_t *r, const psc_rpc_op_t *const *dense_of_ps, char *err,
                       size_t errlen);
 void pcl_sparse_free(pcl_sparse_t *r);
+
+/* A restore onto another number of PS (ps_client_reshard.c): when the
+ * newest committed checkpoint of job_id was written by another number of PS
+ * and all its shards are on these PS, stages it re-split as checkpoint
+ * *staged (prepared on every PS, not committed), at *step, written by
+ * *from_ps PS. *staged = 0: nothing to re-split. PSC_ECONFIG when a shard is
+ * on none of these PS or the model does not match. */
+int pcl_reshard_stage(ps_client_t *pc, const char *job_id, uint64_t *staged, int64_t *step, int *from_ps, char *err,
+                      size_t errlen);
 
 #endif

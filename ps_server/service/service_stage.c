@@ -1,0 +1,215 @@
+/* service_stage.c — Stage: a checkpoint of this shard written from pieces the
+ * chief sends (a restore onto another number of PS, worker/ps_client's
+ * ps_client_reshard.c), then committed and restored like any other.
+ *
+ * Design: one staged checkpoint at a time (svc->stage, under its own lock;
+ * the chief sends one PS's calls in order). Every piece is checked against
+ * the variables and table parts the PS was created with before it is kept: a
+ * tensor must be one store_export would emit, of the size it would have, its
+ * pieces in order; a table's records of the size its optimizer gives. So the
+ * memory it takes is bounded by the shard's own size, and a staged checkpoint
+ * holds nothing the restore would not ask for. Staging is allowed only
+ * between Create and Ready (the model is not being trained). What the store
+ * checks at restore (row ids in this part, finite values, t >= 0, every
+ * tensor present) it checks then, as for any checkpoint.
+ */
+#include "service_internal.h"
+
+#include "ckpt.h"
+#include "log.h"
+#include "optim.h"
+#include "psc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void svc_stage_init(svc_stage_t *st)
+{
+    memset(st, 0, sizeof *st);
+    pthread_mutex_init(&st->lock, NULL);
+}
+
+/* Drops what is staged (the lock held). */
+static void stage_drop(svc_stage_t *st)
+{
+    if (st->w) ckpt_abort(st->w);
+    st->w = NULL;
+    st->id = 0;
+    free(st->buf);
+    st->buf = NULL;
+    st->tensor[0] = '\0';
+    st->total = st->filled = 0;
+    for (int i = 0; i < st->ntables; i++) free(st->tables[i]);
+    free(st->tables);
+    st->tables = NULL;
+    st->ntables = 0;
+}
+
+void svc_stage_deinit(svc_stage_t *st)
+{
+    stage_drop(st);
+    pthread_mutex_destroy(&st->lock);
+}
+
+void svc_stage_release(ps_service_t *svc)
+{
+    pthread_mutex_lock(&svc->stage.lock);
+    stage_drop(&svc->stage);
+    pthread_mutex_unlock(&svc->stage.lock);
+}
+
+/* The first call of a staged checkpoint: begins it (the lock held). */
+static int stage_begin(ps_service_t *svc, const Psc__StageRequest *r, char *err, size_t errlen)
+{
+    svc_stage_t *st = &svc->stage;
+    stage_drop(st);
+    ckpt_info_t info;
+    int rc = ckpt_get_info(svc->ckpt, r->id, &info, err, errlen);
+    if (rc == 0)
+        return psc_seterr(err, errlen, PSC_EEXISTS, "checkpoint %llu exists: a staged checkpoint needs a new id",
+                          (unsigned long long)r->id);
+    if (rc != PSC_ENOTFOUND) return rc;
+    st->w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
+    st->id = r->id;
+    return 0;
+}
+
+/* A piece of a tensor (the lock held). */
+static int stage_tensor(ps_service_t *svc, const Psc__StageRequest *r, char *err, size_t errlen)
+{
+    svc_stage_t *st = &svc->stage;
+    if (st->buf && strcmp(st->tensor, r->tensor) != 0)
+        return psc_seterr(err, errlen, PSC_EINVAL, "staged tensor %s: %llu of its %llu bytes came before %s",
+                          st->tensor, (unsigned long long)st->filled, (unsigned long long)st->total, r->tensor);
+    if (!st->buf) {
+        uint64_t want = 0;
+        if (strlen(r->tensor) > CKPT_MAX_NAME || store_ckpt_tensor_bytes(svc->store, r->tensor, &want))
+            return psc_seterr(err, errlen, PSC_EINVAL, "staged tensor %s is none of this shard's", r->tensor);
+        if (r->total != want)
+            return psc_seterr(err, errlen, PSC_EINVAL, "staged tensor %s: %llu bytes, but this shard's has %llu",
+                              r->tensor, (unsigned long long)r->total, (unsigned long long)want);
+        if (r->offset != 0)
+            return psc_seterr(err, errlen, PSC_EINVAL, "staged tensor %s starts at byte %llu, not 0", r->tensor,
+                              (unsigned long long)r->offset);
+        if (!(st->buf = malloc(want ? want : 1)))
+            return psc_seterr(err, errlen, PSC_ENOMEM, "staged tensor %s: cannot allocate %llu bytes", r->tensor,
+                              (unsigned long long)want);
+        snprintf(st->tensor, sizeof st->tensor, "%s", r->tensor);
+        st->total = want;
+        st->filled = 0;
+    }
+    if (r->offset != st->filled || r->total != st->total || r->data.len > st->total - st->filled)
+        return psc_seterr(err, errlen, PSC_EINVAL,
+                          "staged tensor %s: %zu bytes at %llu of %llu, but %llu of its %llu bytes came in order",
+                          r->tensor, r->data.len, (unsigned long long)r->offset, (unsigned long long)r->total,
+                          (unsigned long long)st->filled, (unsigned long long)st->total);
+    if (r->data.len) memcpy(st->buf + st->filled, r->data.data, r->data.len);
+    st->filled += r->data.len;
+    if (st->filled < st->total) return 0;
+    int rc = ckpt_add(st->w, st->tensor, st->buf, st->total);
+    free(st->buf);
+    st->buf = NULL;
+    st->tensor[0] = '\0';
+    if (rc) psc_seterr(err, errlen, rc, "staged tensor %s could not be added (twice?)", r->tensor);
+    return rc;
+}
+
+/* Rows of a table part (the lock held). */
+static int stage_rows(ps_service_t *svc, const Psc__StageRequest *r, char *err, size_t errlen)
+{
+    svc_stage_t *st = &svc->stage;
+    store_table_info_t *info = NULL;
+    int nt = 0;
+    store_list_tables(svc->store, &info, &nt);
+    size_t record = 0;
+    for (int i = 0; i < nt; i++)
+        if (strcmp(info[i].cfg.name, r->table) == 0)
+            record = 8 + 4 * (size_t)info[i].cfg.dim * (size_t)(1 + optim_slot_count(&info[i].cfg.opt));
+    free(info);
+    if (!record) return psc_seterr(err, errlen, PSC_EINVAL, "staged rows of table %s: no part of it here", r->table);
+    if (r->record_bytes != record)
+        return psc_seterr(err, errlen, PSC_EINVAL,
+                          "staged rows of table %s: records of %u bytes, but this part's are %zu", r->table,
+                          r->record_bytes, record);
+    size_t n = r->ids.len / 8;
+    if (r->ids.len % 8 || r->data.len != n * record)
+        return psc_seterr(err, errlen, PSC_EINVAL,
+                          "staged rows of table %s: %zu bytes of ids and %zu of records do not make whole rows",
+                          r->table, r->ids.len, r->data.len);
+    int known = 0;
+    for (int i = 0; i < st->ntables && !known; i++) known = strcmp(st->tables[i], r->table) == 0;
+    if (!known) {
+        int rc = ckpt_add_table(st->w, r->table, (uint32_t)record);
+        if (rc) return psc_seterr(err, errlen, rc, "staged table %s could not be declared", r->table);
+        st->tables = psc_xrealloc(st->tables, (size_t)(st->ntables + 1) * sizeof *st->tables);
+        st->tables[st->ntables++] = psc_xstrdup(r->table);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t id;
+        memcpy(&id, r->ids.data + 8 * i, 8);
+        int rc = ckpt_add_row(st->w, r->table, id, r->data.data + i * record, record);
+        if (rc)
+            return psc_seterr(err, errlen, rc, "staged row %lld of table %s could not be added (twice?)", (long long)id,
+                              r->table);
+    }
+    return 0;
+}
+
+/* The last call: the description, then prepare (the lock held). */
+static int stage_prepare(ps_service_t *svc, char *err, size_t errlen)
+{
+    svc_stage_t *st = &svc->stage;
+    if (st->buf)
+        return psc_seterr(err, errlen, PSC_EINVAL, "staged tensor %s: only %llu of its %llu bytes came", st->tensor,
+                          (unsigned long long)st->filled, (unsigned long long)st->total);
+    svc_add_description(svc, st->w);
+    ckpt_set_parent(st->w, 0); /* a full base */
+    int rc = ckpt_prepare(st->w, err, errlen);
+    st->w = NULL; /* prepare freed it */
+    return rc;
+}
+
+void svc_h_stage(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
+{
+    ps_service_t *svc = arg;
+    char err[512];
+    Psc__StageRequest *r;
+    SVC_DECODE(r, psc__stage_request__unpack, "StageRequest");
+    char have[17] = ""; /* a job id */
+    int ready = store_is_ready(svc->store, have);
+    int rc = 0;
+    if (!svc->ckpt)
+        rc = psc_seterr(err, sizeof err, PSC_ENOTREADY, "ps_server %d has no --checkpoint_dir", svc->task_index);
+    else if (!have[0] || strcmp(have, r->job_id) != 0)
+        rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "Stage for job %s, but this ps_server holds %s%s", r->job_id,
+                        have[0] ? "job " : "no model", have);
+    else if (ready)
+        rc = psc_seterr(err, sizeof err, PSC_ENOTREADY,
+                        "Stage of job %s: the model is ready (a checkpoint is staged only before training starts)",
+                        r->job_id);
+    else if (r->id == 0)
+        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "Stage: checkpoint id 0");
+    pthread_mutex_lock(&svc->stage.lock);
+    svc_stage_t *st = &svc->stage;
+    if (rc == 0 && st->id != r->id) rc = stage_begin(svc, r, err, sizeof err);
+    if (rc == 0 && r->tensor[0]) rc = stage_tensor(svc, r, err, sizeof err);
+    if (rc == 0 && r->table[0]) rc = stage_rows(svc, r, err, sizeof err);
+    uint64_t id = st->id;
+    if (rc == 0 && r->prepare) rc = stage_prepare(svc, err, sizeof err);
+    if (rc || r->prepare) stage_drop(st); /* a refused piece ends the staged checkpoint: the chief starts again */
+    pthread_mutex_unlock(&svc->stage.lock);
+    if (rc) {
+        PSC_WARN("staged checkpoint %llu: %s", (unsigned long long)id, err);
+        svc_reject(svc, call, rc, "%s", err);
+    } else {
+        if (r->prepare)
+            PSC_INFO("checkpoint %llu prepared from staged pieces (a restore onto this cluster's shape)",
+                     (unsigned long long)id);
+        Psc__StageReply rep = PSC__STAGE_REPLY__INIT;
+        rep.bytes = r->data.len;
+        uint8_t buf[16];
+        psc_rpc_reply(call, buf, psc__stage_reply__pack(&rep, buf));
+    }
+    psc__stage_request__free_unpacked(r, NULL);
+}
