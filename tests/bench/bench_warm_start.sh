@@ -8,10 +8,15 @@
 #   (c) a second job warm-starts from that job's final checkpoint on the same
 #       PS: the chief exports it (Describe, TableRows pages) to a temporary
 #       file, maps it and assigns the rows in the new placement (AssignRows).
-# The time is the one the chief logs ("warm start from ...: ... (N rows) in T
-# s"), from reading the source to the last row assigned; rows/s per PS = N /
-# T / 2. Synthetic rows (uniform random floats). A measurement, not a test:
-# exit 1 only when a process fails.
+#   (r) the cluster restarts with 3 ps (ps 0 and 1 on their checkpoint
+#       directories) and job (f) is submitted again: the chief restores its
+#       final checkpoint re-split onto 3 ps (reads every row's record once
+#       from the 2 old shards, stages it on its new part, commits, restores).
+# The time of (f) and (c) is the one the chief logs ("warm start from ...: ...
+# (N rows) in T s"), from reading the source to the last row assigned; of (r)
+# from the chief's "re-splitting it" line to its "restored ... re-split"
+# line. rows/s per PS = N / T / the source's 2 ps. Synthetic rows (uniform
+# random floats). A measurement, not a test: exit 1 only when a process fails.
 #
 # usage: tests/bench/bench_warm_start.sh [BUILD_DIR]
 set -euo pipefail
@@ -24,17 +29,28 @@ source "$here/tests/bench/bench_lib.sh"
 "$bin/psc_gen_ctr" --out "$work/data" --train_rows 20000 --test_rows 2000 --files 1 --seed 1 \
     >"$work/gen.out" 2>&1 || { cat "$work/gen.out" >&2; echo "bench_warm_start: psc_gen_ctr failed" >&2; exit 1; }
 
-mapfile -t ports < <("$bin/psc_free_port" 3)
-cluster="{\"ps\": [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\"], \"worker\": [\"127.0.0.1:${ports[2]}\"]}"
-tfc() { echo "{\"cluster\": $cluster, \"task\": {\"type\": \"$1\", \"index\": $2}}"; }
-for i in 0 1; do
-    TF_CONFIG=$(tfc ps $i) "$bin/ps_server" --checkpoint_dir "$work/ckpt$i" >"$work/ps$i.log" 2>&1 &
+# start NPS — (after stop) ps i on $work/ckptI, 1 worker; sets psctl
+start() {
+    mapfile -t ports < <("$bin/psc_free_port" $(($1 + 1)))
+    local i ps_json=
+    for ((i = 0; i < $1; i++)); do ps_json+="\"127.0.0.1:${ports[i]}\","; done
+    cluster="{\"ps\": [${ps_json%,}], \"worker\": [\"127.0.0.1:${ports[$1]}\"]}"
+    for ((i = 0; i < $1; i++)); do
+        TF_CONFIG=$(tfc ps $i) "$bin/ps_server" --checkpoint_dir "$work/ckpt$i" >"$work/ps$i.log" 2>&1 &
+        pids+=($!)
+    done
+    TF_CONFIG=$(tfc worker 0) "$bin/worker" >"$work/w.out" 2>"$work/w.log" &
     pids+=($!)
-done
-TF_CONFIG=$(tfc worker 0) "$bin/worker" >"$work/w.out" 2>"$work/w.log" &
-pids+=($!)
-for a in "${ports[@]}"; do "$bin/psc_health" "127.0.0.1:$a" 20000 || { echo "bench_warm_start: 127.0.0.1:$a not serving" >&2; exit 1; }; done
-psctl=("$bin/psctl" --cluster "$cluster")
+    for a in "${ports[@]}"; do "$bin/psc_health" "127.0.0.1:$a" 20000 || { echo "bench_warm_start: 127.0.0.1:$a not serving" >&2; exit 1; }; done
+    psctl=("$bin/psctl" --cluster "$cluster")
+}
+stop() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    pids=()
+}
+tfc() { echo "{\"cluster\": $cluster, \"task\": {\"type\": \"$1\", \"index\": $2}}"; }
+start 2
 
 spec() { # FILE SEED ROWS WARM
     cat >"$1" <<JSON
@@ -76,4 +92,15 @@ PY
     "${psctl[@]}" train "$work/c.json" >/dev/null 2>"$work/c.err" || { tail -3 "$work/c.err" >&2; exit 1; }
     read -r got t < <(secs_of "checkpoint")
     printf '%10s  %-34s %10s %14.0f\n' "$got" "checkpoint of job $job" "$t" "$(awk -v n="$got" -v t="$t" 'BEGIN { print n / t / 2 }')"
+    stop
+    start 3
+    "${psctl[@]}" train "$work/f.json" >/dev/null 2>"$work/r.err" || { tail -3 "$work/r.err" >&2; exit 1; }
+    got=$(sed -n 's/.*staged: .*, \([0-9]*\) of them table rows.*/\1/p' "$work/w.log" | tail -1)
+    t=$(awk '/re-splitting it onto/ { a = $1 } /restored job .* re-split from/ { b = $1 }
+             function s(x) { split(substr(x, 12, 12), p, ":"); return p[1] * 3600 + p[2] * 60 + p[3] }
+             END { printf "%.2f", s(b) - s(a) }' "$work/w.log")
+    printf '%10s  %-34s %10s %14.0f\n' "$got" "job $job's checkpoint, 2 -> 3 ps" "$t" "$(awk -v n="$got" -v t="$t" 'BEGIN { print n / t / 2 }')"
+    [ -z "${BENCH_WARM_VERBOSE:-}" ] || grep -E "re-split|staged|restored|prepared|committed" "$work/w.log" "$work"/ps*.log >&2
+    stop
+    start 2
 done

@@ -15,7 +15,12 @@
 #   refuses (naming them) and changes nothing; with the departed ps_servers
 #   started on their checkpoint directories outside the cluster and named with
 #   --restore_from, the model restores onto the 1 ps, again the same bytes;
-# - the same with a dense MLP in sync-replica mode, 2 ps -> 3 ps -> 1 ps.
+# - 2 ps started on each other's directories: each refuses the other's shard and
+#   the chief re-splits (swaps) them: the same bytes;
+# - the same with a dense MLP (Fashion-MNIST) in sync-replica mode and greedy_bytes placement:
+#   2 ps -> 3 ps -> 1 ps, each time the bytes of a straight run of as many epochs.
+# The table is partitioned `div` (contiguous ranges), whose parts all move when the
+# number of PS changes; `mod` is covered by test_warm_start's move onto 3 ps.
 source "$(dirname "$0")/lib.sh"
 
 data=$TMP/data
@@ -34,7 +39,7 @@ ctr_spec() {
     {"type": "dense", "units": 16, "activation": "relu"},
     {"type": "dense", "units": 1}],
   "loss": "sigmoid_cross_entropy"},
- "tables": [{"name": "emb", "rows": 100000, "dim": 8}],
+ "tables": [{"name": "emb", "rows": 100000, "dim": 8, "partition_strategy": "div"}],
  "optimizer": {"name": "adam", "learning_rate": 0.003},
  "placement": {"min_shard_bytes": 256},
  "data": {"format": "criteo", "train": "$data/train-00000-of-00001.tsv", "test": "$data/test.tsv"},
@@ -149,4 +154,52 @@ export_to "$TMP/ctr-1ps.st"
 cmp "$TMP/ctr-straight.st" "$TMP/ctr-1ps.st" || fail "the model restored on 1 ps exports other bytes"
 echo "ctr: 3 ps -> 1 ps with --restore_from $SOURCES: same bytes"
 
-pass "checkpoints restore onto 3 and 1 ps (async recommendation model) with every value, slot and step"
+# the same 2 ps, each on the other's directory: each refuses the other's shard, the chief
+# re-splits (here: swaps) them
+stop_all
+ln -s "$TMP/straight-ckpt-1" "$TMP/swap-ckpt-0"
+ln -s "$TMP/straight-ckpt-0" "$TMP/swap-ckpt-1"
+standalone swap 2
+train ctr-swapped "$TMP/ctr2.json"
+grep -q "holds the shard of ps 1 of 2, none for this ps 0 of 2" "$TMP/ps0.log" ||
+    fail "ps 0 did not refuse ps 1's shard: $(grep -i restor "$TMP/ps0.log")"
+resplit_logged 2 2
+export_to "$TMP/ctr-swapped.st"
+cmp "$TMP/ctr-straight.st" "$TMP/ctr-swapped.st" || fail "the model on swapped directories exports other bytes"
+
+# ---- a dense MLP, sync replicas (R = N = 1), greedy_bytes placement ----
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    mlp() { small_spec "$1" "$2" 3 ', "placement": {"strategy": "greedy_bytes", "min_shard_bytes": 4096},
+ "sync": {"replicas_to_aggregate": 1, "total_num_replicas": 1}, "checkpoint": {"every_steps": 50}'; }
+    mlp "$TMP/mlp1.json" 1
+    mlp "$TMP/mlp2.json" 2
+    mlp "$TMP/mlp3.json" 3
+    stop_all
+    standalone mstraight 2
+    train mlp-straight2 "$TMP/mlp2.json"
+    export_to "$TMP/mlp-straight2.st"
+    train mlp-straight3 "$TMP/mlp3.json" # the same job id: resumes its own checkpoint on the same 2 ps
+    export_to "$TMP/mlp-straight3.st"
+    stop_all
+    standalone mlp 2
+    train mlp-2ps "$TMP/mlp1.json"
+    stop_all
+    standalone mlp 3
+    train mlp-3ps "$TMP/mlp2.json"
+    resplit_logged 2 3
+    grep -q "resuming at step" "$WLOG" || fail "the sync MLP did not resume on 3 ps"
+    export_to "$TMP/mlp-3ps.st"
+    cmp "$TMP/mlp-straight2.st" "$TMP/mlp-3ps.st" || fail "sync MLP: 1 epoch on 2 ps + 1 on 3 ps differs from 2 on 2"
+    stop_all
+    sources mlp 1 3
+    standalone mlp 1 --restore_from "$SOURCES"
+    train mlp-1ps "$TMP/mlp3.json"
+    resplit_logged 3 1
+    export_to "$TMP/mlp-1ps.st"
+    cmp "$TMP/mlp-straight3.st" "$TMP/mlp-1ps.st" || fail "sync MLP: 2 ps -> 3 ps -> 1 ps differs from 3 epochs on 2"
+    echo "sync MLP: 2 ps -> 3 ps -> 1 ps, one epoch on each: the bytes of 3 epochs on 2 ps"
+else
+    echo "dataset-fashion-mnist not installed: the dense sync case is left out"
+fi
+
+pass "checkpoints restore onto 3 and 1 ps (async recommendation model, sync MLP) with every value, slot and step"

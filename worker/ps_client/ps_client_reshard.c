@@ -50,6 +50,7 @@ typedef struct rs {
     int *shard_ps;           /* (n) the PS holding shard s */
     Psc__StatusReply **desc; /* (n) shard s's description */
     uint64_t bytes, rows;    /* staged */
+    double read_s, send_s;   /* spent reading the checkpoint, sending the pieces */
 } rs_t;
 
 int ps_client_set_restore_sources(ps_client_t *pc, const char *addrs, char *err, size_t errlen)
@@ -105,12 +106,14 @@ static int stage_call(rs_t *r, int ps, Psc__StageRequest *q, char *err, size_t e
     q->job_id = (char *)r->job_id;
     q->id = r->dst;
     q->step = r->step;
+    double t0 = psc_now();
     size_t len = psc__stage_request__get_packed_size(q);
     uint8_t *buf = psc_xmalloc(len ? len : 1);
     psc__stage_request__pack(q, buf);
     psc_rpc_op_t op;
     int rc = call1(r, ps, PSC_M_STAGE, buf, len, &op, "stage checkpoint", err, errlen);
     free(buf);
+    r->send_s += psc_now() - t0;
     if (!rc) pcl_clear_ops(&op, 1);
     r->bytes += q->data.len;
     return rc;
@@ -373,11 +376,13 @@ static int reshard_table(rs_t *r, int t, char *err, size_t errlen)
             q.records = 1;
             uint8_t buf[PSC_NAME_MAX + 64];
             psc_rpc_op_t op;
+            double t0 = psc_now();
             if ((rc = call1(r, r->shard_ps[s], PSC_M_TABLE_ROWS, buf, psc__table_rows_request__pack(&q, buf), &op,
                             "read checkpoint rows", err, errlen)))
                 break;
             Psc__TableRowsReply *rep = psc__table_rows_reply__unpack(NULL, op.reply_len, op.reply);
             pcl_clear_ops(&op, 1);
+            r->read_s += psc_now() - t0;
             size_t n = rep ? rep->ids.len / 8 : 0;
             if (!rep || rep->ids.len % 8 || rep->record_bytes == 0 || rep->records.len != n * rep->record_bytes ||
                 (rec && rep->record_bytes != rec)) {
@@ -429,7 +434,38 @@ static int reshard_table(rs_t *r, int t, char *err, size_t errlen)
     return rc;
 }
 
+/* The last Stage call on every PS at once: each writes its shard. */
+static int prepare_all(rs_t *r, char *err, size_t errlen)
+{
+    int P = r->pc->num_ps;
+    Psc__StageRequest q = PSC__STAGE_REQUEST__INIT;
+    q.job_id = (char *)r->job_id;
+    q.id = r->dst;
+    q.step = r->step;
+    q.prepare = 1;
+    uint8_t buf[64];
+    size_t len = psc__stage_request__pack(&q, buf);
+    psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
+    for (int i = 0; i < P; i++) {
+        ops[i].ch = chan(r->pc, i);
+        ops[i].method = PSC_M_STAGE;
+        ops[i].hdr = buf;
+        ops[i].hdr_len = len;
+    }
+    int rc = psc_rpc_run(ops, (size_t)P, (size_t)P, PSC_MAX(r->pc->timeout_ms, RS_TIMEOUT_MS));
+    if (rc) rc = pcl_op_error(ops, (size_t)P, "prepare staged checkpoint", err, errlen);
+    pcl_clear_ops(ops, (size_t)P);
+    free(ops);
+    return rc;
+}
+
 /* ---- finding the checkpoint ---- */
+
+/* Is c committed checkpoint id of the job? */
+static int ours(const rs_t *r, const Psc__CheckpointInfo *c, uint64_t id)
+{
+    return c->id == id && c->committed && strcmp(c->job_id, r->job_id) == 0;
+}
 
 /* Lists and describes: the newest committed checkpoint of the job on any PS,
  * its shards, and the next free id. *found = 0 when there is nothing to
@@ -442,8 +478,7 @@ static int find_source(rs_t *r, int *found, char *err, size_t errlen)
     Psc__ListCheckpointsReply **lists = psc_xcalloc((size_t)P, sizeof *lists);
     uint64_t newest = 0, max_id = 0;
     for (int i = 0; i < P && !rc; i++) {
-        Psc__ListCheckpointsRequest q = PSC__LIST_CHECKPOINTS_REQUEST__INIT;
-        q.job_id = (char *)r->job_id;
+        Psc__ListCheckpointsRequest q = PSC__LIST_CHECKPOINTS_REQUEST__INIT; /* every job's: ids are the store's */
         uint8_t buf[64];
         psc_rpc_op_t op;
         if ((rc = call1(r, i, PSC_M_LIST_CKPT, buf, psc__list_checkpoints_request__pack(&q, buf), &op,
@@ -459,7 +494,7 @@ static int find_source(rs_t *r, int *found, char *err, size_t errlen)
         for (size_t k = 0; k < lists[i]->n_checkpoints; k++) {
             const Psc__CheckpointInfo *c = lists[i]->checkpoints[k];
             max_id = PSC_MAX(max_id, c->id);
-            if (c->committed) newest = PSC_MAX(newest, c->id);
+            if (c->committed && strcmp(c->job_id, r->job_id) == 0) newest = PSC_MAX(newest, c->id);
         }
     }
     if (rc || !newest) goto out;
@@ -467,14 +502,14 @@ static int find_source(rs_t *r, int *found, char *err, size_t errlen)
     r->dst = max_id + 1;
     for (int i = 0; i < P; i++) /* the step it holds (global_step's own value, when read, wins) */
         for (size_t k = 0; k < lists[i]->n_checkpoints; k++)
-            if (lists[i]->checkpoints[k]->id == newest) r->step = lists[i]->checkpoints[k]->step;
+            if (ours(r, lists[i]->checkpoints[k], newest)) r->step = lists[i]->checkpoints[k]->step;
     /* describe it wherever it is */
     Psc__StatusReply **d = psc_xcalloc((size_t)P, sizeof *d);
     int n = -1;
     for (int i = 0; i < P && !rc; i++) {
         int has = 0;
         for (size_t k = 0; k < lists[i]->n_checkpoints; k++)
-            has |= lists[i]->checkpoints[k]->id == newest && lists[i]->checkpoints[k]->committed;
+            has |= ours(r, lists[i]->checkpoints[k], newest);
         if (!has) continue;
         Psc__DescribeRequest q = PSC__DESCRIBE_REQUEST__INIT;
         q.checkpoint = newest;
@@ -510,7 +545,7 @@ static int find_source(rs_t *r, int *found, char *err, size_t errlen)
             break;
         }
     }
-    if (rc || n < 0 || n == pc->num_ps) goto free_desc; /* this shape's own: restore_latest's business */
+    if (rc || n < 0) goto free_desc;
     r->n = n;
     r->shard_ps = psc_xmalloc((size_t)n * sizeof *r->shard_ps);
     r->desc = psc_xcalloc((size_t)n, sizeof *r->desc);
@@ -526,6 +561,12 @@ static int find_source(rs_t *r, int *found, char *err, size_t errlen)
     for (int s = 0; s < n; s++)
         if (r->shard_ps[s] < 0 && ml < sizeof missing - 16)
             ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? ", " : "", s);
+    int identity = n == pc->num_ps;
+    for (int s = 0; s < n; s++) identity &= r->shard_ps[s] == s;
+    /* this shape's own checkpoint, each shard on its PS (restore_latest's
+     * business: it failed, or a PS lost its shard, which then starts afresh as
+     * before); the same number of PS in another order is re-split */
+    if (n == pc->num_ps && (ml || identity)) goto free_desc;
     if (ml) {
         rc = psc_seterr(err, errlen, PSC_ECONFIG,
                         "the newest checkpoint of job %s, %llu, was written by %d ps_servers; shard%s %s of it %s on "
@@ -573,14 +614,13 @@ int pcl_reshard_stage(ps_client_t *pc, const char *job_id, uint64_t *staged, int
     if (!rc && pc->step_ps >= 0)
         rc = stage_tensor(&r, pc->step_ps, "global_step", (const uint8_t *)&r.step, 8, err, errlen);
     for (int t = 0; t < pc->ntables && !rc; t++) rc = reshard_table(&r, t, err, errlen);
-    for (int i = 0; i < pc->num_ps && !rc; i++) {
-        Psc__StageRequest q = PSC__STAGE_REQUEST__INIT;
-        q.prepare = 1;
-        rc = stage_call(&r, i, &q, err, errlen);
-    }
+    double t1 = psc_now();
+    if (!rc) rc = prepare_all(&r, err, errlen);
     if (rc) goto out;
-    PSC_INFO("checkpoint %llu staged: %.1f MiB, %llu of them table rows, in %.1f s", (unsigned long long)r.dst,
-             (double)r.bytes / 1048576.0, (unsigned long long)r.rows, psc_now() - t0);
+    PSC_INFO("checkpoint %llu staged: %.1f MiB, %llu of them table rows, in %.1f s (reading rows %.1f s, sending "
+             "%.1f s, writing %.1f s)",
+             (unsigned long long)r.dst, (double)r.bytes / 1048576.0, (unsigned long long)r.rows, psc_now() - t0,
+             r.read_s, r.send_s, psc_now() - t1);
     *staged = r.dst;
     *step = r.step;
     *from_ps = r.n;
