@@ -17,6 +17,7 @@
 #   --restore_from, the model restores onto the 1 ps, again the same bytes;
 # - 2 ps started on each other's directories: each refuses the other's shard and
 #   the chief re-splits (swaps) them: the same bytes;
+# - the DLRM in sync-replica mode, 2 ps -> 3 ps, against a straight sync run;
 # - the same with a dense MLP (Fashion-MNIST) in sync-replica mode and greedy_bytes placement:
 #   2 ps -> 3 ps -> 1 ps, each time the bytes of a straight run of as many epochs.
 # The table is partitioned `div` (contiguous ranges), whose parts all move when the
@@ -27,7 +28,7 @@ data=$TMP/data
 "$BIN/psc_gen_ctr" --out "$data" --train_rows 30000 --test_rows 10000 --files 1 --seed 29 \
     --max_cardinality 100000 >"$TMP/gen.out" 2>"$TMP/gen.log" || fail "psc_gen_ctr failed"
 
-# ctr_spec FILE EPOCHS — a small DLRM on synthetic data
+# ctr_spec FILE EPOCHS [EXTRA] — a small DLRM on synthetic data
 ctr_spec() {
     cat >"$1" <<JSON
 {"model": {"layers": [
@@ -44,7 +45,7 @@ ctr_spec() {
  "placement": {"min_shard_bytes": 256},
  "data": {"format": "criteo", "train": "$data/train-00000-of-00001.tsv", "test": "$data/test.tsv"},
  "checkpoint": {"every_steps": 40, "keep": 3},
- "batch_size_per_replica": 256, "epochs": $2, "seed": 5}
+ "batch_size_per_replica": 256, "epochs": $2, "seed": 5 ${3:-}}
 JSON
 }
 
@@ -167,6 +168,26 @@ resplit_logged 2 2
 export_to "$TMP/ctr-swapped.st"
 cmp "$TMP/ctr-straight.st" "$TMP/ctr-swapped.st" || fail "the model on swapped directories exports other bytes"
 
+# ---- the same model with sync replicas (R = N = 1): 2 ps -> 3 ps ----
+sync=', "sync": {"replicas_to_aggregate": 1, "total_num_replicas": 1}'
+ctr_spec "$TMP/cs1.json" 1 "$sync"
+ctr_spec "$TMP/cs2.json" 2 "$sync"
+stop_all
+standalone sstraight 2
+train ctrsync-straight "$TMP/cs2.json"
+export_to "$TMP/ctrsync-straight.st"
+stop_all
+standalone csync 2
+train ctrsync-2ps "$TMP/cs1.json"
+stop_all
+standalone csync 3
+train ctrsync-3ps "$TMP/cs2.json"
+resplit_logged 2 3
+export_to "$TMP/ctrsync-3ps.st"
+cmp "$TMP/ctrsync-straight.st" "$TMP/ctrsync-3ps.st" ||
+    fail "sync DLRM: 1 epoch on 2 ps + 1 on 3 ps differs from 2 epochs on 2 ps"
+echo "sync DLRM: 2 ps -> 3 ps: the bytes of the straight run"
+
 # ---- a dense MLP, sync replicas (R = N = 1), greedy_bytes placement ----
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     mlp() { small_spec "$1" "$2" 3 ', "placement": {"strategy": "greedy_bytes", "min_shard_bytes": 4096},
@@ -202,4 +223,4 @@ else
     echo "dataset-fashion-mnist not installed: the dense sync case is left out"
 fi
 
-pass "checkpoints restore onto 3 and 1 ps (async recommendation model, sync MLP) with every value, slot and step"
+pass "checkpoints restore onto 3 and 1 ps (async and sync recommendation model, sync MLP) with every value, slot and step"
