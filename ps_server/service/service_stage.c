@@ -9,14 +9,19 @@
  * pieces in order; a table's records of the size its optimizer gives. So the
  * memory it takes is bounded by the shard's own size, and a staged checkpoint
  * holds nothing the restore would not ask for. Staging is allowed only
- * between Create and Ready (the model is not being trained). What the store
- * checks at restore (row ids in this part, finite values, t >= 0, every
- * tensor present) it checks then, as for any checkpoint.
+ * between Create and Ready (the model is not being trained); a refusal for
+ * the PS's state (no checkpoint store, another job, ready) leaves a staged
+ * checkpoint as it is, a refused piece of it ends it. Values and slots must
+ * be finite; the checkpoint's step is the global_step staged (else the
+ * request's). What the store checks at restore (row ids in this part, rows'
+ * values finite, t >= 0, every tensor present) it checks then, as for any
+ * checkpoint. No RocksDB call runs under the stage lock.
  */
 #include "service_internal.h"
 
 #include "ckpt.h"
 #include "log.h"
+#include "nonfinite.h"
 #include "optim.h"
 #include "psc.h"
 
@@ -59,20 +64,24 @@ void svc_stage_release(ps_service_t *svc)
     pthread_mutex_unlock(&svc->stage.lock);
 }
 
-/* The first call of a staged checkpoint: begins it (the lock held). */
-static int stage_begin(ps_service_t *svc, const Psc__StageRequest *r, char *err, size_t errlen)
+/* Checkpoint id is free in the store (no lock held: it reads the store). */
+static int id_free(ps_service_t *svc, uint64_t id, char *err, size_t errlen)
 {
-    svc_stage_t *st = &svc->stage;
-    stage_drop(st);
     ckpt_info_t info;
-    int rc = ckpt_get_info(svc->ckpt, r->id, &info, err, errlen);
+    int rc = ckpt_get_info(svc->ckpt, id, &info, err, errlen);
     if (rc == 0)
         return psc_seterr(err, errlen, PSC_EEXISTS, "checkpoint %llu exists: a staged checkpoint needs a new id",
-                          (unsigned long long)r->id);
-    if (rc != PSC_ENOTFOUND) return rc;
+                          (unsigned long long)id);
+    return rc == PSC_ENOTFOUND ? 0 : rc;
+}
+
+/* The first call of a staged checkpoint (its id checked free): begins it
+ * (the lock held; ckpt_begin only allocates). */
+static void stage_begin(svc_stage_t *st, ps_service_t *svc, const Psc__StageRequest *r)
+{
+    stage_drop(st);
     st->w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
     st->id = r->id;
-    return 0;
 }
 
 /* A piece of a tensor (the lock held). */
@@ -107,6 +116,16 @@ static int stage_tensor(ps_service_t *svc, const Psc__StageRequest *r, char *err
     if (r->data.len) memcpy(st->buf + st->filled, r->data.data, r->data.len);
     st->filled += r->data.len;
     if (st->filled < st->total) return 0;
+    size_t tl = strlen(st->tensor), bad;
+    int is_step = strcmp(st->tensor, "global_step") == 0;
+    int counts = is_step || (tl > 3 && strcmp(st->tensor + tl - 3, "/.t") == 0);
+    if (!counts && (bad = nonfinite_first(st->buf, st->total / 4)) < st->total / 4)
+        return psc_seterr(err, errlen, PSC_EINVAL, "staged tensor %s: element %zu is not finite", st->tensor, bad);
+    if (is_step) { /* the checkpoint's step is the global_step it holds, as a Save's */
+        int64_t v;
+        memcpy(&v, st->buf, 8);
+        ckpt_set_step(st->w, v);
+    }
     int rc = ckpt_add(st->w, st->tensor, st->buf, st->total);
     free(st->buf);
     st->buf = NULL;
@@ -156,18 +175,24 @@ static int stage_rows(ps_service_t *svc, const Psc__StageRequest *r, char *err, 
     return 0;
 }
 
-/* The last call: the description, then prepare (the lock held). */
-static int stage_prepare(ps_service_t *svc, char *err, size_t errlen)
+/* The last call: takes the writer out of the staged state (the lock held),
+ * or refuses while a tensor is incomplete. */
+static int stage_detach(svc_stage_t *st, ckpt_writer_t **w, char *err, size_t errlen)
 {
-    svc_stage_t *st = &svc->stage;
     if (st->buf)
         return psc_seterr(err, errlen, PSC_EINVAL, "staged tensor %s: only %llu of its %llu bytes came", st->tensor,
                           (unsigned long long)st->filled, (unsigned long long)st->total);
-    svc_add_description(svc, st->w);
-    ckpt_set_parent(st->w, 0); /* a full base */
-    int rc = ckpt_prepare(st->w, err, errlen);
-    st->w = NULL; /* prepare freed it */
-    return rc;
+    *w = st->w;
+    st->w = NULL;
+    return 0;
+}
+
+/* The description, then prepare (no lock held: it writes the store). */
+static int stage_prepare(ps_service_t *svc, ckpt_writer_t *w, char *err, size_t errlen)
+{
+    svc_add_description(svc, w);
+    ckpt_set_parent(w, 0);               /* a full base */
+    return ckpt_prepare(w, err, errlen); /* frees w */
 }
 
 void svc_h_stage(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
@@ -178,34 +203,49 @@ void svc_h_stage(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg
     SVC_DECODE(r, psc__stage_request__unpack, "StageRequest");
     char have[17] = ""; /* a job id */
     int ready = store_is_ready(svc->store, have);
+    svc_stage_t *st = &svc->stage;
+    /* refusals for the PS's state: the staged checkpoint, if any, stays as it is */
     int rc = 0;
     if (!svc->ckpt)
         rc = psc_seterr(err, sizeof err, PSC_ENOTREADY, "ps_server %d has no --checkpoint_dir", svc->task_index);
     else if (!have[0] || strcmp(have, r->job_id) != 0)
-        rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "Stage for job %s, but this ps_server holds %s%s", r->job_id,
+        rc = psc_seterr(err, sizeof err, PSC_ENOTREADY, "Stage for job %s, but this ps_server holds %s%s", r->job_id,
                         have[0] ? "job " : "no model", have);
     else if (ready)
         rc = psc_seterr(err, sizeof err, PSC_ENOTREADY,
                         "Stage of job %s: the model is ready (a checkpoint is staged only before training starts)",
                         r->job_id);
-    else if (r->id == 0)
-        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "Stage: checkpoint id 0");
-    pthread_mutex_lock(&svc->stage.lock);
-    svc_stage_t *st = &svc->stage;
-    if (rc == 0 && st->id != r->id) rc = stage_begin(svc, r, err, sizeof err);
+    if (rc) {
+        svc_fail(svc, call, rc, "%s", err);
+        psc__stage_request__free_unpacked(r, NULL);
+        return;
+    }
+    /* a new id begins a staged checkpoint: it must be free in the store */
+    pthread_mutex_lock(&st->lock);
+    int begins = st->id != r->id;
+    pthread_mutex_unlock(&st->lock);
+    if (r->id == 0) rc = psc_seterr(err, sizeof err, PSC_EINVAL, "Stage: checkpoint id 0");
+    if (rc == 0 && begins) rc = id_free(svc, r->id, err, sizeof err);
+    ckpt_writer_t *w = NULL;
+    pthread_mutex_lock(&st->lock);
+    if (rc == 0 && begins) stage_begin(st, svc, r);
+    if (rc == 0 && st->id != r->id) /* another chief's call began another one meanwhile */
+        rc = psc_seterr(err, sizeof err, PSC_EINVAL, "Stage of checkpoint %llu: checkpoint %llu is being staged",
+                        (unsigned long long)r->id, (unsigned long long)st->id);
     if (rc == 0 && r->tensor[0]) rc = stage_tensor(svc, r, err, sizeof err);
     if (rc == 0 && r->table[0]) rc = stage_rows(svc, r, err, sizeof err);
-    uint64_t id = st->id;
-    if (rc == 0 && r->prepare) rc = stage_prepare(svc, err, sizeof err);
-    if (rc || r->prepare) stage_drop(st); /* a refused piece ends the staged checkpoint: the chief starts again */
-    pthread_mutex_unlock(&svc->stage.lock);
+    if (rc == 0 && r->prepare) rc = stage_detach(st, &w, err, sizeof err);
+    /* a refused piece of the staged checkpoint ends it: the chief starts again */
+    if ((rc && st->id == r->id) || w) stage_drop(st);
+    pthread_mutex_unlock(&st->lock);
+    if (w) rc = stage_prepare(svc, w, err, sizeof err);
     if (rc) {
-        PSC_WARN("staged checkpoint %llu: %s", (unsigned long long)id, err);
+        PSC_WARN("staged checkpoint %llu: %s", (unsigned long long)r->id, err);
         svc_reject(svc, call, rc, "%s", err);
     } else {
         if (r->prepare)
             PSC_INFO("checkpoint %llu prepared from staged pieces (a restore onto this cluster's shape)",
-                     (unsigned long long)id);
+                     (unsigned long long)r->id);
         Psc__StageReply rep = PSC__STAGE_REPLY__INIT;
         rep.bytes = r->data.len;
         uint8_t buf[16];

@@ -1,7 +1,8 @@
 /* fuzz_ps_service — libFuzzer target: the ps_server's request handlers
- * (ps_server/service/service.c, service_batch.c, service_ckpt.c) with their validation and the store
- * behind them, driven by a sequence of requests as the network would deliver
- * them. The RPC layer is replaced by the fake below (this file defines the
+ * (ps_server/service/service.c, service_batch.c, service_ckpt.c,
+ * service_stage.c) with their validation, the store and a real checkpoint
+ * store (RocksDB in a temporary directory) behind them, driven by a sequence
+ * of requests as the network would deliver them. The RPC layer is replaced by the fake below (this file defines the
  * rpc.h functions the handlers use, so common/rpc.c is not linked): a call
  * records its status and frees its reply. Every input runs on a fresh store
  * and service; at the end the service drains (parked sync replies are failed)
@@ -17,9 +18,10 @@
  * async model fenced for a checkpoint while pushes of every kind arrive, then
  * released, and fenced again with pushes left parked for the drain; sparse
  * tables: a Create with a table, Batches of sparse pushes and pulls, good and
- * bad) to DIR and
+ * bad; a shard staged as a checkpoint, committed and restored) to DIR and
  * exits. The reaper thread replays a released fence's parked pushes while the
  * next requests run, as on a server. */
+#include "ckpt.h"
 #include "psc.h"
 #include "psc.pb-c.h"
 #include "rpc.h"
@@ -27,6 +29,8 @@
 #include "store.h"
 #include "wire.h"
 
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -153,10 +157,41 @@ static void call_in_segments(struct psc_rpc_server *server, int m, psc_rpc_call_
     for (int i = 0; i < n; i++) free((void *)owned[i]);
 }
 
+/* The checkpoint store every input's service writes to (Save, Commit,
+ * Restore, Stage go to disk for real): one RocksDB in a temporary directory,
+ * opened once before the first input (RocksDB's threads register thread-local
+ * destructors, which LeakSanitizer would count against the input that opened
+ * it) and removed at exit. Inputs rarely get as far as writing a checkpoint:
+ * a 30 s run leaves a few MiB. */
+static ckpt_db_t *db;
+static char db_dir[64];
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+static void db_drop(void)
+{
+    ckpt_close(db);
+    db = NULL;
+    if (db_dir[0]) nftw(db_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+static ckpt_db_t *checkpoints(void)
+{
+    if (db) return db;
+    snprintf(db_dir, sizeof db_dir, "/tmp/fuzz_ps_service.XXXXXX");
+    char err[256];
+    if (!mkdtemp(db_dir) || ckpt_open(db_dir, &db, err, sizeof err)) abort();
+    atexit(db_drop);
+    return db;
+}
+
 static void run(const uint8_t *data, size_t size)
 {
     store_t *store = store_create();
     ps_service_t *svc = ps_service_create(store, 0, noop, NULL, NULL, 0);
+    ps_service_set_checkpoints(svc, checkpoints(), 0);
+    ps_service_set_num_ps(svc, 1);
     struct psc_rpc_server server = {.n = 0};
     ps_service_register(svc, &server);
     psc_rpc_call_t *calls[MAX_CALLS];
@@ -209,12 +244,12 @@ static void seed_add(const char *path, const void *msg_pack_fn_out, size_t n)
     seed_len += 3 + n;
 }
 
-#define SEED(path, type, msg)                                  \
-    do {                                                       \
-        uint8_t b_[8192];                                      \
-        size_t n_ = type##__get_packed_size(msg);              \
-        if (n_ > sizeof b_) abort();                           \
-        seed_add(path, b_, type##__pack(msg, b_));             \
+#define SEED(path, type, msg)                      \
+    do {                                           \
+        uint8_t b_[8192];                          \
+        size_t n_ = type##__get_packed_size(msg);  \
+        if (n_ > sizeof b_) abort();               \
+        seed_add(path, b_, type##__pack(msg, b_)); \
     } while (0)
 
 static void seed_chunk(const char *path, const char *name, uint64_t offset, uint64_t total, const void *d, size_t n,
@@ -431,7 +466,7 @@ static void seed_release(void)
 }
 
 /* The checkpoint fence (async): pushes of every kind park behind a Fence, a
- * Save under it (no --checkpoint_dir here: refused), an Unfence releases them;
+ * Save under it (written to the fuzzer's checkpoint store), an Unfence releases them;
  * a second Fence is left held, its pushes parked until the drain. */
 static void seed_fence(void)
 {
@@ -468,6 +503,81 @@ static void seed_fence(void)
     SEED(PSC_M_STEP, psc__step_request, &st);
 }
 
+/* A model created but not ready, its shard staged as checkpoint 7 (a restore
+ * onto another number of PS: the value in two pieces, the Adam slots, the
+ * update counts, global_step), prepared, committed and restored; then a
+ * refused piece (a size the shard does not have). */
+static void seed_stage(void)
+{
+    Psc__OptimizerSpec o = PSC__OPTIMIZER_SPEC__INIT;
+    o.name = (char *)"adam";
+    o.learning_rate = 0.01f;
+    o.beta1 = 0.9f;
+    o.beta2 = 0.999f;
+    o.epsilon = 1e-7f;
+    Psc__VarSpec v = PSC__VAR_SPEC__INIT, gs = PSC__VAR_SPEC__INIT;
+    int64_t shape[2] = {4, 16};
+    v.name = (char *)"dense/kernel";
+    v.n_shape = 2;
+    v.shape = shape;
+    gs.name = (char *)"global_step";
+    gs.is_step = 1;
+    Psc__VarSpec *vars[2] = {&v, &gs};
+    Psc__CreateRequest cr = PSC__CREATE_REQUEST__INIT;
+    cr.job_id = (char *)"00000000000000f3";
+    cr.optimizer = &o;
+    cr.n_vars = 2;
+    cr.vars = vars;
+    SEED(PSC_M_CREATE, psc__create_request, &cr);
+    float w[64];
+    for (int i = 0; i < 64; i++) w[i] = 0.01f * (float)i;
+    int64_t t = 5, step = 40;
+    struct {
+        const char *name;
+        const void *data;
+        size_t len, total, off;
+    } pieces[] = {
+        {"dense/kernel", w, 128, 256, 0},      {"dense/kernel", w + 32, 128, 256, 128},
+        {"dense/kernel/Adam", w, 256, 256, 0}, {"dense/kernel/Adam_1", w, 256, 256, 0},
+        {"dense/kernel/.t", &t, 8, 8, 0},      {"global_step", &step, 8, 8, 0},
+    };
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        Psc__StageRequest q = PSC__STAGE_REQUEST__INIT;
+        q.job_id = cr.job_id;
+        q.id = 7;
+        q.step = step;
+        q.tensor = (char *)pieces[i].name;
+        q.offset = pieces[i].off;
+        q.total = pieces[i].total;
+        q.data.data = (uint8_t *)pieces[i].data;
+        q.data.len = pieces[i].len;
+        SEED(PSC_M_STAGE, psc__stage_request, &q);
+    }
+    Psc__StageRequest pq = PSC__STAGE_REQUEST__INIT;
+    pq.job_id = cr.job_id;
+    pq.id = 7;
+    pq.step = step;
+    pq.prepare = 1;
+    SEED(PSC_M_STAGE, psc__stage_request, &pq);
+    Psc__CommitRequest cm = PSC__COMMIT_REQUEST__INIT;
+    cm.id = 7;
+    cm.keep = 2;
+    SEED(PSC_M_COMMIT, psc__commit_request, &cm);
+    Psc__RestoreRequest rr = PSC__RESTORE_REQUEST__INIT;
+    rr.job_id = cr.job_id;
+    rr.id = 7;
+    rr.step = step;
+    SEED(PSC_M_RESTORE, psc__restore_request, &rr);
+    Psc__StageRequest bad = PSC__STAGE_REQUEST__INIT;
+    bad.job_id = cr.job_id;
+    bad.id = 8;
+    bad.tensor = (char *)"dense/kernel";
+    bad.total = 300;
+    bad.data.data = (uint8_t *)w;
+    bad.data.len = 16;
+    SEED(PSC_M_STAGE, psc__stage_request, &bad);
+}
+
 static void write_seed(const char *dir, const char *name)
 {
     char path[1024];
@@ -482,7 +592,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     const char *dir = getenv("PSC_FUZZ_WRITE_SEEDS");
-    if (!dir) return 0;
+    if (!dir) {
+        checkpoints();
+        return 0;
+    }
     store_t *store = store_create();
     ps_service_t *svc = ps_service_create(store, 0, noop, NULL, NULL, 0);
     ps_service_register(svc, &seed_server);
@@ -506,6 +619,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     seed_sparse();
     seed_release();
     write_seed(dir, "sparse_tables");
+    seed_stage();
+    seed_release();
+    write_seed(dir, "stage");
     ps_service_destroy(svc);
     store_destroy(store);
     exit(0);
