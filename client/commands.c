@@ -1,4 +1,4 @@
-/* commands.c — the seven psctl commands and their table (see commands.h).
+/* commands.c — psctl's commands (predict: predict_cmd.c) and their table (see commands.h).
  *
  * Each command talks to the chief (c->chief) or to every member of the
  * cluster with one blocking call at a time, prints what it got and returns
@@ -8,6 +8,7 @@
 #include "commands.h"
 
 #include "export.h"
+#include "predict_cmd.h"
 #include "psc.h"
 #include "psc.pb-c.h"
 #include "rpc.h"
@@ -463,14 +464,15 @@ static int cmd_attach(const psctl_cli_t *c, const char *arg)
 
 /* The order is --help's and the "expected a command" message's. */
 const psctl_command_t psctl_commands[] = {
-    {"train", cmd_train, 1, 0},
-    {"attach", cmd_attach, 0, 0},
-    {"status", cmd_status, 0, 1},
-    {"stop", cmd_stop, 0, 0},
-    {"checkpoint", cmd_checkpoint, 0, 0},
-    {"export", cmd_export, 0, 1},
-    {"eval", cmd_eval, 0, 0},
-    {NULL, NULL, 0, 0},
+    {"train", cmd_train, 1, 0, "JOB.json"},
+    {"attach", cmd_attach, 0, 0, NULL},
+    {"status", cmd_status, 0, 1, NULL},
+    {"stop", cmd_stop, 0, 0, NULL},
+    {"checkpoint", cmd_checkpoint, 0, 0, NULL},
+    {"export", cmd_export, 0, 1, NULL},
+    {"eval", cmd_eval, 0, 0, NULL},
+    {"predict", psctl_cmd_predict, 1, 1, "FILE"},
+    {NULL, NULL, 0, 0, NULL},
 };
 
 const psctl_command_t *psctl_command_find(const char *name)

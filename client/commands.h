@@ -21,7 +21,7 @@ typedef struct psctl_cli {
     int timeout_ms;  /* per call */
     int timeout_set; /* --timeout_secs given: it bounds checkpoint and eval too */
     const char *reason, *format, *out;
-    uint64_t checkpoint; /* --checkpoint: eval and export read this committed checkpoint (0: live) */
+    uint64_t checkpoint; /* --checkpoint: eval, export and predict read this committed checkpoint (0: live) */
     int detach;
     const char *warm_start; /* train --warm_start: the spec's warm_start.from (--checkpoint: .checkpoint) */
 } psctl_cli_t;
@@ -33,8 +33,9 @@ typedef int (*psctl_command_fn)(const psctl_cli_t *c, const char *arg);
 typedef struct psctl_command {
     const char *name;
     psctl_command_fn run;
-    int takes_arg;     /* train JOB.json; the others take none */
-    int needs_cluster; /* status, export: every member; the others need only the chief */
+    int takes_arg;        /* train JOB.json, predict FILE; the others take none */
+    int needs_cluster;    /* status, export, predict: every member; the others need only the chief */
+    const char *arg_name; /* takes_arg: what the argument is ("JOB.json"), for messages */
 } psctl_command_t;
 
 /* Every command, in --help's order, ending with a row whose name is NULL. */

@@ -9,6 +9,7 @@
  *   psctl checkpoint [--reason TEXT]  a checkpoint now, once committed on every PS
  *   psctl export --format safetensors -o FILE   the current variables
  *   psctl eval                        test-set accuracy of the current weights
+ *   psctl predict FILE -o OUT         score a file on the workers' hosts, lines in input order here
  *
  * main() only parses the options and dispatches through the command table
  * (commands.h); the commands live in commands.c.
@@ -72,6 +73,11 @@ static void usage(FILE *f)
             "                             of committed checkpoint ID (read on the PS, no restore)\n"
             "  eval [--checkpoint ID]     test-set metrics of the current weights, or of committed checkpoint ID\n"
             "                             (the chief evaluates)\n"
+            "  predict FILE -o OUT [--checkpoint ID]   score FILE (a path on the workers' hosts, in the job's data\n"
+            "                             format) with the running or last job's model, or committed checkpoint ID;\n"
+            "                             every training replica scores its shard; OUT (- for stdout) gets one line\n"
+            "                             per example in input order: index, label, probability or class and\n"
+            "                             per-class probabilities\n"
             "options:\n"
             "  --cluster FILE|JSON   the cluster (a cluster object or a TF_CONFIG document); default TF_CONFIG\n"
             "  --chief HOST:PORT     the chief's address (default: from the cluster)\n"
@@ -176,7 +182,10 @@ static const psctl_command_t *parse_command(int argc, char **argv, const char **
     const psctl_command_t *cmd = psctl_command_find(name);
     int want_arg = cmd && cmd->takes_arg;
     if ((want_arg && !*arg) || (!want_arg && *arg) || optind < argc) {
-        fprintf(stderr, "psctl: %s %s\n", name, want_arg ? "needs JOB.json" : "takes no argument (see --help)");
+        if (want_arg)
+            fprintf(stderr, "psctl: %s needs %s (see --help)\n", name, cmd->arg_name);
+        else
+            fprintf(stderr, "psctl: %s takes no argument (see --help)\n", name);
         return NULL;
     }
     if (!cmd) fprintf(stderr, "psctl: unknown command \"%s\" (see --help)\n", name);

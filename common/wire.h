@@ -84,6 +84,7 @@ static inline int psc_chunk_valid(uint64_t total, uint64_t offset, uint64_t len)
 #define PSC_M_WORKER_JOB_STATUS "/psc.Worker/JobStatus"
 #define PSC_M_WORKER_EVAL "/psc.Worker/Eval"
 #define PSC_M_WORKER_REPORT_FAILURE "/psc.Worker/ReportFailure"
+#define PSC_M_WORKER_PREDICT "/psc.Worker/Predict"
 #define PSC_M_HEALTH "/grpc.health.v1.Health/Check"
 
 #endif

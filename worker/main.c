@@ -14,6 +14,8 @@
 #include "daemon.h"
 #include "evaluator.h"
 #include "failures.h"
+#include "predict.h"
+#include "predict_service.h"
 #include "job_spec.h"
 #include "log.h"
 #include "metrics.h"
@@ -28,6 +30,7 @@
 #include "worker_metrics.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,6 +51,9 @@ enum {
     OPT_LOGDIR,
     OPT_BLAS_THREADS,
     OPT_BATCH_BYTES,
+    OPT_PREDICT,
+    OPT_PREDICT_OUTPUT,
+    OPT_CHECKPOINT,
     OPT_RESTORE_FROM,
 };
 
@@ -90,6 +96,10 @@ static void usage(FILE *f)
             "                           tensor)\n"
             "  --shutdown_ps_at_end 0|1 chief: tell every ps_server to exit when training ends (default 1)\n"
             "  --logdir DIR             chief and evaluator: write TensorBoard event files here (evaluator: DIR/eval)\n"
+            "  --predict FILE           with --job_spec: no training; score FILE (read as the spec's data.test) with\n"
+            "                           the job's model on the PS and write --predict_output, then exit\n"
+            "  --predict_output OUT     the lines --predict writes (through OUT.tmp; docs/model-life.md)\n"
+            "  --checkpoint ID          --predict: committed checkpoint ID of the job (default: the live model)\n"
             "  --metrics_port P         serve Prometheus metrics at http://HOST:P/metrics (HOST: the host this task\n"
             "                           binds; default 0: off)\n" PSC_SECURITY_USAGE
             "  --log_level LEVEL        debug | info | warn | error (default info)\n"
@@ -102,6 +112,9 @@ static void usage(FILE *f)
 typedef struct worker_args {
     psc_daemon_flags_t df;     /* the flags every daemon shares (daemon.h): task, security, metrics port */
     const char *job_spec_path; /* NULL: standalone-client mode */
+    const char *predict_file;  /* --predict: score this file and exit (with --job_spec) */
+    const char *predict_out;   /* --predict_output */
+    uint64_t checkpoint;       /* --checkpoint: --predict scores this committed checkpoint (0: the live model) */
     trainer_opts_t trainer;    /* the trainer's flags (timeouts, devices, ...); the rest is filled by serve() */
 } worker_args_t;
 
@@ -126,9 +139,10 @@ typedef struct worker {
     chief_mailbox_t *requests; /* psctl checkpoint requests: control parks them, the chief answers */
     failures_t *failures;      /* other tasks' failure reports (chief) and this task's abort */
     control_t *control;
-    runner_t *runner; /* standalone mode */
-    run_ctx_t run;    /* in-cluster mode */
-    atomic_int stop;  /* in-cluster mode: SIGINT/SIGTERM, read by the job's thread */
+    predict_service_t *predict; /* psc.Worker/Predict (standalone mode) */
+    runner_t *runner;           /* standalone mode */
+    run_ctx_t run;              /* in-cluster mode */
+    atomic_int stop;            /* in-cluster mode: SIGINT/SIGTERM, read by the job's thread */
 } worker_t;
 
 static void *run_thread(void *arg)
@@ -171,6 +185,15 @@ static int parse_opt(worker_args_t *a, int c, const char *arg, const char *text)
     int rc = 0;
     switch (c) {
     case OPT_JOB_SPEC: a->job_spec_path = arg; break;
+    case OPT_PREDICT: a->predict_file = arg; break;
+    case OPT_PREDICT_OUTPUT: a->predict_out = arg; break;
+    case OPT_CHECKPOINT: {
+        long v;
+        if ((rc = psc_flag_long("worker", "--checkpoint", arg, 1, LONG_MAX, "a checkpoint id (an integer >= 1)", &v)))
+            break;
+        a->checkpoint = (uint64_t)v;
+        break;
+    }
     case OPT_WAIT_MODEL: rc = parse_secs("--wait_model_secs", arg, &to->wait_model_secs); break;
     case OPT_WAIT_WORKERS: rc = parse_secs("--wait_workers_secs", arg, &to->wait_workers_secs); break;
     case OPT_RETRY_SECS: rc = parse_secs("--retry_secs", arg, &to->retry_secs); break;
@@ -223,6 +246,9 @@ static int parse_args(int argc, char **argv, worker_args_t *a)
         {"batch_tensor_bytes", required_argument, NULL, OPT_BATCH_BYTES},
         {"debug_step_delay_ms", required_argument, NULL, OPT_DEBUG_DELAY},
         {"shutdown_ps_at_end", required_argument, NULL, OPT_SHUTDOWN_PS},
+        {"predict", required_argument, NULL, OPT_PREDICT},
+        {"predict_output", required_argument, NULL, OPT_PREDICT_OUTPUT},
+        {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
         {NULL, 0, NULL, 0},
     };
     a->df = (psc_daemon_flags_t)PSC_DAEMON_FLAGS_INIT("worker", usage);
@@ -232,7 +258,17 @@ static int parse_args(int argc, char **argv, worker_args_t *a)
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
         if ((rc = parse_opt(a, c, optarg, argv[optind - 1])) != PSC_FLAG_NEXT) return rc;
-    return psc_daemon_flags_end(&a->df, argc, argv, optind);
+    if ((rc = psc_daemon_flags_end(&a->df, argc, argv, optind)) != PSC_FLAG_NEXT) return rc;
+    const char *bad = a->predict_file && !a->job_spec_path ? "--predict needs --job_spec (the job whose model scores)"
+                      : a->predict_file && !a->predict_out ? "--predict needs --predict_output OUT"
+                      : !a->predict_file && a->predict_out ? "--predict_output goes with --predict FILE"
+                      : !a->predict_file && a->checkpoint  ? "--checkpoint goes with --predict FILE"
+                                                           : NULL;
+    if (bad) {
+        fprintf(stderr, "worker: %s\n", bad);
+        return PSC_EXIT_USAGE;
+    }
+    return PSC_FLAG_NEXT;
 }
 
 /* ---- building, running, tearing down ---- */
@@ -257,13 +293,13 @@ static int configure(worker_t *w)
         return PSC_EXIT_CONFIG;
     }
     w->is_chief = psc_task_is_chief(cl, task);
-    int reads_train = psc_task_replica_rank(cl, task) >= 0;
-    int reads_test = w->is_chief || task.type == PSC_JOB_EVALUATOR;
+    int reads_train = psc_task_replica_rank(cl, task) >= 0 && !w->args.predict_file;
+    int reads_test = (w->is_chief || task.type == PSC_JOB_EVALUATOR) && !w->args.predict_file;
     if (w->args.job_spec_path &&
         psc_job_spec_load_checked(w->args.job_spec_path, cl, reads_train, reads_test, &w->spec, err, sizeof err)) {
         fprintf(stderr, "worker: %s\n", err);
         /* a spec this task refuses (its data unreadable here) fails the job: the chief is told */
-        if (!w->is_chief) failures_report(cl, task, "", err, 5000, 1);
+        if (!w->is_chief && !w->args.predict_file) failures_report(cl, task, "", err, 5000, 1);
         return PSC_EXIT_CONFIG;
     }
     char component[48];
@@ -309,6 +345,8 @@ static int serve(worker_t *w)
     w->failures = failures_create();
     w->control = control_create(w->is_chief, psc_cluster_addr(cl, psc_cluster_chief(cl)), w->requests, w->failures);
     control_register(w->control, w->server);
+    w->predict = predict_service_create(to);
+    predict_service_register(w->predict, w->server);
     if (psc_rpc_server_start(w->server, err, sizeof err) < 0) {
         fprintf(stderr, "worker: %s\n", err);
         return PSC_EXIT_UNAVAILABLE;
@@ -326,6 +364,7 @@ static int run_standalone(worker_t *w)
 {
     const psc_cluster_t *cl = &w->cfg.cluster;
     w->runner = runner_create(&w->args.trainer);
+    predict_service_set_runner(w->predict, w->runner);
     control_set_standalone(w->control, w->runner, cl, psc_task_replica_rank(cl, w->cfg.task),
                            w->args.trainer.rpc_timeout_ms);
     PSC_INFO("serving on %s; no job: ready and waiting for one (psctl train)", w->bind);
@@ -377,15 +416,70 @@ static int run_in_cluster(worker_t *w)
     return exit_code;
 }
 
+/* --predict: the scoring's thread (predict.h) and its outcome. */
+typedef struct predict_ctx {
+    worker_t *w;
+    int rc;
+    int64_t examples;
+    char err[1024];
+} predict_ctx_t;
+
+static void *predict_thread(void *arg)
+{
+    predict_ctx_t *p = arg;
+    worker_t *w = p->w;
+    p->rc = predict_file(&w->args.trainer, &w->spec, w->args.predict_file, w->args.checkpoint,
+                         w->args.trainer.wait_model_secs, w->args.predict_out, &w->stop, &p->examples, p->err,
+                         sizeof p->err);
+    psc_signals_wake();
+    return NULL;
+}
+
+/* --predict: no server, no training; scores the file against the cluster's
+ * PS until done or SIGINT/SIGTERM. The exit code: 78 for a file or a
+ * checkpoint the job cannot score (bad input, like a bad configuration). */
+static int run_predict(worker_t *w)
+{
+    trainer_opts_t *to = &w->args.trainer;
+    psc_rpc_hold_for_process();
+    to->cluster = &w->cfg.cluster;
+    to->task = w->cfg.task;
+    trainer_opts_defaults(to);
+    predict_ctx_t p = {.w = w};
+    pthread_t th;
+    if (psc_thread_start(&th, predict_thread, &p, "predict", p.err, sizeof p.err)) {
+        PSC_ERROR("%s", p.err);
+        return PSC_EXIT_SOFTWARE;
+    }
+    int sig, exit_code = 0;
+    while ((sig = psc_signals_wait()) != SIGUSR1) {
+        PSC_INFO("%s: stopping the scoring", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        atomic_store(&w->stop, 1);
+        exit_code = sig == SIGINT ? 130 : 143;
+    }
+    pthread_join(th, NULL);
+    if (p.rc == 0) {
+        printf("predicted %lld examples into %s\n", (long long)p.examples, w->args.predict_out);
+        fflush(stdout);
+        return 0;
+    }
+    if (exit_code) return exit_code;
+    PSC_ERROR("%s", p.err);
+    int bad_input = p.rc == PSC_ECONFIG || p.rc == PSC_ECORRUPT || p.rc == PSC_EINVAL || p.rc == PSC_ENOTFOUND;
+    return bad_input ? PSC_EXIT_CONFIG : 1;
+}
+
 /* Frees whatever was built, in any state main() reached. */
 static void teardown(worker_t *w)
 {
     /* parked requests are answered before the server's shutdown waits on them */
     chief_mailbox_close(w->requests, "the worker is stopping");
+    predict_service_close(w->predict); /* answers its parked calls too */
     if (w->server) psc_rpc_server_shutdown(w->server, 1000);
     runner_destroy(w->runner); /* cancels a running job and waits for it */
     psc_rpc_server_destroy(w->server);
     control_destroy(w->control);
+    predict_service_destroy(w->predict);
     chief_mailbox_destroy(w->requests);
     failures_destroy(w->failures);
     worker_metrics_destroy(w->args.trainer.metrics);
@@ -406,7 +500,9 @@ int main(int argc, char **argv)
     tower_cpu_threads_restart();
     int code = parse_args(argc, argv, &w.args);
     if (code != PSC_FLAG_NEXT) return code;
-    if ((code = configure(&w)) == 0 && (code = serve(&w)) == 0)
+    if ((code = configure(&w)) == 0 && w.args.predict_file)
+        code = run_predict(&w);
+    else if (code == 0 && (code = serve(&w)) == 0)
         code = w.args.job_spec_path ? run_in_cluster(&w) : run_standalone(&w);
     teardown(&w);
     return code;

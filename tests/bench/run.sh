@@ -23,7 +23,8 @@ python3 -c 'import torch' 2>/dev/null || { [ -x /usr/bin/python3 ] && py=/usr/bi
 "$PSC_BIN/bench_sparse" "${BENCH_SECS:-1}"
 "$here/bench_step.sh" "$PSC_BIN"
 "$here/bench_ctr.sh" "$PSC_BIN"
-"$here/bench_warm_start.sh" "$PSC_BIN" # rows/s a warm start moves, from a file and from a checkpoint
+"$here/bench_warm_start.sh" "$PSC_BIN" # rows/s a warm start moves (from a file, a checkpoint) and a re-split restore
+"$here/bench_predict.sh" "$PSC_BIN" # psctl predict's examples/s against psctl eval and the training step
 "$here/bench_many.sh" "$PSC_BIN" # 2 ps + 2 workers against 8 ps + 64 workers (README "Many workers")
 "$here/bench_link.sh" "$PSC_BIN" || [ $? = 77 ] # needs root (network namespaces)
 # PyTorch beside psc (bench_peers.sh; peers/setup.sh installs python3-torch; 77: skipped)

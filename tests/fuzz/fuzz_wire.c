@@ -70,6 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     UNPACK(Psc__JobStatusReply, psc__job_status_reply);
     UNPACK(Psc__EvalRequest, psc__eval_request);
     UNPACK(Psc__EvalReply, psc__eval_reply);
+    UNPACK(Psc__PredictRequest, psc__predict_request);
+    UNPACK(Psc__PredictReply, psc__predict_reply);
     UNPACK(Grpc__Health__V1__HealthCheckRequest, grpc__health__v1__health_check_request);
     UNPACK(Grpc__Health__V1__HealthCheckResponse, grpc__health__v1__health_check_response);
     return 0;

@@ -33,6 +33,13 @@ struct ctr_job {
     ps_sparse_op_t *ops;    /* per table */
     float *logits;          /* (max_batch) */
     ctr_eval_t period;      /* the training examples since the last period_auc */
+    /* predict: the file's loader, the batch last scored (its labels are the caller's until the next call),
+     * the weights and checkpoint scored with, the probabilities (max_batch) */
+    ctr_loader_t *pred;
+    ctr_slot_batch_t *pred_cur;
+    const float *pred_params;
+    uint64_t pred_ckpt;
+    float *pred_probs;
 };
 
 /* The tower, (re)built when b needs more than it holds. */
@@ -88,6 +95,9 @@ void ctr_job_destroy(ctr_job_t *j)
     if (!j) return;
     if (j->cur) ctr_loader_release(j->loader, j->cur);
     if (j->next) ctr_loader_release(j->loader, j->next);
+    if (j->pred_cur) ctr_loader_release(j->pred, j->pred_cur);
+    ctr_loader_destroy(j->pred);
+    free(j->pred_probs);
     ctr_loader_destroy(j->loader);
     tower_ctr_destroy(j->tower);
     ctr_eval_free(&j->period);
@@ -214,6 +224,18 @@ double ctr_job_period_auc(ctr_job_t *j)
 
 int64_t ctr_job_skipped(ctr_job_t *j) { return j->loader ? ctr_loader_skipped(j->loader) : 0; }
 
+/* The evaluation's forward pass over one batch b: its rows pulled read-only
+ * (live, or as checkpoint ckpt holds them), the tower's logits in j->logits. */
+static int score_batch(ctr_job_t *j, const float *params, uint64_t ckpt, ctr_slot_batch_t *b, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = pull_rows(j, b, -1, 1, ckpt, err, errlen)) || (rc = ensure_tower(j, b, err, errlen))) return rc;
+    tower_ctr_batch_t tb = ctr_slot_batch_view(b);
+    if ((rc = tower_ctr_set_params(j->tower, params)) || (rc = tower_ctr_predict(j->tower, &tb, j->logits)))
+        return psc_seterr(err, errlen, rc, "the tower's forward pass failed (%s)", psc_strerror(rc));
+    return 0;
+}
+
 int ctr_job_evaluate(ctr_job_t *j, const float *params, uint64_t ckpt, trainer_result_t *res, char *err, size_t errlen)
 {
     const psc_job_spec_t *spec = j->spec;
@@ -228,12 +250,8 @@ int ctr_job_evaluate(ctr_job_t *j, const float *params, uint64_t ckpt, trainer_r
     for (;;) {
         ctr_slot_batch_t *b;
         if ((rc = ctr_loader_next(l, &b, err, errlen))) break;
-        if ((rc = pull_rows(j, b, -1, 1, ckpt, err, errlen)) == 0 && (rc = ensure_tower(j, b, err, errlen)) == 0) {
-            tower_ctr_batch_t tb = ctr_slot_batch_view(b);
-            if ((rc = tower_ctr_set_params(j->tower, params)) || (rc = tower_ctr_predict(j->tower, &tb, j->logits)))
-                rc = psc_seterr(err, errlen, rc, "the tower's forward pass failed (%s)", psc_strerror(rc));
-            else
-                ctr_eval_add(&ev, j->logits, b->raw.label, b->raw.n);
+        if ((rc = score_batch(j, params, ckpt, b, err, errlen)) == 0) {
+            ctr_eval_add(&ev, j->logits, b->raw.label, b->raw.n);
             for (int i = 0; i < b->raw.n; i++) correct += (j->logits[i] > 0) == (b->raw.label[i] > 0.5f);
         }
         ctr_loader_release(l, b);
@@ -251,6 +269,33 @@ int ctr_job_evaluate(ctr_job_t *j, const float *params, uint64_t ckpt, trainer_r
     ctr_eval_free(&ev);
     ctr_loader_destroy(l);
     return rc;
+}
+
+int ctr_job_predict_open(ctr_job_t *j, const float *params, uint64_t ckpt, int shard, int num_shards, char *err,
+                         size_t errlen)
+{
+    const psc_job_spec_t *spec = j->spec;
+    j->pred_params = params;
+    j->pred_ckpt = ckpt;
+    j->pred_probs = psc_xmalloc((size_t)j->max_batch * sizeof *j->pred_probs);
+    return ctr_loader_create(spec, 1, shard, num_shards, j->o.eval_batch, spec->seed, 0, 2, &j->pred, err, errlen);
+}
+
+int ctr_job_predict_next(ctr_job_t *j, int *n, const float **labels, const float **probs, char *err, size_t errlen)
+{
+    *n = 0;
+    if (j->pred_cur) ctr_loader_release(j->pred, j->pred_cur);
+    j->pred_cur = NULL;
+    ctr_slot_batch_t *b;
+    int rc = ctr_loader_next(j->pred, &b, err, errlen);
+    if (rc) return rc == 1 ? 0 : rc;
+    j->pred_cur = b;
+    if ((rc = score_batch(j, j->pred_params, j->pred_ckpt, b, err, errlen))) return rc;
+    for (int i = 0; i < b->raw.n; i++) j->pred_probs[i] = (float)(1.0 / (1.0 + exp(-(double)j->logits[i])));
+    *n = b->raw.n;
+    *labels = b->raw.label;
+    *probs = j->pred_probs;
+    return 0;
 }
 
 /* ---- the job behind model_job.h ---- */
@@ -306,6 +351,16 @@ static int cm_evaluate(model_job_t *jb, const float *params, uint64_t ckpt, trai
 {
     return ctr_job_evaluate(ctr(jb), params, ckpt, res, err, errlen);
 }
+static int cm_predict_open(model_job_t *jb, const float *params, uint64_t ckpt, int shard, int num_shards, int *outputs,
+                           char *err, size_t errlen)
+{
+    *outputs = 1;
+    return ctr_job_predict_open(ctr(jb), params, ckpt, shard, num_shards, err, errlen);
+}
+static int cm_predict_next(model_job_t *jb, int *n, const float **labels, const float **probs, char *err, size_t errlen)
+{
+    return ctr_job_predict_next(ctr(jb), n, labels, probs, err, errlen);
+}
 static void cm_destroy(model_job_t *jb) { ctr_job_destroy(ctr(jb)); }
 
 static const model_job_ops_t ctr_ops = {
@@ -320,6 +375,8 @@ static const model_job_ops_t ctr_ops = {
     .period_metric = cm_period_metric,
     .bad_records = cm_bad_records,
     .evaluate = cm_evaluate,
+    .predict_open = cm_predict_open,
+    .predict_next = cm_predict_next,
     .destroy = cm_destroy,
 };
 

@@ -10,7 +10,8 @@
  *
  * Evaluation (the chief at the end, psctl eval, the evaluator) runs the same
  * pull and a forward pass over the test files and reports exact ROC AUC and
- * log loss (ctr_eval.h).
+ * log loss (ctr_eval.h); scoring a file (predict.h) the same pull and
+ * forward pass over its records.
  *
  * One thread (the training thread) uses a job.
  */
@@ -74,5 +75,15 @@ int64_t ctr_job_skipped(ctr_job_t *j);
  * PSC_ENOTFOUND when the spec has no data.test, or an error. */
 int ctr_job_evaluate(ctr_job_t *j, const float *params, uint64_t ckpt, trainer_result_t *res, char *err,
                      size_t errlen);
+
+/* Scoring a file (model_job.h's predict_open / predict_next): the spec's
+ * data.test, shard of num_shards, in evaluation batches through the same
+ * pull and forward pass as ctr_job_evaluate, with params (which must outlive
+ * the scoring) and the rows live or of checkpoint ckpt > 0. predict_next: 0
+ * with *n examples (0 at the end), *labels and *probs (the sigmoid of each
+ * logit), the job's buffers until the next call; or an error. */
+int ctr_job_predict_open(ctr_job_t *j, const float *params, uint64_t ckpt, int shard, int num_shards, char *err,
+                         size_t errlen);
+int ctr_job_predict_next(ctr_job_t *j, int *n, const float **labels, const float **probs, char *err, size_t errlen);
 
 #endif

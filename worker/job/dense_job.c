@@ -4,12 +4,17 @@
  * step's batch is split across. A step sums per_step batches' gradients (sync
  * replicas with R > N); evaluation runs the towers over the whole test set.
  *
+ * Scoring a file (predict_open/_next) streams it through the data reader
+ * (reader.h: idx, record-sharded) in evaluation batches and turns the
+ * towers' logits into softmax probabilities.
+ *
  * Invariants: steps counts the steps computed or skipped (the dropout seed of
  * batch k of step s is a function of (seed, rank, s, k), whoever computes it).
  */
 #include "model_job.h"
 
 #include "dataset.h"
+#include "reader.h"
 #include "log.h"
 #include "psc.h"
 #include "rng.h"
@@ -28,6 +33,11 @@ typedef struct dense_job {
     float *grads_one; /* (nparams) one batch's gradient when per_step > 1 */
     int64_t steps;    /* steps computed or skipped */
     int64_t period_correct, period_examples;
+    /* predict: the file's reader, its batch, the towers' logits and the probabilities (eval_batch, classes) */
+    data_reader_t *pred;
+    data_batch_t pred_batch;
+    float *pred_logits, *pred_probs;
+    int classes;
 } dense_job_t;
 
 static dense_job_t *dense(model_job_t *j) { return (dense_job_t *)(void *)j; }
@@ -40,6 +50,10 @@ static void dj_destroy(model_job_t *jb)
     tower_group_destroy(j->towers);
     dataset_deinit(&j->train);
     dataset_deinit(&j->test);
+    data_reader_close(j->pred);
+    data_batch_free(&j->pred_batch);
+    free(j->pred_logits);
+    free(j->pred_probs);
     free(j->grads_one);
     free(j);
 }
@@ -153,6 +167,56 @@ static int dj_evaluate(model_job_t *jb, const float *params, uint64_t ckpt, trai
     return 0;
 }
 
+static int dj_predict_open(model_job_t *jb, const float *params, uint64_t ckpt, int shard, int num_shards, int *outputs,
+                           char *err, size_t errlen)
+{
+    (void)ckpt; /* params are all there is */
+    dense_job_t *j = dense(jb);
+    const psc_job_spec_t *spec = j->o.spec;
+    int rc = tower_group_set_params(j->towers, params);
+    if (rc) return psc_seterr(err, errlen, rc, "the towers refused the weights (%s)", psc_strerror(rc));
+    if ((rc = data_reader_open(spec, 1, shard, num_shards, spec->seed, 0, &j->pred, err, errlen))) return rc;
+    int features = spec->input_shape[0] * (spec->input_rank == 3 ? spec->input_shape[1] * spec->input_shape[2] : 1);
+    if (data_reader_num_dense(j->pred) != features)
+        return psc_seterr(err, errlen, PSC_ECONFIG, "%s: examples of %d features; model.input_shape wants %d",
+                          spec->test_path, data_reader_num_dense(j->pred), features);
+    j->classes = tower_group_classes(j->towers);
+    size_t floats = (size_t)j->o.eval_batch * (size_t)j->classes;
+    j->pred_logits = psc_xmalloc(floats * sizeof(float));
+    j->pred_probs = psc_xmalloc(floats * sizeof(float));
+    *outputs = j->classes;
+    return 0;
+}
+
+/* probs (n, C) = the softmax of each row of logits, in double around the row's maximum. */
+static void softmax_rows(const float *logits, int n, int C, float *probs)
+{
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * C;
+        float *p = probs + (size_t)i * C;
+        float m = z[0];
+        for (int c = 1; c < C; c++) m = z[c] > m ? z[c] : m;
+        double sum = 0;
+        for (int c = 0; c < C; c++) sum += exp((double)z[c] - m);
+        for (int c = 0; c < C; c++) p[c] = (float)(exp((double)z[c] - m) / sum);
+    }
+}
+
+static int dj_predict_next(model_job_t *jb, int *n, const float **labels, const float **probs, char *err, size_t errlen)
+{
+    dense_job_t *j = dense(jb);
+    *n = 0;
+    int got = data_reader_next(j->pred, &j->pred_batch, j->o.eval_batch, NULL, err, errlen);
+    if (got <= 0) return got; /* 0: done; or the reader's error, naming the file and record */
+    int rc = tower_group_predict(j->towers, j->pred_batch.dense, got, j->pred_logits);
+    if (rc) return psc_seterr(err, errlen, rc, "the towers' forward pass failed (%s)", psc_strerror(rc));
+    softmax_rows(j->pred_logits, got, j->classes, j->pred_probs);
+    *n = got;
+    *labels = j->pred_batch.label;
+    *probs = j->pred_probs;
+    return 0;
+}
+
 static const model_job_ops_t dense_ops = {
     .metric = "accuracy",
     .start = dj_start,
@@ -165,6 +229,8 @@ static const model_job_ops_t dense_ops = {
     .period_metric = dj_period_metric,
     .bad_records = dj_bad_records,
     .evaluate = dj_evaluate,
+    .predict_open = dj_predict_open,
+    .predict_next = dj_predict_next,
     .destroy = dj_destroy,
 };
 

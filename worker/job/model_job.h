@@ -84,6 +84,18 @@ typedef struct model_job_ops {
      * test data: res->test_*. PSC_ENOTFOUND: no test data. */
     int (*evaluate)(model_job_t *j, const float *params, uint64_t ckpt, trainer_result_t *res, char *err,
                     size_t errlen);
+    /* Scoring a file (predict.h), with the evaluation's batches and forward pass. predict_open starts reading
+     * the job spec's data.test (the caller's spec names the file there) for shard `shard` of num_shards
+     * (examples shard, shard + num_shards, ...: record sharding), scored with params (kept by the job until
+     * destroy) and the PS's tables, live or (ckpt > 0) as committed checkpoint ckpt holds them; *outputs gets
+     * the probabilities per example (1: sigmoid; the classes: softmax). Once per job. 0, or an error naming
+     * the file (its examples do not fit the model). */
+    int (*predict_open)(model_job_t *j, const float *params, uint64_t ckpt, int shard, int num_shards, int *outputs,
+                        char *err, size_t errlen);
+    /* The next batch of that shard scored: 0 with *n examples (0: the shard is done), *labels (n) as the file
+     * holds them and *probs (n, outputs); the buffers are the job's, valid until the next call. Or an error
+     * naming the file and the record. */
+    int (*predict_next)(model_job_t *j, int *n, const float **labels, const float **probs, char *err, size_t errlen);
     void (*destroy)(model_job_t *j);
 } model_job_ops_t;
 

@@ -223,6 +223,14 @@ int runner_evaluate(runner_t *r, uint64_t ckpt, trainer_result_t *res, int64_t *
     return rc;
 }
 
+char *runner_spec_json(runner_t *r)
+{
+    pthread_mutex_lock(&r->lock);
+    char *json = r->have_spec ? psc_xstrdup(r->spec_json) : NULL;
+    pthread_mutex_unlock(&r->lock);
+    return json;
+}
+
 void runner_wait(runner_t *r)
 {
     pthread_mutex_lock(&r->lock);

@@ -53,6 +53,9 @@ int runner_evaluate(runner_t *r, uint64_t ckpt, trainer_result_t *res, int64_t *
  * the job failed ends RUNNER_FAILED with the chief's reason in err. Sets the
  * job state metric. Returns the job's end state. */
 runner_state_t runner_run_task(const trainer_opts_t *o, trainer_result_t *res, char *err, size_t errlen);
+/* The job spec JSON of the running or last job (malloc'd, the caller
+ * frees), or NULL when no job has run. */
+char *runner_spec_json(runner_t *r);
 /* Waits until no job runs. */
 void runner_wait(runner_t *r);
 const char *runner_state_name(runner_state_t s);

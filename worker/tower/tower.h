@@ -44,6 +44,9 @@ typedef struct tower_ops {
     /* Inference (no dropout) on n <= max_batch examples: adds the loss sum and the
      * number of correct predictions. */
     int (*evaluate)(tower_t *t, const float *x, const int32_t *y, int n, double *loss_sum, int *correct);
+    /* Inference (no dropout) on n <= max_batch examples, x (n, features) on
+     * the host: logits (n, classes) on the host (predict.h scores files). */
+    int (*predict)(tower_t *t, const float *x, int n, float *logits);
     /* Devices this backend can use now: CPU 1; CUDA the visible GPUs (0 when
      * there is no driver or no device, or when the driver is unusable: see
      * device_error). */
@@ -113,6 +116,10 @@ static inline int tower_evaluate(tower_t *t, const float *x, const int32_t *y, i
                                  int *correct)
 {
     return t->ops->evaluate(t, x, y, n, loss_sum, correct);
+}
+static inline int tower_predict(tower_t *t, const float *x, int n, float *logits)
+{
+    return t->ops->predict(t, x, n, logits);
 }
 static inline void tower_destroy(tower_t *t)
 {

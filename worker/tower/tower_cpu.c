@@ -522,6 +522,7 @@ const tower_ops_t tower_cpu_ops = {
     .train_step = tower_walk_train_step,
     .get_grads = tower_walk_get_grads,
     .evaluate = tower_walk_evaluate,
+    .predict = tower_walk_predict,
     .device_count = cpu_device_count,
     .reduce_grads = tower_walk_reduce_grads,
     .device_error = cpu_device_error,

@@ -957,6 +957,7 @@ extern "C" const tower_ops_t tower_cuda_ops = {
     /* .train_step = */ tower_walk_train_step,
     /* .get_grads = */ tower_walk_get_grads,
     /* .evaluate = */ tower_walk_evaluate,
+    /* .predict = */ tower_walk_predict,
     /* .device_count = */ cuda_device_count,
     /* .reduce_grads = */ tower_walk_reduce_grads,
     /* .device_error = */ cuda_device_error,

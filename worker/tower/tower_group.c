@@ -2,7 +2,7 @@
  *
  * Tower 0 runs on the calling thread; towers 1..T-1 each have a thread that
  * waits for a job (a generation counter under one mutex), runs it on its own
- * tower and reports back. A job is one of set_params, train_step, evaluate on
+ * tower and reports back. A job is one of set_params, train_step, evaluate, predict on
  * the tower's slice; the caller runs its own part, then waits for the others.
  * Nothing is allocated per step.
  */
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum job_kind { JOB_NONE, JOB_SET_PARAMS, JOB_TRAIN, JOB_EVAL, JOB_EXIT };
+enum job_kind { JOB_NONE, JOB_SET_PARAMS, JOB_TRAIN, JOB_EVAL, JOB_PREDICT, JOB_EXIT };
 
 typedef struct slot {
     tower_group_t *ts;
@@ -38,6 +38,7 @@ struct tower_group {
     int count;
     int threads; /* slots 1 .. threads have a running thread (slot 0 runs on the caller's) */
     int features;
+    int classes; /* logits per example (the last layer's outputs) */
     char describe[256];
     slot_t slots[PSC_MAX_TOWERS];
     float weights[PSC_MAX_TOWERS];
@@ -51,6 +52,7 @@ struct tower_group {
     const float *params, *x;
     const int32_t *y;
     uint64_t seed;
+    float *logits; /* predict: (n, classes) */
 };
 
 int tower_group_parse_devices(const char *devices, const tower_ops_t **backend, int *devs, int *ndev, char *err,
@@ -151,6 +153,11 @@ static void run_slot(tower_group_t *ts, slot_t *s)
             s->rc = tower_evaluate(s->tower, ts->x + (int64_t)s->off * ts->features, ts->y + s->off, s->n,
                                    &s->loss_sum, &s->correct);
         break;
+    case JOB_PREDICT:
+        if (s->n > 0)
+            s->rc = tower_predict(s->tower, ts->x + (int64_t)s->off * ts->features, s->n,
+                                  ts->logits + (int64_t)s->off * ts->classes);
+        break;
     default:
         break;
     }
@@ -225,6 +232,16 @@ int tower_group_create(const char *devices, const psc_job_spec_t *spec, const ps
     pthread_cond_init(&ts->done, NULL);
     ts->features = spec->input_shape[0];
     for (int d = 1; d < spec->input_rank; d++) ts->features *= spec->input_shape[d];
+    int(*shapes)[3] = psc_xcalloc((size_t)PSC_MAX(spec->num_layers, 1), sizeof *shapes);
+    if ((rc = psc_model_shapes(spec, shapes, err, errlen)) == 0) {
+        const int *last = shapes[spec->num_layers - 1];
+        ts->classes = last[0] * last[1] * last[2];
+    }
+    free(shapes);
+    if (rc) {
+        tower_group_destroy(ts);
+        return rc;
+    }
     /* CPU towers run side by side; each keeps its GEMMs on its own thread. */
     if (backend == &tower_cpu_ops && ndev > 1) tower_cpu_set_threads(1);
     int per_tower = max_batch / ndev + (max_batch % ndev != 0);
@@ -340,4 +357,15 @@ int tower_group_evaluate(tower_group_t *ts, const float *x, const int32_t *y, in
         if (correct) *correct += ts->slots[i].correct;
     }
     return 0;
+}
+
+int tower_group_classes(const tower_group_t *ts) { return ts->classes; }
+
+int tower_group_predict(tower_group_t *ts, const float *x, int n, float *logits)
+{
+    if (n < 1) return 0;
+    ts->x = x;
+    ts->logits = logits;
+    split(ts, n);
+    return run_job(ts, JOB_PREDICT);
 }

@@ -64,5 +64,10 @@ int tower_group_train_step(tower_group_t *ts, const float *x, const int32_t *y, 
 int tower_group_get_grads(tower_group_t *ts, float *grads);
 /* Adds the loss sum and hits over n examples (no dropout). */
 int tower_group_evaluate(tower_group_t *ts, const float *x, const int32_t *y, int n, double *loss_sum, int *correct);
+/* Logits per example: the model's last layer's outputs. */
+int tower_group_classes(const tower_group_t *ts);
+/* Inference (no dropout) on n examples, split like evaluate: logits (n,
+ * classes) on the host. */
+int tower_group_predict(tower_group_t *ts, const float *x, int n, float *logits);
 
 #endif

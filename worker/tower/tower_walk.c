@@ -84,6 +84,7 @@ typedef struct walk {
     int32_t *hy;       /* (B) */
     double *hrow_loss; /* (B) */
     int32_t *hrow_hit; /* (B) */
+    float *hlogits;    /* (B, classes): predict's logits */
 } walk_t;
 
 #define TRY(call)                      \
@@ -348,6 +349,28 @@ int tower_walk_evaluate(tower_t *base, const float *x, const int32_t *y, int n, 
     return 0;
 }
 
+/* Queues a prediction (predict's work up to its sync): x in, logits out to
+ * the host staging. */
+static int predict_queue(walk_t *t, const float *x, int n)
+{
+    size_t xbytes = (size_t)n * (size_t)t->features * sizeof(float);
+    memcpy(t->hx, x, xbytes);
+    TRY(t->be->upload(t->dev, t->x, t->hx, xbytes));
+    const float *logits; /* (n, classes) */
+    TRY(forward(t, n, 0, 0, 0, &logits));
+    return t->be->download(t->dev, t->hlogits, logits, (size_t)n * (size_t)t->classes * sizeof(float));
+}
+
+int tower_walk_predict(tower_t *base, const float *x, int n, float *logits)
+{
+    walk_t *t = (walk_t *)base;
+    if (!x || !logits || n < 1 || n > t->base.max_batch) return PSC_EINVAL;
+    TRY(t->be->select(t->dev));
+    TRY(walk_finish(t, predict_queue(t, x, n)));
+    memcpy(logits, t->hlogits, (size_t)n * (size_t)t->classes * sizeof(float));
+    return 0;
+}
+
 /* Queues reduce_grads' work on dst's device. */
 static int reduce_queue(walk_t *dst, tower_t *const *srcs, const float *weights, int n)
 {
@@ -512,6 +535,7 @@ static void carve_all(walk_t *t, char *dbase, char *hbase, int64_t dbuf_floats, 
     t->hy = carve(&h, (size_t)B * sizeof(int32_t));
     t->hrow_loss = carve(&h, (size_t)B * sizeof(double));
     t->hrow_hit = carve(&h, (size_t)B * sizeof(int32_t));
+    t->hlogits = carve(&h, (size_t)(B * t->classes) * fl);
     *dbytes = d.off;
     *hbytes = h.off;
 }

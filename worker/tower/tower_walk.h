@@ -195,6 +195,7 @@ int tower_walk_get_grads(tower_t *t, float *grads);
 int tower_walk_train_step(tower_t *t, const float *x, const int32_t *y, int n, uint64_t dropout_seed, int64_t first,
                           float *loss, int *correct);
 int tower_walk_evaluate(tower_t *t, const float *x, const int32_t *y, int n, double *loss_sum, int *correct);
+int tower_walk_predict(tower_t *t, const float *x, int n, float *logits);
 int tower_walk_reduce_grads(tower_t *dst, tower_t *const *srcs, const float *weights, int n);
 
 #ifdef __cplusplus
