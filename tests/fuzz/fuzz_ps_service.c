@@ -285,7 +285,8 @@ static void seed_chunk_bf16(const char *path, const char *name, const float *g, 
     SEED(path, psc__chunk, &c);
 }
 
-static void seed_model(int sync)
+/* The Create of job `job`: "dense/kernel" [4, 16] and global_step, Adam (sync: R = N = 1). */
+static void seed_create(const char *job, int sync)
 {
     Psc__OptimizerSpec o = PSC__OPTIMIZER_SPEC__INIT;
     o.name = (char *)"adam";
@@ -306,12 +307,17 @@ static void seed_model(int sync)
     s.total_num_replicas = 1;
     s.timeout_secs = 5;
     Psc__CreateRequest cr = PSC__CREATE_REQUEST__INIT;
-    cr.job_id = (char *)"00000000000000f1";
+    cr.job_id = (char *)job;
     cr.optimizer = &o;
     cr.n_vars = 2;
     cr.vars = vars;
     if (sync) cr.sync = &s;
     SEED(PSC_M_CREATE, psc__create_request, &cr);
+}
+
+static void seed_model(int sync)
+{
+    seed_create("00000000000000f1", sync);
     float w[64], g[64];
     for (int i = 0; i < 64; i++) w[i] = 0.01f * (float)i, g[i] = 0.5f - 0.01f * (float)i;
     int64_t zero = 0;
@@ -509,26 +515,8 @@ static void seed_fence(void)
  * refused piece (a size the shard does not have). */
 static void seed_stage(void)
 {
-    Psc__OptimizerSpec o = PSC__OPTIMIZER_SPEC__INIT;
-    o.name = (char *)"adam";
-    o.learning_rate = 0.01f;
-    o.beta1 = 0.9f;
-    o.beta2 = 0.999f;
-    o.epsilon = 1e-7f;
-    Psc__VarSpec v = PSC__VAR_SPEC__INIT, gs = PSC__VAR_SPEC__INIT;
-    int64_t shape[2] = {4, 16};
-    v.name = (char *)"dense/kernel";
-    v.n_shape = 2;
-    v.shape = shape;
-    gs.name = (char *)"global_step";
-    gs.is_step = 1;
-    Psc__VarSpec *vars[2] = {&v, &gs};
-    Psc__CreateRequest cr = PSC__CREATE_REQUEST__INIT;
-    cr.job_id = (char *)"00000000000000f3";
-    cr.optimizer = &o;
-    cr.n_vars = 2;
-    cr.vars = vars;
-    SEED(PSC_M_CREATE, psc__create_request, &cr);
+    const char *job = "00000000000000f3";
+    seed_create(job, 0);
     float w[64];
     for (int i = 0; i < 64; i++) w[i] = 0.01f * (float)i;
     int64_t t = 5, step = 40;
@@ -543,7 +531,7 @@ static void seed_stage(void)
     };
     for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
         Psc__StageRequest q = PSC__STAGE_REQUEST__INIT;
-        q.job_id = cr.job_id;
+        q.job_id = (char *)job;
         q.id = 7;
         q.step = step;
         q.tensor = (char *)pieces[i].name;
@@ -554,7 +542,7 @@ static void seed_stage(void)
         SEED(PSC_M_STAGE, psc__stage_request, &q);
     }
     Psc__StageRequest pq = PSC__STAGE_REQUEST__INIT;
-    pq.job_id = cr.job_id;
+    pq.job_id = (char *)job;
     pq.id = 7;
     pq.step = step;
     pq.prepare = 1;
@@ -564,12 +552,12 @@ static void seed_stage(void)
     cm.keep = 2;
     SEED(PSC_M_COMMIT, psc__commit_request, &cm);
     Psc__RestoreRequest rr = PSC__RESTORE_REQUEST__INIT;
-    rr.job_id = cr.job_id;
+    rr.job_id = (char *)job;
     rr.id = 7;
     rr.step = step;
     SEED(PSC_M_RESTORE, psc__restore_request, &rr);
     Psc__StageRequest bad = PSC__STAGE_REQUEST__INIT;
-    bad.job_id = cr.job_id;
+    bad.job_id = (char *)job;
     bad.id = 8;
     bad.tensor = (char *)"dense/kernel";
     bad.total = 300;

@@ -80,17 +80,26 @@ refused() {
 # the PS's state that predict must leave alone: each one's global_step and table rows
 ps_state() { "${PSCTL[@]}" status 2>/dev/null | grep -E '^ps |rows touched' | sed 's/, [0-9]* rows pulled.*//'; }
 
+# score_live_and_k NAME FILE N HEADER_RE — after `train NAME`: FILE scored with the live model
+# (N lines and the header) and with checkpoint K (other scores); the evicted checkpoint
+# refused; sets before (the PS's state)
+score_live_and_k() {
+    local name=$1 file=$2 n=$3 header=$4
+    before=$(ps_state)
+    predict_ok "${name}_live" "$file" "$TMP/$name.json"
+    [ "$(wc -l <"$TMP/${name}_live.tsv")" = $((n + 1)) ] ||
+        fail "${name}_live: $(wc -l <"$TMP/${name}_live.tsv") lines for $n examples"
+    head -1 "$TMP/${name}_live.tsv" | grep -q "$header" || fail "$name header: $(head -1 "$TMP/${name}_live.tsv")"
+    predict_ok "${name}_k" "$file" "$TMP/$name.json" --checkpoint "$K"
+    cmp -s "$TMP/${name}_live.tsv" "$TMP/${name}_k.tsv" && fail "checkpoint $K scored exactly as the final model"
+    refused "${name}_evicted" "checkpoint $EVICTED is not a committed checkpoint of job .*\(kept: .*$FINAL" "$file" \
+        --checkpoint "$EVICTED"
+}
+
 # ---- a softmax model: an MLP on Fashion-MNIST ----
 small_spec "$TMP/dense.json" 1 7 ', "checkpoint": {"every_steps": 15, "keep": 2}'
 train dense "$TMP/dense.json"
-before=$(ps_state)
-predict_ok dense_live "$FM/t10k" "$TMP/dense.json"
-[ "$(wc -l <"$TMP/dense_live.tsv")" = 10001 ] || fail "dense_live: $(wc -l <"$TMP/dense_live.tsv") lines for 10000 images"
-head -1 "$TMP/dense_live.tsv" | grep -q $'^index\tlabel\tclass\tp0\tp1' || fail "dense header: $(head -1 "$TMP/dense_live.tsv")"
-predict_ok dense_k "$FM/t10k" "$TMP/dense.json" --checkpoint "$K"
-cmp -s "$TMP/dense_live.tsv" "$TMP/dense_k.tsv" && fail "checkpoint $K scored exactly as the final model"
-refused dense_evicted "checkpoint $EVICTED is not a committed checkpoint of job .*\(kept: .*$FINAL" "$FM/t10k" \
-    --checkpoint "$EVICTED"
+score_live_and_k dense "$FM/t10k" 10000 $'^index\tlabel\tclass\tp0\tp1'
 # a file of 10x10 images where the model wants 28x28
 "$PY" - "$TMP/small" <<'EOF'
 import struct, sys
@@ -129,14 +138,7 @@ cat >"$TMP/ctr.json" <<JSON
  "batch_size_per_replica": 256, "epochs": 1, "seed": 5}
 JSON
 train ctr "$TMP/ctr.json"
-before=$(ps_state)
-predict_ok ctr_live "$data/test.tsv" "$TMP/ctr.json"
-[ "$(wc -l <"$TMP/ctr_live.tsv")" = 5001 ] || fail "ctr_live: $(wc -l <"$TMP/ctr_live.tsv") lines for 5000 rows"
-head -1 "$TMP/ctr_live.tsv" | grep -qx $'index\tlabel\tprobability' || fail "ctr header: $(head -1 "$TMP/ctr_live.tsv")"
-predict_ok ctr_k "$data/test.tsv" "$TMP/ctr.json" --checkpoint "$K"
-cmp -s "$TMP/ctr_live.tsv" "$TMP/ctr_k.tsv" && fail "checkpoint $K scored exactly as the final model"
-refused ctr_evicted "checkpoint $EVICTED is not a committed checkpoint of job .*\(kept: .*$FINAL" "$data/test.tsv" \
-    --checkpoint "$EVICTED"
+score_live_and_k ctr "$data/test.tsv" 5000 $'^index\tlabel\tprobability$'
 # line 57 loses its last field
 head -100 "$data/test.tsv" | awk -F'\t' -v OFS='\t' 'NR == 57 { NF = 39 } { print }' >"$TMP/bad.tsv"
 refused ctr_bad_line "$TMP/bad.tsv:57: expected 40 tab-separated fields, got 39" "$TMP/bad.tsv"

@@ -46,54 +46,18 @@ static void sleep_s(double s)
 
 /* ---- a PS in this process ---- */
 
-typedef struct ps {
-    store_t *store;
-    ps_service_t *svc;
-    psc_rpc_server_t *server;
-    ckpt_db_t *db;
-    char dir[256];
-    psc_rpc_channel_t *ch;
-} ps_t;
-
-static ps_t g;
+static svc_ps_t g;
 
 static void ps_start(int sync)
 {
-    char err[512];
-    memset(&g, 0, sizeof g);
-    snprintf(g.dir, sizeof g.dir, "/tmp/psc-test-fence-%d-XXXXXX", (int)getpid());
-    assert_non_null(mkdtemp(g.dir));
-    assert_int_equal(ckpt_open(g.dir, &g.db, err, sizeof err), 0);
-    g.store = store_create();
-    g.svc = ps_service_create(g.store, 0, NULL, NULL, NULL, 0);
-    ps_service_set_checkpoints(g.svc, g.db, 0);
-    g.server = psc_rpc_server_create("127.0.0.1:0", 2, err, sizeof err);
-    assert_non_null(g.server);
-    ps_service_register(g.svc, g.server);
-    int port = psc_rpc_server_start(g.server, err, sizeof err);
-    assert_true(port > 0);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", port);
-    g.ch = psc_rpc_channel_create(target);
-
+    svc_ps_start(&g, "fence", 0);
     /* the model: global_step and w (N floats), SGD with learning rate 1: w -= g */
     store_sync_cfg_t cfg = {.replicas_to_aggregate = 1, .total_num_replicas = 1, .timeout_secs = 5};
     float w[N] = {1, 2, 3, 4};
     svc_fixture_model(g.store, JOB, w, N, sync ? &cfg : NULL);
 }
 
-static void ps_stop(void)
-{
-    psc_rpc_channel_destroy(g.ch);
-    ps_service_drain(g.svc);
-    psc_rpc_server_destroy(g.server);
-    ps_service_destroy(g.svc);
-    store_destroy(g.store);
-    ckpt_close(g.db);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g.dir);
-    assert_int_equal(system(cmd), 0);
-}
+static void ps_stop(void) { svc_ps_stop(&g); }
 
 /* ---- calls ---- */
 

@@ -45,41 +45,18 @@
 #define STEPS 400 /* per replica */
 #define REPLICAS 3
 
-typedef struct ps {
-    store_t *store;
-    ps_service_t *svc;
-    psc_rpc_server_t *server;
-    char target[64];
-} ps_t;
-
-static ps_t g;
+static svc_ps_t g;
 
 static void ps_start(int sync)
 {
-    char err[512];
-    memset(&g, 0, sizeof g);
-    g.store = store_create();
-    g.svc = ps_service_create(g.store, 0, NULL, NULL, NULL, 0);
-    g.server = psc_rpc_server_create("127.0.0.1:0", 2, err, sizeof err);
-    assert_non_null(g.server);
-    ps_service_register(g.svc, g.server);
-    int port = psc_rpc_server_start(g.server, err, sizeof err);
-    assert_true(port > 0);
-    snprintf(g.target, sizeof g.target, "127.0.0.1:%d", port);
-
+    svc_ps_start(&g, NULL, 0);
     /* SGD with learning rate 1: a sync step subtracts the mean of the gradients */
     store_sync_cfg_t cfg = {.replicas_to_aggregate = REPLICAS, .total_num_replicas = REPLICAS, .timeout_secs = 30};
     float w[N] = {0, 1, 2, 3};
     svc_fixture_model(g.store, JOB, w, N, sync ? &cfg : NULL);
 }
 
-static void ps_stop(void)
-{
-    ps_service_drain(g.svc);
-    psc_rpc_server_destroy(g.server);
-    ps_service_destroy(g.svc);
-    store_destroy(g.store);
-}
+static void ps_stop(void) { svc_ps_stop(&g); }
 
 /* One sync PushPull of w from replica `worker` at `local_step` with gradient
  * grad in every element; the reply's chunk in *out (caller frees) on success. */

@@ -49,6 +49,8 @@
 
 #include <cmocka.h>
 
+#include "service_fixture.h"
+
 #define JOB "00000000000000fc"
 #define OTHER_JOB "00000000000000aa"
 #define STEP 57
@@ -60,54 +62,11 @@
 
 /* ---- a PS in this process ---- */
 
-typedef struct ps {
-    store_t *store;
-    ps_service_t *svc;
-    psc_rpc_server_t *server;
-    ckpt_db_t *db; /* NULL: no --checkpoint_dir */
-    char dir[256];
-    psc_rpc_channel_t *ch;
-} ps_t;
+static svc_ps_t g;
 
-static ps_t g;
+static void ps_start(int with_ckpt) { svc_ps_start(&g, with_ckpt ? "stage" : NULL, 2); }
 
-static void ps_start(int with_ckpt)
-{
-    char err[512];
-    memset(&g, 0, sizeof g);
-    g.store = store_create();
-    g.svc = ps_service_create(g.store, 0, NULL, NULL, NULL, 0);
-    if (with_ckpt) {
-        snprintf(g.dir, sizeof g.dir, "/tmp/psc-test-stage-%d-XXXXXX", (int)getpid());
-        assert_non_null(mkdtemp(g.dir));
-        assert_int_equal(ckpt_open(g.dir, &g.db, err, sizeof err), 0);
-        ps_service_set_checkpoints(g.svc, g.db, 0);
-    }
-    ps_service_set_num_ps(g.svc, 2);
-    g.server = psc_rpc_server_create("127.0.0.1:0", 2, err, sizeof err);
-    assert_non_null(g.server);
-    ps_service_register(g.svc, g.server);
-    int port = psc_rpc_server_start(g.server, err, sizeof err);
-    assert_true(port > 0);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", port);
-    g.ch = psc_rpc_channel_create(target);
-}
-
-static void ps_stop(void)
-{
-    psc_rpc_channel_destroy(g.ch);
-    ps_service_drain(g.svc);
-    psc_rpc_server_destroy(g.server);
-    ps_service_destroy(g.svc);
-    store_destroy(g.store);
-    if (g.db) {
-        ckpt_close(g.db);
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g.dir);
-        assert_int_equal(system(cmd), 0);
-    }
-}
+static void ps_stop(void) { svc_ps_stop(&g); }
 
 /* ---- calls ---- */
 
