@@ -415,6 +415,7 @@ static void compute_job_id(psc_job_spec_t *s)
         fnv_printf(&h, "warm_start from=%s checkpoint=%llu variables=%s tables=%d:", w->from,
                    (unsigned long long)w->checkpoint, w->variables, w->all_tables ? -1 : w->ntables);
         for (int i = 0; i < w->ntables; i++) fnv_printf(&h, "%s,", w->tables[i]);
+        if (w->slots || w->carry_step) fnv_printf(&h, " slots=%d global_step=%d", w->slots, w->carry_step);
     }
     snprintf(s->job_id, sizeof s->job_id, "%016llx", (unsigned long long)h);
 }

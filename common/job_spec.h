@@ -127,6 +127,8 @@ typedef struct psc_warm_start {
     int all_tables;       /* "tables" absent: every table of the new job */
     int ntables;          /* else the tables named (0: none) */
     char tables[PSC_MAX_TABLES][64];
+    int slots;      /* "slots": the optimizer slots and update counts too (from a job only; default false) */
+    int carry_step; /* "global_step": the job starts at the source's global_step (default false: at 0) */
 } psc_warm_start_t;
 
 typedef struct psc_job_spec {

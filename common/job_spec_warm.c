@@ -4,7 +4,9 @@
  *   "warm_start": {"from": "<job id>" | "<file>.safetensors",
  *                  "checkpoint": "latest" | ID,      (from a job id only)
  *                  "variables": "REGEX",             (default ".*")
- *                  "tables": ["name", ...]}          (default: every table)
+ *                  "tables": ["name", ...],          (default: every table)
+ *                  "slots": true | false,            (from a job id only; default false)
+ *                  "global_step": true | false}      (default false)
  */
 #include "job_spec_internal.h"
 
@@ -65,7 +67,7 @@ int jspec_parse_warm_start(const jspec_ctx_t *c, const json_t *root, psc_job_spe
     const json_t *o;
     int rc = jspec_get_object(c, root, "warm_start", "", 0, &o);
     if (rc || !o) return rc;
-    static const char *const keys[] = {"from", "checkpoint", "variables", "tables", NULL};
+    static const char *const keys[] = {"from", "checkpoint", "variables", "tables", "slots", "global_step", NULL};
     if ((rc = jspec_check_keys(c, o, "warm_start", keys))) return rc;
     psc_warm_start_t *w = &s->warm_start;
     const char *from = NULL, *vars = ".*";
@@ -83,6 +85,12 @@ int jspec_parse_warm_start(const jspec_ctx_t *c, const json_t *root, psc_job_spe
     regfree(&re);
     snprintf(w->variables, sizeof w->variables, "%s", vars);
     if ((rc = parse_tables(c, o, s, w))) return rc;
+    if ((rc = jspec_get_bool(c, o, "slots", "warm_start", &w->slots))) return rc;
+    if ((rc = jspec_get_bool(c, o, "global_step", "warm_start", &w->carry_step))) return rc;
+    if (w->slots && !w->from_job)
+        return jspec_fail(c, "warm_start.slots",
+                          "a safetensors file holds no optimizer slots: they come only from a job's checkpoint "
+                          "(from a job id)");
     w->on = 1;
     return 0;
 }

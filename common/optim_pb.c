@@ -131,3 +131,43 @@ int psc_optim_from_pb(const Psc__OptimizerSpec *o, psc_optim_config_t *c, char *
                           "initial_accumulator_value > 0");
     return schedule_from_pb(o->schedule, &c->schedule, err, errlen);
 }
+
+int psc_optim_slot_count(const psc_optim_config_t *c)
+{
+    switch (c->kind) {
+    case PSC_OPT_SGD: return 0;
+    case PSC_OPT_MOMENTUM: return 1;
+    case PSC_OPT_ADAGRAD: return 1;
+    case PSC_OPT_ADAM: return 2;
+    case PSC_OPT_RMSPROP: return 2;
+    case PSC_OPT_FTRL: return 2;
+    }
+    return 0;
+}
+
+const char *psc_optim_slot_name(const psc_optim_config_t *c, int slot)
+{
+    switch (c->kind) {
+    case PSC_OPT_SGD: return NULL;
+    case PSC_OPT_MOMENTUM: return slot == 0 ? "momentum" : NULL;
+    case PSC_OPT_ADAGRAD: return slot == 0 ? "accumulator" : NULL;
+    case PSC_OPT_ADAM: return slot == 0 ? "m" : slot == 1 ? "v" : NULL;
+    case PSC_OPT_RMSPROP: return slot == 0 ? "rms" : slot == 1 ? "momentum" : NULL;
+    case PSC_OPT_FTRL: return slot == 0 ? "accum" : slot == 1 ? "linear" : NULL;
+    }
+    return NULL;
+}
+
+const char *psc_optim_slot_ckpt_name(const psc_optim_config_t *c, int slot)
+{
+    if (slot < 0 || slot >= psc_optim_slot_count(c)) return NULL;
+    switch (c->kind) {
+    case PSC_OPT_SGD: return NULL;
+    case PSC_OPT_MOMENTUM: return "Momentum";
+    case PSC_OPT_ADAGRAD: return "Adagrad";
+    case PSC_OPT_ADAM: return slot == 0 ? "Adam" : "Adam_1";          /* m, v */
+    case PSC_OPT_RMSPROP: return slot == 0 ? "RMSProp" : "RMSProp_1"; /* ms ("rms"), mom */
+    case PSC_OPT_FTRL: return slot == 0 ? "Ftrl" : "Ftrl_1";          /* accum, linear */
+    }
+    return NULL;
+}

@@ -11,6 +11,18 @@
 
 #include <stddef.h>
 
+/* The optimizer's slot arrays (each the size of the variable or row): how
+ * many (0..2), and their names as TF calls them ("momentum", "accumulator",
+ * "m", "v", "rms", "accum", "linear"; NULL beyond the count). The PS keeps
+ * them (ps_server/optim.h), a checkpoint names a variable's X/NAME, and a
+ * warm start that carries them checks they are the same. */
+int psc_optim_slot_count(const psc_optim_config_t *c);
+const char *psc_optim_slot_name(const psc_optim_config_t *c, int slot);
+/* TensorFlow's checkpoint name of a dense variable's slot k: the optimizer's
+ * name, "_1" for the second (tf.compat.v1.train's slot variables
+ * "<var>/<Optimizer>[_1]": "Adam", "Adam_1"); NULL beyond the count. */
+const char *psc_optim_slot_ckpt_name(const psc_optim_config_t *c, int slot);
+
 /* Fills *p from o; p's strings point into static storage (no free). For an
  * optimizer with a constant schedule only (asserted: a schedule must not be
  * dropped on the way to the PS); use psc_optim_to_pb_sched otherwise. */

@@ -39,36 +39,15 @@
  */
 #include "optim.h"
 
+#include "optim_pb.h"
 #include "psc.h"
 
 #include <math.h>
 #include <string.h>
 
-int optim_slot_count(const psc_optim_config_t *c)
-{
-    switch (c->kind) {
-    case PSC_OPT_SGD: return 0;
-    case PSC_OPT_MOMENTUM: return 1;
-    case PSC_OPT_ADAGRAD: return 1;
-    case PSC_OPT_ADAM: return 2;
-    case PSC_OPT_RMSPROP: return 2;
-    case PSC_OPT_FTRL: return 2;
-    }
-    return 0;
-}
+int optim_slot_count(const psc_optim_config_t *c) { return psc_optim_slot_count(c); }
 
-const char *optim_slot_name(const psc_optim_config_t *c, int slot)
-{
-    switch (c->kind) {
-    case PSC_OPT_SGD: return NULL;
-    case PSC_OPT_MOMENTUM: return slot == 0 ? "momentum" : NULL;
-    case PSC_OPT_ADAGRAD: return slot == 0 ? "accumulator" : NULL;
-    case PSC_OPT_ADAM: return slot == 0 ? "m" : slot == 1 ? "v" : NULL;
-    case PSC_OPT_RMSPROP: return slot == 0 ? "rms" : slot == 1 ? "momentum" : NULL;
-    case PSC_OPT_FTRL: return slot == 0 ? "accum" : slot == 1 ? "linear" : NULL;
-    }
-    return NULL;
-}
+const char *optim_slot_name(const psc_optim_config_t *c, int slot) { return psc_optim_slot_name(c, slot); }
 
 /* Vector width multiple that the first pass of every loop is rounded to (covers
  * SSE, AVX and AVX-512 floats). */

@@ -29,7 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Number of slot arrays (each the size of the variable) the optimizer needs: 0..2. */
+/* Number of slot arrays (each the size of the variable) the optimizer needs:
+ * 0..2 (common/optim_pb.h's psc_optim_slot_count, shared with the chief). */
 int optim_slot_count(const psc_optim_config_t *c);
 /* Names of the slots as TF calls them ("momentum", "accumulator", "m", "v", "rms", "momentum", "accum",
  * "linear"). */

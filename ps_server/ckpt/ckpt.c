@@ -492,6 +492,8 @@ static uint32_t *writer_slot(ckpt_writer_t *w, const char *name)
     }
 }
 
+int ckpt_has(ckpt_writer_t *w, const char *name) { return *writer_slot(w, name) != 0; }
+
 static void writer_grow_slots(ckpt_writer_t *w)
 {
     free(w->slots);

@@ -211,6 +211,10 @@ void ckpt_set_step(ckpt_writer_t *w, int64_t step);
  * will refuse it. */
 int ckpt_add(ckpt_writer_t *w, const char *name, const void *data, size_t len);
 
+/* Whether tensor `name` was added to w / table `table` declared in it. */
+int ckpt_has(ckpt_writer_t *w, const char *name);
+int ckpt_has_table(ckpt_writer_t *w, const char *table);
+
 /* Makes the checkpoint a delta on checkpoint `parent` (0, the default: a base).
  * Checked by ckpt_prepare: the parent must exist (prepared or committed), be
  * of the same job and have a smaller id, and every table both declare must have

@@ -53,6 +53,8 @@ static int writer_table(ckpt_writer_t *w, const char *table)
     return -1;
 }
 
+int ckpt_has_table(ckpt_writer_t *w, const char *table) { return writer_table(w, table) >= 0; }
+
 int ckpt_add_table(ckpt_writer_t *w, const char *table, uint32_t record_len)
 {
     PSC_ASSERT(w);

@@ -499,6 +499,7 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     memcpy(progress, svc->replica_steps, rep.n_replica_steps * sizeof *progress);
     rep.replica_steps = progress;
     rep.restored_step = svc->restored_step;
+    rep.base_step = svc->base_step;
     rep.workers_done = svc->workers_done;
     for (uint32_t w = 0; w < PSC_MAX_REPLICAS; w++)
         if (svc->done[w]) done_ranks[rep.n_done_workers++] = w;

@@ -76,7 +76,10 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
      * mode only at step boundary r->step), then write it outside the fence */
     int64_t held = -1;
     ckpt_writer_t *w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
-    svc_add_description(svc, w); /* what the checkpoint holds, for a reader without the job's spec (Describe) */
+    pthread_mutex_lock(&svc->lock);
+    int64_t base = svc->base_step;
+    pthread_mutex_unlock(&svc->lock);
+    svc_add_description(svc, w, base); /* what the checkpoint holds, for a reader without the job's spec (Describe) */
     store_rows_io_t rows = {.table = table_to_writer, .row = row_to_writer, .arg = w};
     uint64_t parent = 0;
     rc = store_export_ex(svc->store, emit_to_writer, w, &rows, r->id, store_get_sync(svc->store, NULL) ? r->step : -1,
@@ -171,13 +174,16 @@ static int ckpt_description(ps_service_t *svc, uint64_t id, Psc__StatusReply **o
 /* A checkpoint restores only onto the shard that wrote it: the same task
  * index of as many PS (its description says; an older one does not, and the
  * variables' names are the check). Another shape is re-split by the chief
- * (Stage). 0 or PSC_ENOTFOUND (the chief's restore then looks further). */
-static int same_shape(ps_service_t *svc, uint64_t id, char *err, size_t errlen)
+ * (Stage). 0 or PSC_ENOTFOUND (the chief's restore then looks further).
+ * *base: the job's base_step the description keeps (0 when none). */
+static int same_shape(ps_service_t *svc, uint64_t id, int64_t *base, char *err, size_t errlen)
 {
     Psc__StatusReply *d = NULL;
+    *base = 0;
     int rc = ckpt_description(svc, id, &d, err, errlen);
     if (rc == PSC_ENOTFOUND) return 0;
     if (rc) return rc;
+    *base = d->base_step;
     if (d->num_ps && svc->num_ps && ((int)d->num_ps != svc->num_ps || (int)d->ps_index != svc->task_index))
         rc = psc_seterr(err, errlen, PSC_ENOTFOUND,
                         "checkpoint %llu holds the shard of ps %u of %u, none for this ps %d of %d (the chief "
@@ -202,7 +208,8 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     if (rc == 0 && strcmp(info.job_id, r->job_id) != 0)
         rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "checkpoint %llu belongs to job %s", (unsigned long long)r->id,
                         info.job_id);
-    if (rc == 0) rc = same_shape(svc, r->id, err, sizeof err);
+    int64_t base = 0;
+    if (rc == 0) rc = same_shape(svc, r->id, &base, err, sizeof err);
     restore_src_t src = {svc->ckpt, r->id};
     store_rows_io_t rows = {.read = rows_from_ckpt, .arg = &src};
     if (rc == 0) rc = store_import_ex(svc->store, fetch_from_ckpt, &src, &rows, r->step, err, sizeof err);
@@ -216,6 +223,7 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     svc_fence_fail_all(svc, 0, PSC_ESTALE, "restored a checkpoint: pull again");
     pthread_mutex_lock(&svc->lock);
     svc->restored_step = info.step; /* replicas that have not reported a step resume after their share of it */
+    svc->base_step = base;
     pthread_mutex_unlock(&svc->lock);
     PSC_INFO("restored checkpoint %llu of job %s: step %lld, %u tensors", (unsigned long long)r->id, r->job_id,
              (long long)info.step, info.ntensors);
@@ -300,6 +308,7 @@ void svc_h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     svc->workers_done = 0;
     memset(svc->replica_steps, 0, sizeof svc->replica_steps);
     svc->restored_step = 0;
+    svc->base_step = 0;
     svc->max_rank = 0;
     pthread_mutex_unlock(&svc->lock);
     svc->last_present = 0;

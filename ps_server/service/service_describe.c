@@ -5,10 +5,14 @@
 #include "service_internal.h"
 
 #include "ckpt.h"
+#include "optim.h"
 #include "psc.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define SVC_SLOTS_MAX 32 /* "rms,momentum" */
 
 /* Status's tables; *mem is what to free() after packing. */
 static void status_tables(ps_service_t *svc, Psc__StatusReply *rep, void **mem)
@@ -17,10 +21,12 @@ static void status_tables(ps_service_t *svc, Psc__StatusReply *rep, void **mem)
     int n = 0;
     store_list_tables(svc->store, &info, &n);
     size_t sz = (size_t)(n ? n : 1);
-    char *block = psc_xcalloc(1, sz * (sizeof(Psc__TableStatus) + sizeof(Psc__TableStatus *) + sizeof info->cfg.name));
+    char *block = psc_xcalloc(
+        1, sz * (sizeof(Psc__TableStatus) + sizeof(Psc__TableStatus *) + sizeof info->cfg.name + SVC_SLOTS_MAX));
     Psc__TableStatus *ts = (Psc__TableStatus *)(void *)block;
     Psc__TableStatus **tp = (Psc__TableStatus **)(void *)(ts + sz);
     char(*names)[sizeof info->cfg.name] = (void *)(tp + sz);
+    char(*slots)[SVC_SLOTS_MAX] = (void *)(names + sz);
     for (int i = 0; i < n; i++) {
         psc__table_status__init(&ts[i]);
         memcpy(names[i], info[i].cfg.name, sizeof names[i]);
@@ -39,6 +45,11 @@ static void status_tables(ps_service_t *svc, Psc__StatusReply *rep, void **mem)
         ts[i].init_a = info[i].cfg.init.a;
         ts[i].init_b = info[i].cfg.init.b;
         ts[i].seed = info[i].cfg.seed;
+        for (int k = 0; k < optim_slot_count(&info[i].cfg.opt); k++) {
+            size_t l = strlen(slots[i]);
+            snprintf(slots[i] + l, SVC_SLOTS_MAX - l, "%s%s", k ? "," : "", optim_slot_name(&info[i].cfg.opt, k));
+        }
+        ts[i].slots = slots[i];
         ts[i].rows_pulled_per_sec = info[i].rows_pulled_per_sec;
         ts[i].rows_pushed_per_sec = info[i].rows_pushed_per_sec;
         tp[i] = &ts[i];
@@ -90,11 +101,12 @@ void svc_describe_free(svc_desc_mem_t *m)
     free(m->vars);
 }
 
-void svc_add_description(ps_service_t *svc, ckpt_writer_t *w)
+void svc_add_description(ps_service_t *svc, ckpt_writer_t *w, int64_t base_step)
 {
     Psc__StatusReply d = PSC__STATUS_REPLY__INIT;
     svc_desc_mem_t m;
     svc_describe(svc, &d, &m);
+    d.base_step = base_step;
     size_t n = psc__status_reply__get_packed_size(&d);
     uint8_t *buf = psc_xmalloc(n ? n : 1);
     psc__status_reply__pack(&d, buf);

@@ -82,6 +82,8 @@ struct ps_service {
     uint32_t workers_done;
     int64_t replica_steps[PSC_MAX_REPLICAS]; /* Step.replica_step per rank (max seen) */
     int64_t restored_step;                   /* the step of the checkpoint last restored (0: none since Release) */
+    int64_t base_step; /* the global_step the job started at: a warm start that carried it (the restored
+                        * checkpoint's description says; 0: none since Release) */
     uint32_t max_rank;                       /* 1 + the largest rank that reported steps */
     /* sync replicas: replies waiting for a step to be applied (service_park.c) */
     pthread_mutex_t park_lock;
@@ -332,7 +334,7 @@ typedef struct svc_desc_mem {
 void svc_describe(ps_service_t *svc, Psc__StatusReply *rep, svc_desc_mem_t *m);
 /* Adds the shard's description to a checkpoint being written, as tensor
  * SVC_CKPT_MODEL (a failure is remembered by the writer). */
-void svc_add_description(ps_service_t *svc, ckpt_writer_t *w);
+void svc_add_description(ps_service_t *svc, ckpt_writer_t *w, int64_t base_step);
 void svc_describe_free(svc_desc_mem_t *m);
 void svc_h_describe(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_assign_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);

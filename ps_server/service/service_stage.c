@@ -16,6 +16,13 @@
  * request's). What the store checks at restore (row ids in this part, rows'
  * values finite, t >= 0, every tensor present) it checks then, as for any
  * checkpoint. No RocksDB call runs under the stage lock.
+ *
+ * A warm start that carries optimizer slots or global_step (the chief's
+ * ps_client_reshard.c, from another job's checkpoint) stages only what it
+ * takes from the source and prepares with `fill`: every tensor and table part
+ * not staged is then the live model's as created and assigned (its initial
+ * values, fresh slots); `base_step` goes into the description, and a restore
+ * of the checkpoint, or of any later one (each Save copies it), sets it.
  */
 #include "service_internal.h"
 
@@ -187,10 +194,46 @@ static int stage_detach(svc_stage_t *st, ckpt_writer_t **w, char *err, size_t er
     return 0;
 }
 
-/* The description, then prepare (no lock held: it writes the store). */
-static int stage_prepare(ps_service_t *svc, ckpt_writer_t *w, char *err, size_t errlen)
+/* Fill: what was not staged, from the live model (tensors by name; a table
+ * part's rows unless the part was staged). */
+typedef struct fill {
+    ckpt_writer_t *w;
+    int skip; /* the rows of the current table: it was staged */
+} fill_t;
+
+static int fill_tensor(void *arg, const char *name, const void *data, size_t len)
 {
-    svc_add_description(svc, w);
+    fill_t *f = arg;
+    return ckpt_has(f->w, name) ? 0 : ckpt_add(f->w, name, data, len);
+}
+
+static int fill_table(void *arg, const char *name, uint32_t record_len)
+{
+    fill_t *f = arg;
+    f->skip = ckpt_has_table(f->w, name);
+    return f->skip ? 0 : ckpt_add_table(f->w, name, record_len);
+}
+
+static int fill_row(void *arg, const char *name, int64_t id, const void *rec, size_t len)
+{
+    fill_t *f = arg;
+    return f->skip ? 0 : ckpt_add_row(f->w, name, id, rec, len);
+}
+
+/* The fill, the description, then prepare (no lock held: it writes the
+ * store). */
+static int stage_prepare(ps_service_t *svc, ckpt_writer_t *w, const Psc__StageRequest *r, char *err, size_t errlen)
+{
+    if (r->fill) {
+        fill_t f = {.w = w};
+        store_rows_io_t rows = {.table = fill_table, .row = fill_row, .arg = &f};
+        int rc = store_export_created(svc->store, fill_tensor, &f, &rows, r->id, err, errlen);
+        if (rc) {
+            ckpt_abort(w);
+            return rc;
+        }
+    }
+    svc_add_description(svc, w, r->base_step);
     ckpt_set_parent(w, 0);               /* a full base */
     return ckpt_prepare(w, err, errlen); /* frees w */
 }
@@ -238,14 +281,14 @@ void svc_h_stage(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg
     /* a refused piece of the staged checkpoint ends it: the chief starts again */
     if ((rc && st->id == r->id) || w) stage_drop(st);
     pthread_mutex_unlock(&st->lock);
-    if (w) rc = stage_prepare(svc, w, err, sizeof err);
+    if (w) rc = stage_prepare(svc, w, r, err, sizeof err);
     if (rc) {
         PSC_WARN("staged checkpoint %llu: %s", (unsigned long long)r->id, err);
         svc_reject(svc, call, rc, "%s", err);
     } else {
         if (r->prepare)
-            PSC_INFO("checkpoint %llu prepared from staged pieces (a restore onto this cluster's shape)",
-                     (unsigned long long)r->id);
+            PSC_INFO("checkpoint %llu prepared from staged pieces%s", (unsigned long long)r->id,
+                     r->fill ? " and the model as created (a warm start)" : " (a restore onto this cluster's shape)");
         Psc__StageReply rep = PSC__STAGE_REPLY__INIT;
         rep.bytes = r->data.len;
         uint8_t buf[16];

@@ -423,6 +423,10 @@ typedef struct store_rows_io {
  * mode every table part's accumulator must be at sync_step too. */
 int store_export_ex(store_t *s, store_emit_fn emit, void *arg, const store_rows_io_t *rows, uint64_t ckpt_id,
                     int64_t sync_step, int64_t *step, uint64_t *parent, char *err, size_t errlen);
+/* store_export_ex of a model created and not yet ready (Stage's fill: the
+ * values assigned so far and the slots as created), async, no step out. */
+int store_export_created(store_t *s, store_emit_fn emit, void *arg, const store_rows_io_t *rows, uint64_t ckpt_id,
+                         char *err, size_t errlen);
 /* store_import with the table parts: each read into a fresh part (rows
  * checked: id in this part, size, t >= 0, finite) before anything changes,
  * then swapped in with the dense tensors; rows untouched since that

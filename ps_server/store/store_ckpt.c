@@ -12,6 +12,7 @@
 #include "bytes.h"
 
 #include "optim.h"
+#include "optim_pb.h"
 #include "psc.h"
 #include "sync.h"
 #include "wire.h"
@@ -37,20 +38,11 @@ typedef struct store_tensor {
     void *data;    /* store_import: the fetched bytes (owned), NULL before */
 } store_tensor_t;
 
-/* TensorFlow's checkpoint name of slot k: the optimizer's name, "_1" for the
- * second (tf.compat.v1.train's slot variables "<var>/<Optimizer>[_1]"). */
 static const char *slot_suffix(const psc_optim_config_t *opt, int k)
 {
-    switch (opt->kind) {
-    case PSC_OPT_SGD: break;
-    case PSC_OPT_MOMENTUM: return "Momentum";
-    case PSC_OPT_ADAGRAD: return "Adagrad";
-    case PSC_OPT_ADAM: return k == 0 ? "Adam" : "Adam_1";          /* m, v (optim.c's slot 0, 1) */
-    case PSC_OPT_RMSPROP: return k == 0 ? "RMSProp" : "RMSProp_1"; /* ms ("rms"), mom */
-    case PSC_OPT_FTRL: return k == 0 ? "Ftrl" : "Ftrl_1";           /* accum, linear */
-    }
-    PSC_ASSERT(!"slot without a checkpoint name");
-    return NULL;
+    const char *n = psc_optim_slot_ckpt_name(opt, k);
+    PSC_ASSERT(n && "slot without a checkpoint name");
+    return n;
 }
 
 /* The tensors of a checkpoint of vars[0..n), in export order, into a malloc'd
@@ -105,8 +97,23 @@ int store_export(store_t *s, store_emit_fn emit, void *arg, int64_t sync_step, i
     return store_export_ex(s, emit, arg, NULL, 0, sync_step, step, NULL, err, errlen);
 }
 
+static int export_impl(store_t *s, store_emit_fn emit, void *arg, const store_rows_io_t *rows, uint64_t ckpt_id,
+                       int64_t sync_step, int64_t *step, uint64_t *parent, int need_ready, char *err, size_t errlen);
+
 int store_export_ex(store_t *s, store_emit_fn emit, void *arg, const store_rows_io_t *rows, uint64_t ckpt_id,
                     int64_t sync_step, int64_t *step, uint64_t *parent, char *err, size_t errlen)
+{
+    return export_impl(s, emit, arg, rows, ckpt_id, sync_step, step, parent, 1, err, errlen);
+}
+
+int store_export_created(store_t *s, store_emit_fn emit, void *arg, const store_rows_io_t *rows, uint64_t ckpt_id,
+                         char *err, size_t errlen)
+{
+    return export_impl(s, emit, arg, rows, ckpt_id, -1, NULL, NULL, 0, err, errlen);
+}
+
+static int export_impl(store_t *s, store_emit_fn emit, void *arg, const store_rows_io_t *rows, uint64_t ckpt_id,
+                       int64_t sync_step, int64_t *step, uint64_t *parent, int need_ready, char *err, size_t errlen)
 {
     if (step) *step = -1;
     if (parent) *parent = 0;
@@ -124,7 +131,7 @@ int store_export_ex(store_t *s, store_emit_fn emit, void *arg, const store_rows_
     pthread_rwlock_unlock(&s->lock);
 
     int rc = 0;
-    if (!ready) {
+    if (need_ready ? !ready : !have_job) {
         pthread_rwlock_unlock(&s->fence);
         if (!have_job)
             rc = psc_seterr(err, errlen, PSC_ENOTREADY, "export: model not ready (no job created yet)");

@@ -512,7 +512,8 @@ static void seed_fence(void)
 /* A model created but not ready, its shard staged as checkpoint 7 (a restore
  * onto another number of PS: the value in two pieces, the Adam slots, the
  * update counts, global_step), prepared, committed and restored; then a
- * refused piece (a size the shard does not have). */
+ * refused piece (a size the shard does not have); then, released and created
+ * again, a warm start's: global_step staged, the rest filled, base_step. */
 static void seed_stage(void)
 {
     const char *job = "00000000000000f3";
@@ -564,6 +565,29 @@ static void seed_stage(void)
     bad.data.data = (uint8_t *)w;
     bad.data.len = 16;
     SEED(PSC_M_STAGE, psc__stage_request, &bad);
+    /* a warm start's stage: released, created again, only global_step staged,
+     * the rest filled from the model as created, base_step kept */
+    Psc__ReleaseRequest rel = PSC__RELEASE_REQUEST__INIT;
+    rel.job_id = (char *)job;
+    SEED(PSC_M_RELEASE, psc__release_request, &rel);
+    seed_create(job, 0);
+    Psc__StageRequest ws = PSC__STAGE_REQUEST__INIT;
+    ws.job_id = (char *)job;
+    ws.id = 9;
+    ws.step = step;
+    ws.tensor = (char *)"global_step";
+    ws.total = 8;
+    ws.data.data = (uint8_t *)&step;
+    ws.data.len = 8;
+    SEED(PSC_M_STAGE, psc__stage_request, &ws);
+    pq.id = 9;
+    pq.fill = 1;
+    pq.base_step = step;
+    SEED(PSC_M_STAGE, psc__stage_request, &pq);
+    cm.id = 9;
+    SEED(PSC_M_COMMIT, psc__commit_request, &cm);
+    rr.id = 9;
+    SEED(PSC_M_RESTORE, psc__restore_request, &rr);
 }
 
 static void write_seed(const char *dir, const char *name)

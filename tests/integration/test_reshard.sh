@@ -17,6 +17,8 @@
 #   --restore_from, the model restores onto the 1 ps, again the same bytes;
 # - 2 ps started on each other's directories: each refuses the other's shard and
 #   the chief re-splits (swaps) them: the same bytes;
+# - a new job warm-started from the 1-epoch job with "slots" and "global_step" trains
+#   one epoch of its own into the straight 2-epoch model (2 ps, and onto 3 ps);
 # - the DLRM in sync-replica mode, 2 ps -> 3 ps, against a straight sync run;
 # - the same with a dense MLP (Fashion-MNIST) in sync-replica mode and greedy_bytes placement:
 #   2 ps -> 3 ps -> 1 ps, each time the bytes of a straight run of as many epochs.
@@ -167,6 +169,64 @@ grep -q "holds the shard of ps 1 of 2, none for this ps 0 of 2" "$TMP/ps0.log" |
 resplit_logged 2 2
 export_to "$TMP/ctr-swapped.st"
 cmp "$TMP/ctr-straight.st" "$TMP/ctr-swapped.st" || fail "the model on swapped directories exports other bytes"
+
+# ---- a warm start that carries the optimizer slots and global_step ----
+# A new job (its own id) warm-started from the 1-epoch job's final checkpoint, with
+# "slots" and "global_step", trains one epoch of its own: the model is the straight
+# 2-epoch run's, tensor for tensor (the export's metadata names another job); the same
+# onto 3 ps. Submitted again it counts its own steps from the carried step (base_step).
+# Without "slots" the Adam moments start afresh: other values. Adam's slots into an
+# Adagrad job are refused.
+same_tensors() { # A B — every tensor of the two safetensors files has the same bytes
+    python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+bad = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+sys.exit("tensors that differ: " + ", ".join(bad[:8]) if bad else 0)
+PY
+}
+stop_all
+standalone ws 2
+"${PSCTL[@]}" train "$TMP/ctr1.json" >"$TMP/ws-day1.out" 2>"$TMP/ws-day1.err" || fail "ws day 1: $(tail -2 "$TMP/ws-day1.err")"
+J1=$(sed -n 's/.*job \([0-9a-f]*\) submitted.*/\1/p' "$TMP/ws-day1.err")
+[ -n "$J1" ] || fail "no job id in psctl's output: $(cat "$TMP/ws-day1.err")"
+ctr_spec "$TMP/ws-slots.json" 1 ", \"warm_start\": {\"from\": \"$J1\", \"slots\": true, \"global_step\": true}"
+train ws-slots "$TMP/ws-slots.json"
+grep -q "warm start from checkpoint [0-9]* of job $J1: 8 variables and 1 tables ([0-9]* rows) with their optimizer slots, global_step $step1 (carried over)" "$WLOG" ||
+    fail "no warm start with slots from $J1 at step $step1 logged: $(grep -i warm "$WLOG")"
+grep -o "warm start from checkpoint .*" "$WLOG" | tail -1
+grep -q "epoch 1/1 step $step1 global_step $((2 * step1)) " "$WLOG" ||
+    fail "the warm-started job did not train its own epoch from global_step $step1: $(grep 'epoch 1/1' "$WLOG" | tail -1)"
+export_to "$TMP/ws-slots.st"
+same_tensors "$TMP/ctr-straight.st" "$TMP/ws-slots.st" ||
+    fail "1 epoch + a warm start with slots and global_step + 1 epoch differs from 2 epochs straight"
+train ws-slots-again "$TMP/ws-slots.json" # the same job again: its own final checkpoint, its own steps done
+grep -q "restored at global_step $((2 * step1)) ($step1 steps of this replica's share): resuming at step $step1 " "$WLOG" ||
+    fail "the warm-started job, submitted again, did not resume after its own $step1 steps: $(grep -i resum "$WLOG")"
+ctr_spec "$TMP/ws-values.json" 1 ", \"warm_start\": {\"from\": \"$J1\", \"global_step\": true}"
+train ws-values "$TMP/ws-values.json"
+grep -q "warm start: global_step $step1 carried over from checkpoint" "$WLOG" || fail "global_step alone: $(grep -i warm "$WLOG")"
+export_to "$TMP/ws-values.st"
+same_tensors "$TMP/ctr-straight.st" "$TMP/ws-values.st" 2>/dev/null &&
+    fail "a warm start without slots trained the same model as one with them"
+ctr_spec "$TMP/ws-adagrad.json" 1 ", \"warm_start\": {\"from\": \"$J1\", \"slots\": true}"
+sed -i 's/"name": "adam"/"name": "adagrad"/' "$TMP/ws-adagrad.json"
+"${PSCTL[@]}" train "$TMP/ws-adagrad.json" >/dev/null 2>"$TMP/ws-adagrad.err" && fail "slots of Adam warm-started an Adagrad job"
+grep -q "has the optimizer slots Adam,Adam_1 in checkpoint [0-9]* of job $J1 but Adagrad in this job" "$TMP/ws-adagrad.err" ||
+    fail "Adam slots into Adagrad: $(tail -2 "$TMP/ws-adagrad.err")"
+stop_all
+standalone ws 3 # day 1's checkpoint on 2 of the 3 ps: re-split into the new job's shards
+ctr_spec "$TMP/ws-slots3.json" 1 ", \"warm_start\": {\"from\": \"$J1\", \"variables\": \"(.*)\", \"slots\": true, \"global_step\": true}"
+train ws-slots3 "$TMP/ws-slots3.json"
+export_to "$TMP/ws-slots3.st"
+same_tensors "$TMP/ctr-straight.st" "$TMP/ws-slots3.st" ||
+    fail "the warm start with slots onto 3 ps differs from 2 epochs straight"
+echo "warm start with slots and global_step (2 ps, and onto 3 ps): the straight 2-epoch run's tensors; without slots other values; Adam slots into Adagrad refused"
 
 # ---- the same model with sync replicas (R = N = 1): 2 ps -> 3 ps ----
 sync=', "sync": {"replicas_to_aggregate": 1, "total_num_replicas": 1}'

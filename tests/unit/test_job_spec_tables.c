@@ -473,6 +473,17 @@ static void test_warm_start(void **state)
                    "\"warm_start\": {\"from\": \"0123456789abcdef\", \"checkpoint\": 7, \"variables\": \"dense/.*\"}"),
              &s);
     assert_int_equal(s.warm_start.checkpoint, 7);
+    assert_true(!s.warm_start.slots && !s.warm_start.carry_step);
+    psc_job_spec_deinit(&s);
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM,
+                   "\"warm_start\": {\"from\": \"0123456789abcdef\", \"slots\": true, \"global_step\": true}"),
+             &s);
+    assert_true(s.warm_start.slots && s.warm_start.carry_step);
+    psc_job_spec_deinit(&s);
+    assert_string_not_equal(id, job_id_of(spec3(buf, sizeof buf, MLP, ADAM,
+                                                "\"warm_start\": {\"from\": \"0123456789abcdef\", \"slots\": true}")));
+    parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"day1.st\", \"global_step\": true}"), &s);
+    assert_true(!s.warm_start.slots && s.warm_start.carry_step);
     psc_job_spec_deinit(&s);
     parse_ok(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"/m/day1.safetensors\", \"tables\": []}"),
              &s);
@@ -498,6 +509,10 @@ static void test_warm_start(void **state)
     expect_error(spec3(buf, sizeof buf, MLP, ADAM,
                        "\"tables\": [" T_EMB "], \"warm_start\": {\"from\": \"f\", \"tables\": [\"emb\", \"emb\"]}"),
                  "warm_start.tables[1]: named twice");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"f.st\", \"slots\": true}"),
+                 "warm_start.slots: a safetensors file holds no optimizer slots");
+    expect_error(spec3(buf, sizeof buf, MLP, ADAM, "\"warm_start\": {\"from\": \"f.st\", \"global_step\": 1}"),
+                 "warm_start.global_step: expected true or false");
 }
 
 static void test_fuzz_seeds(void **state)

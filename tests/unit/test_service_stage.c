@@ -676,6 +676,64 @@ static void test_release_drops_staged(void **state)
     ps_stop();
 }
 
+/* A warm start's stage: only global_step and the table's rows staged, then
+ * prepare with fill and base_step: the kernel and its slots are the model's
+ * as created (zeros); the restore sets base_step (Status), a Save keeps it in
+ * its description and a restore of that sets it again; Release clears it. */
+static void test_fill_and_base_step(void **state)
+{
+    (void)state;
+    ps_start(1);
+    shard_fill();
+    assert_int_equal(create_model(JOB), PSC_RPC_OK);
+    assert_int_equal(stage_piece(6, "global_step", 0, 8, gstep, 8), PSC_RPC_OK);
+    assert_int_equal(stage_rows(6, "emb", row_ids, NROWS * 8, REC, row_recs[0], NROWS * REC), PSC_RPC_OK);
+    Psc__StageRequest q = PSC__STAGE_REQUEST__INIT;
+    q.id = 6;
+    q.prepare = 1;
+    q.fill = 1;
+    q.base_step = STEP;
+    assert_int_equal(stage(&q), PSC_RPC_OK);
+    assert_int_equal(commit(6), PSC_RPC_OK);
+    int64_t step = -1;
+    assert_int_equal(restore(6, &step), PSC_RPC_OK);
+    assert_int_equal(step, STEP);
+    Psc__StatusReply *s = status();
+    assert_true(s->ready);
+    assert_int_equal(s->global_step, STEP);
+    assert_int_equal(s->base_step, STEP);
+    assert_int_equal(s->tables[0]->rows_touched, NROWS);
+    assert_string_equal(s->tables[0]->slots, "m,v");
+    psc__status_reply__free_unpacked(s, NULL);
+    static const float zeros[KN];
+    const char *filled[] = {"dense/kernel", "dense/kernel/Adam", "dense/kernel/Adam_1"};
+    for (int i = 0; i < 3; i++) {
+        void *data = NULL;
+        size_t len = 0;
+        char err[256];
+        assert_int_equal(ckpt_read(g.db, 6, filled[i], &data, &len, err, sizeof err), 0);
+        assert_int_equal(len, KB);
+        assert_memory_equal(data, zeros, KB);
+        free(data);
+    }
+    Psc__TableRowsReply *t = table_rows(6, 1);
+    assert_int_equal(t->ids.len, NROWS * 8);
+    psc__table_rows_reply__free_unpacked(t, NULL);
+    /* a Save carries base_step on; its restore sets it */
+    assert_int_equal(save(8), PSC_RPC_OK);
+    assert_int_equal(commit(8), PSC_RPC_OK);
+    assert_int_equal(release(), PSC_RPC_OK);
+    s = status();
+    assert_int_equal(s->base_step, 0);
+    psc__status_reply__free_unpacked(s, NULL);
+    assert_int_equal(create_model(JOB), PSC_RPC_OK);
+    assert_int_equal(restore(8, &step), PSC_RPC_OK);
+    s = status();
+    assert_int_equal(s->base_step, STEP);
+    psc__status_reply__free_unpacked(s, NULL);
+    ps_stop();
+}
+
 int main(void)
 {
     psc_rpc_hold_for_process();
@@ -683,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_stage_commit_restore), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_refused_piece_drops),  cmocka_unit_test(test_restore_checks_staged_rows),
         cmocka_unit_test(test_release_drops_staged), cmocka_unit_test(test_state_refusal_nan_and_step),
+        cmocka_unit_test(test_fill_and_base_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

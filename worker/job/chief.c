@@ -47,6 +47,7 @@ chief_t *chief_create(const chief_opts_t *o, ps_client_t *pc)
     if (o->spec->warm_start.on) {
         c->ws = (warm_start_t){.spec = o->spec, .vars = o->vars, .nvars = o->nvars, .pc = pc, .cluster = o->cluster};
         ps_client_set_init_hook(pc, warm_start_apply, &c->ws);
+        ps_client_set_stage_hook(pc, warm_start_stage, &c->ws);
     }
     return c;
 }
@@ -55,6 +56,7 @@ void chief_destroy(chief_t *c, const char *why)
 {
     if (!c) return;
     ps_client_set_init_hook(c->pc, NULL, NULL);
+    ps_client_set_stage_hook(c->pc, NULL, NULL);
     chief_mailbox_close(c->o.requests, why);
     free(c);
 }
@@ -79,6 +81,10 @@ int chief_create_model(chief_t *c, float *params, ps_model_origin_t *origin, cha
                  (unsigned long long)origin->ckpt_id, (long long)origin->step);
     else if (origin->initialized)
         PSC_INFO("initialized job %s's model on the PS", spec->job_id);
+    if (origin->initialized && origin->ckpt_id) { /* a warm start's staged first checkpoint */
+        c->last_step = origin->step;
+        c->committed_step = PSC_MAX(c->committed_step, origin->step);
+    }
     return 0;
 }
 

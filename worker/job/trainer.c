@@ -234,7 +234,8 @@ static int join_model(run_t *r, char *err, size_t errlen)
  * submitted again, a PS restarted), after its share of that checkpoint's
  * global_step, so that the job ends at the total its spec asks for, as TF's
  * StopAtStepHook does (async: one global step per replica step; sync: one per
- * step of every replica). A replica joining a job that trains from initial
+ * step of every replica); the steps since the job's start (base_step: a warm
+ * start that carried global_step over starts there). A replica joining a job that trains from initial
  * values starts at 0, whatever global_step the others reached. */
 /* The steps this replica runs at most: streamed data without "steps" runs until it ends (max_steps 0). */
 static int64_t step_cap(const run_t *r) { return r->max_steps > 0 ? r->max_steps : INT64_MAX; }
@@ -253,8 +254,9 @@ static void resume(run_t *r)
         done = PSC_MIN(st.replica_steps[r->rank], step_cap(r));
         PSC_INFO("this replica ran %lld steps before it restarted: resuming at step %lld %s (global_step %lld)",
                  (long long)st.replica_steps[r->rank], (long long)done, of, (long long)r->global_step);
-    } else if (st.restored_step > 0) {
-        int64_t share = r->spec->sync ? st.restored_step : st.restored_step / r->replicas;
+    } else if (st.restored_step > st.base_step) {
+        int64_t ran = st.restored_step - st.base_step; /* this job's steps (a warm start may carry global_step) */
+        int64_t share = r->spec->sync ? ran : ran / r->replicas;
         done = PSC_MIN(share, step_cap(r));
         PSC_INFO("the model was restored at global_step %lld (%lld step%s of this replica's share): resuming at step "
                  "%lld %s",

@@ -19,7 +19,7 @@
 #define WS_ROWS_PER_ASSIGN ((size_t)1 << 20)
 
 /* Opens the source as a safetensors image; what: how the log names it. */
-static int open_source(const warm_start_t *ws, psc_st_file_t *f, char *what, size_t wlen, char *err, size_t errlen)
+static int open_source(warm_start_t *ws, psc_st_file_t *f, char *what, size_t wlen, char *err, size_t errlen)
 {
     const psc_warm_start_t *w = &ws->spec->warm_start;
     if (!w->from_job) {
@@ -33,6 +33,7 @@ static int open_source(const warm_start_t *ws, psc_st_file_t *f, char *what, siz
     char why[768];
     int rc = ps_client_ckpt_find(ws->pc, w->from, w->checkpoint, &id, &step, why, sizeof why);
     if (rc) return psc_seterr(err, errlen, rc == PSC_ENOTFOUND ? PSC_ECONFIG : rc, "warm start: %s", why);
+    ws->src_ckpt = id; /* the one a stage that carries global_step reads too */
     snprintf(what, wlen, "checkpoint %llu of job %s (step %lld)", (unsigned long long)id, w->from, (long long)step);
     const char *dir = getenv("TMPDIR");
     char tmp[512];
@@ -171,10 +172,26 @@ static int selected(const psc_warm_start_t *w, const char *table)
     return 0;
 }
 
+/* A file's global_step, to carry over: *step. */
+static int file_step(const psc_st_file_t *f, const char *what, int64_t *step, char *err, size_t errlen)
+{
+    const psc_st_tensor_t *t = psc_st_find(f, "global_step");
+    if (!t || t->dtype != PSC_ST_I64 || t->numel != 1 || (int64_t)psc_le_get64(t->data) < 0)
+        return psc_seterr(
+            err, errlen, PSC_ECONFIG,
+            "warm start: %s has no global_step (an I64 scalar >= 0) to carry over (warm_start.global_step)", what);
+    *step = (int64_t)psc_le_get64(t->data);
+    return 0;
+}
+
 int warm_start_apply(void *arg, const int *ready, char *err, size_t errlen)
 {
-    const warm_start_t *ws = arg;
+    warm_start_t *ws = arg;
     const psc_warm_start_t *w = &ws->spec->warm_start;
+    int none_ready = 1;
+    for (int p = 0; p < ps_client_num_ps(ws->pc); p++) none_ready &= !ready[p];
+    ws->src_ckpt = 0;
+    if (w->slots && none_ready) return 0; /* it all comes staged, slots with values (warm_start_stage) */
     psc_st_file_t f;
     char what[640], absent[512] = "", tabsent[512] = "";
     double t0 = psc_now();
@@ -182,7 +199,8 @@ int warm_start_apply(void *arg, const int *ready, char *err, size_t errlen)
     if (rc) return rc;
     int used = 0, tables = 0;
     uint64_t rows = 0;
-    rc = dense(ws, &f, what, &used, absent, sizeof absent, err, errlen);
+    if (w->carry_step && !w->from_job) rc = file_step(&f, what, &ws->file_step, err, errlen);
+    if (!rc) rc = dense(ws, &f, what, &used, absent, sizeof absent, err, errlen);
     for (int k = 0; k < ws->spec->num_tables && !rc; k++) {
         const psc_st_tensor_t *ids = NULL, *vals = NULL;
         if (!selected(w, ws->spec->tables[k].name)) continue;
@@ -196,5 +214,59 @@ int warm_start_apply(void *arg, const int *ready, char *err, size_t errlen)
              (unsigned long long)rows, psc_now() - t0);
     if (absent[0]) PSC_INFO("warm start: %s has no %s: they start from their initializers", what, absent);
     if (tabsent[0]) PSC_INFO("warm start: %s has no rows of table %s: it starts from its initializer", what, tabsent);
+    return 0;
+}
+
+/* warm_start.variables: does the whole name match? */
+static int take_var(void *arg, const char *name)
+{
+    const warm_start_t *ws = arg;
+    return regexec(&ws->re, name, 0, NULL, 0) == 0;
+}
+
+static int take_table(void *arg, const char *name)
+{
+    return selected(&((const warm_start_t *)arg)->spec->warm_start, name);
+}
+
+int warm_start_stage(void *arg, uint64_t *ckpt, int64_t *step, char *err, size_t errlen)
+{
+    warm_start_t *ws = arg;
+    const psc_warm_start_t *w = &ws->spec->warm_start;
+    *ckpt = 0;
+    if (!w->slots && !w->carry_step) return 0;
+    char pat[300];
+    snprintf(pat, sizeof pat, "^(%s)$", w->variables);
+    if (regcomp(&ws->re, pat, REG_EXTENDED | REG_NOSUB))
+        return psc_seterr(err, errlen, PSC_ECONFIG, "warm_start.variables: \"%s\" does not compile", w->variables);
+    ps_warm_stage_t s = {.from_job = w->from_job ? w->from : NULL,
+                         .checkpoint = ws->src_ckpt ? ws->src_ckpt : w->checkpoint,
+                         .slots = w->slots,
+                         .carry_step = w->carry_step,
+                         .step = ws->file_step,
+                         .opt = &ws->spec->optimizer,
+                         .take_var = take_var,
+                         .take_table = take_table,
+                         .arg = ws};
+    double t0 = psc_now();
+    int rc = ps_client_warm_stage(ws->pc, ws->spec->job_id, &s, ckpt, step, err, errlen);
+    regfree(&ws->re);
+    if (rc) return rc;
+    char what[640];
+    if (w->from_job)
+        snprintf(what, sizeof what, "checkpoint %llu of job %s", (unsigned long long)s.checkpoint, w->from);
+    else
+        snprintf(what, sizeof what, "file %s", w->from);
+    if (w->slots)
+        PSC_INFO("warm start from %s: %d variables and %d tables (%llu rows) with their optimizer slots, global_step "
+                 "%lld%s, as checkpoint %llu of this job in %.2f s",
+                 what, s.vars, s.tables, (unsigned long long)s.rows, (long long)*step,
+                 w->carry_step ? " (carried over)" : "", (unsigned long long)*ckpt, psc_now() - t0);
+    else
+        PSC_INFO("warm start: global_step %lld carried over from %s, as checkpoint %llu of this job", (long long)*step,
+                 what, (unsigned long long)*ckpt);
+    if (s.absent[0]) PSC_INFO("warm start: %s has no %s: they start from their initializers", what, s.absent);
+    if (s.tabsent[0])
+        PSC_INFO("warm start: %s has no rows of table %s: it starts from its initializer", what, s.tabsent);
     return 0;
 }

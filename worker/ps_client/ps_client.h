@@ -47,6 +47,7 @@ typedef struct ps_status {
     uint64_t incarnation;      /* random per PS process: a change means it restarted */
     int64_t replica_steps[PSC_MAX_REPLICAS]; /* (the global_step PS) steps each replica rank reported */
     int64_t restored_step;      /* (the global_step PS) the step of the checkpoint the model was restored from, 0: none */
+    int64_t base_step;          /* the global_step the job started at (a warm start that carried it), else 0 */
     int ntables;                /* sparse table parts this PS holds (the first 64) */
     struct {
         char name[128];
@@ -64,7 +65,7 @@ typedef struct ps_model_origin {
     int joined;       /* every PS already held it ready: nothing done */
     int restored;     /* restored from checkpoint ckpt_id (at step) on every PS */
     int initialized;  /* initial values assigned (no checkpoint to restore) */
-    uint64_t ckpt_id;
+    uint64_t ckpt_id; /* restored: that checkpoint; initialized: the warm start's staged one (0: none) */
     int64_t step;
     int resharded_from; /* restored: the number of PS that wrote it, when not these (0: these) */
     /* initialized while other PS kept their trained shards (no checkpoint to
@@ -245,6 +246,43 @@ typedef int (*ps_client_init_hook_fn)(void *arg, const int *ready, char *err, si
  * PSC_EINVAL naming a bad address. Before ps_client_create_model. */
 int ps_client_set_restore_sources(ps_client_t *pc, const char *addrs, char *err, size_t errlen);
 void ps_client_set_init_hook(ps_client_t *pc, ps_client_init_hook_fn fn, void *arg);
+/* Called by ps_client_create_model after the initial values are assigned
+ * when it initialized the model on every PS (none was ready): it may stage a
+ * checkpoint of the job (ps_client_warm_stage) and say so in *ckpt (0: none)
+ * and *step; create_model then commits and restores it, which makes the model
+ * ready. NULL: none. */
+typedef int (*ps_client_stage_hook_fn)(void *arg, uint64_t *ckpt, int64_t *step, char *err, size_t errlen);
+void ps_client_set_stage_hook(ps_client_t *pc, ps_client_stage_hook_fn fn, void *arg);
+
+/* A warm start that carries optimizer slots or global_step (the job spec's
+ * warm_start "slots" / "global_step"; worker/job/warm_start.c), run by the
+ * stage hook: a checkpoint of job_id staged on every PS (ps_client_reshard.c)
+ * from committed checkpoint `checkpoint` (0: the newest) of job from_job on
+ * these PS, whatever number of PS wrote it: with slots, each dense variable
+ * and table take_var / take_table accept (by name; a partitioned variable by
+ * its whole name) that the source holds, with its optimizer slots (the same
+ * names as this job's optimizer's, else PSC_ECONFIG naming both) and update
+ * counts; with carry_step, global_step (the source's, or `step` when from_job
+ * is NULL: a file's) and the job's base_step; everything else as the model
+ * was created and assigned. */
+typedef struct ps_warm_stage {
+    const char *from_job; /* NULL: no checkpoint to read (carry_step with `step`) */
+    uint64_t checkpoint;  /* in: the id (0: newest); out: the one read */
+    int slots, carry_step;
+    int64_t step;                  /* from_job NULL: the step carried */
+    const psc_optim_config_t *opt; /* the job's optimizer (the dense variables'; a table's is its own) */
+    int (*take_var)(void *arg, const char *name);
+    int (*take_table)(void *arg, const char *name);
+    void *arg;
+    /* out */
+    int vars, tables; /* taken with their slots */
+    uint64_t rows;
+    char absent[512]; /* taken but not in the source: ", "-separated */
+    char tabsent[512];
+} ps_warm_stage_t;
+/* *staged: the checkpoint prepared (not committed) and *step its global_step. */
+int ps_client_warm_stage(ps_client_t *pc, const char *job_id, ps_warm_stage_t *w, uint64_t *staged, int64_t *step,
+                         char *err, size_t errlen);
 /* dim of table t (0 if unknown). */
 int ps_client_table_dim(const ps_client_t *pc, int table);
 

@@ -256,8 +256,16 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
     /* 2b, 3. Else initial values where the model is missing (a warm start's
      * where it has them: the hook), then ready. */
     if (pc->init_hook && (rc = pc->init_hook(pc->init_hook_arg, ready, err, errlen))) goto out;
-    if ((rc = assign_initial(pc, ready, init_params, err, errlen)) == 0)
-        rc = mark_ready(pc, job_id, ready, err, errlen);
+    if ((rc = assign_initial(pc, ready, init_params, err, errlen))) goto out;
+    if (pc->stage_hook && nready == 0) { /* a warm start that carries slots or global_step */
+        if ((rc = pc->stage_hook(pc->stage_hook_arg, &origin->ckpt_id, &origin->step, err, errlen))) goto out;
+        /* the job's first checkpoint: its own keep applies from its next; the
+         * restore makes the model ready */
+        if (origin->ckpt_id && ((rc = ps_client_ckpt_commit(pc, origin->ckpt_id, 1 << 30, 0, err, errlen)) ||
+                                (rc = ps_client_ckpt_restore(pc, job_id, origin->ckpt_id, origin->step, err, errlen))))
+            goto out;
+    }
+    if (!origin->ckpt_id) rc = mark_ready(pc, job_id, ready, err, errlen);
     /* the re-initialized parts start empty: a count seen before says nothing
      * of a later loss (kept until now, so a retried restore warns with it again) */
     for (int k = 0; rc == 0 && k < pc->ntables * pc->num_ps; k++)
@@ -271,6 +279,12 @@ void ps_client_set_init_hook(ps_client_t *pc, ps_client_init_hook_fn fn, void *a
 {
     pc->init_hook = fn;
     pc->init_hook_arg = arg;
+}
+
+void ps_client_set_stage_hook(ps_client_t *pc, ps_client_stage_hook_fn fn, void *arg)
+{
+    pc->stage_hook = fn;
+    pc->stage_hook_arg = arg;
 }
 
 /* ---- checkpoints ---- */
@@ -573,6 +587,7 @@ static int status_parse(const psc_rpc_op_t *op, int ps, ps_status_t *st, char *e
     st->checkpoints = r->checkpoints;
     st->incarnation = r->incarnation;
     st->restored_step = r->restored_step;
+    st->base_step = r->base_step;
     for (size_t i = 0; i < r->n_replica_steps && i < PSC_ARRAY_LEN(st->replica_steps); i++)
         st->replica_steps[i] = r->replica_steps[i];
     for (size_t i = 0; i < r->n_done_workers; i++)

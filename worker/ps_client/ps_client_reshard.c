@@ -23,11 +23,20 @@
  *   staged checkpoint is a full base with the next free id.
  * Memory: one variable (with one slot at a time) and about 4 MiB of rows per
  * PS at a time.
+ *
+ * A warm start that carries optimizer slots or global_step
+ * (ps_client_warm_stage) runs the same re-split on another job's checkpoint
+ * into this job's model: only the variables and tables it takes (by name),
+ * each with its slots (which must be this job's optimizer's) and update
+ * counts, and global_step when carried; the PS fill the rest from the model
+ * as created (Stage `fill`), and keep the carried step as the job's
+ * base_step.
  */
 #include "ps_client_internal.h"
 
 #include "chunk.h"
 #include "export.h"
+#include "optim_pb.h"
 #include "log.h"
 #include "psc.h"
 #include "table.h"
@@ -43,7 +52,10 @@
 
 typedef struct rs {
     ps_client_t *pc;
-    const char *job_id;
+    const char *job_id;    /* the job staged: this one */
+    const char *src_job;   /* the job whose checkpoint is read: job_id, or a warm start's source */
+    ps_warm_stage_t *warm; /* a warm start's selection and report; NULL: a restore */
+    uint64_t want;         /* the checkpoint to read; 0: src_job's newest committed */
     uint64_t src, dst; /* the checkpoint read, the one staged */
     int64_t step;
     int n;                   /* shards of src */
@@ -216,6 +228,66 @@ static int tails_of(const rs_t *r, const src_piece_t *p, const char **tails, int
     return n;
 }
 
+/* Appends name to a ", "-separated list of len bytes ("..." once full). */
+static void note(char *list, size_t len, const char *name)
+{
+    size_t l = strlen(list);
+    if (l + strlen(name) + 8 < len)
+        snprintf(list + l, len - l, "%s%s", l ? ", " : "", name);
+    else if (l + 5 < len && !strstr(list, "..."))
+        snprintf(list + l, len - l, ", ...");
+}
+
+typedef const char *(*slot_name_fn)(const psc_optim_config_t *o, int k);
+
+/* Whether the comma-separated slot names `have` (a source's) are those of
+ * optimizer o (as `name` calls them), in any order. */
+static int slots_match(const char *have, const psc_optim_config_t *o, slot_name_fn name)
+{
+    int n = 0;
+    for (const char *p = have; *p; p++) n += *p == ',';
+    if (have[0]) n++;
+    if (n != psc_optim_slot_count(o)) return 0;
+    for (int k = 0; k < n; k++) {
+        const char *want = name(o, k);
+        size_t wl = strlen(want);
+        int found = 0;
+        for (const char *p = have; *p && !found; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+            found = strncmp(p, want, wl) == 0 && (p[wl] == ',' || p[wl] == '\0');
+        if (!found) return 0;
+    }
+    return 1;
+}
+
+/* Appends name to a comma-separated list of len bytes. */
+static void join(char *list, size_t len, const char *name)
+{
+    size_t l = strlen(list);
+    snprintf(list + l, len - l, "%s%s", l ? "," : "", name);
+}
+
+/* This job's slot names, comma-separated, into buf. */
+static const char *slot_names(const psc_optim_config_t *o, slot_name_fn name, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (int k = 0; k < psc_optim_slot_count(o); k++) join(buf, len, name(o, k));
+    return buf[0] ? buf : "none";
+}
+
+/* A warm start's variable or table `name`: the source's slots `have` are
+ * this job's optimizer's, else PSC_ECONFIG naming both. */
+static int warm_slots(const rs_t *r, const char *what, const char *name, const char *have, const psc_optim_config_t *o,
+                      slot_name_fn sname, char *err, size_t errlen)
+{
+    if (slots_match(have, o, sname)) return 0;
+    char mine[64];
+    return psc_seterr(err, errlen, PSC_ECONFIG,
+                      "warm start: %s %s has the optimizer slots %s in checkpoint %llu of job %s but %s in this job "
+                      "(another optimizer: warm-start it without \"slots\")",
+                      what, name, have[0] ? have : "none", (unsigned long long)r->src, r->src_job,
+                      slot_names(o, sname, mine, sizeof mine));
+}
+
 /* ".t" of a new piece [at, at + bytes) of the variable: per chunk, the
  * largest count of the old chunks it overlaps. */
 static void retime(const src_piece_t *src, int nsrc, int64_t *const *told, uint64_t at, uint64_t bytes, int64_t *tnew)
@@ -253,6 +325,7 @@ static int reshard_var(rs_t *r, int vi, char *err, size_t errlen)
     size_t bl = strlen(base);
     if (pc->placed[first].num_parts > 1 && psc_export_part_index(base, &bl) >= 0) base[bl] = '\0';
     bl = strlen(base);
+    if (r->warm && !r->warm->take_var(r->warm->arg, base)) return 0;
     /* the checkpoint's pieces of it, in part order */
     int nsrc = 0, cap = 8;
     src_piece_t *src = psc_xmalloc((size_t)cap * sizeof *src);
@@ -275,6 +348,10 @@ static int reshard_var(rs_t *r, int vi, char *err, size_t errlen)
         at += src[k].bytes;
     }
     int rc = 0;
+    if (nsrc == 0 && r->warm) { /* it starts from its initializer (the fill) */
+        note(r->warm->absent, sizeof r->warm->absent, base);
+        goto out;
+    }
     if (nsrc == 0 || at != whole) {
         rc = psc_seterr(err, errlen, PSC_ECONFIG,
                         "variable %s: %llu bytes in %d pieces in checkpoint %llu, but %llu in this job's model", base,
@@ -283,6 +360,13 @@ static int reshard_var(rs_t *r, int vi, char *err, size_t errlen)
     }
     const char *tails[8];
     int nt = tails_of(r, &src[0], tails, 8);
+    if (r->warm) {
+        char have[64] = "";
+        for (int t = 0; t < nt; t++)
+            if (strcmp(tails[t], ".t") != 0) join(have, sizeof have, tails[t]);
+        if ((rc = warm_slots(r, "variable", base, have, r->warm->opt, psc_optim_slot_ckpt_name, err, errlen))) goto out;
+        r->warm->vars++;
+    }
     uint8_t *full = psc_xmalloc(whole ? whole : 1);
     for (int t = -1; t < nt && !rc; t++) { /* -1: the value */
         char name[2 * PSC_NAME_MAX + 8];
@@ -355,18 +439,22 @@ static int reshard_table(rs_t *r, int t, char *err, size_t errlen)
 {
     ps_client_t *pc = r->pc;
     const psc_table_spec_t *T = &pc->tables[t];
-    int P = pc->num_ps, rc = 0;
+    int P = pc->num_ps, rc = 0, any = 0;
+    if (r->warm && !r->warm->take_table(r->warm->arg, T->name)) return 0;
     rs_out_t *out = psc_xcalloc((size_t)P, sizeof *out);
     size_t rec = 0;
     for (int s = 0; s < r->n && !rc; s++) {
         int has = 0;
-        for (size_t i = 0; i < r->desc[s]->n_tables; i++)
-            if (strcmp(r->desc[s]->tables[i]->name, T->name) == 0) {
-                has = 1;
-                if ((int)r->desc[s]->tables[i]->dim != T->dim)
-                    rc = psc_seterr(err, errlen, PSC_ECONFIG, "table %s: dim %u in checkpoint %llu, %d in this job",
-                                    T->name, r->desc[s]->tables[i]->dim, (unsigned long long)r->src, T->dim);
-            }
+        for (size_t i = 0; i < r->desc[s]->n_tables && !rc; i++) {
+            const Psc__TableStatus *d = r->desc[s]->tables[i];
+            if (strcmp(d->name, T->name) != 0) continue;
+            has = any = 1;
+            if ((int)d->dim != T->dim)
+                rc = psc_seterr(err, errlen, PSC_ECONFIG, "%stable %s: dim %u in checkpoint %llu, %d in this job",
+                                r->warm ? "warm start: " : "", T->name, d->dim, (unsigned long long)r->src, T->dim);
+            else if (r->warm && d->slots[0]) /* (an older description does not name them: the record size is checked) */
+                rc = warm_slots(r, "table", T->name, d->slots, &T->optimizer, psc_optim_slot_name, err, errlen);
+        }
         int64_t after = -1;
         for (int more = has; more && !rc;) {
             Psc__TableRowsRequest q = PSC__TABLE_ROWS_REQUEST__INIT;
@@ -421,6 +509,8 @@ static int reshard_table(rs_t *r, int t, char *err, size_t errlen)
             psc__table_rows_reply__free_unpacked(rep, NULL);
         }
     }
+    if (r->warm && !any) note(r->warm->tabsent, sizeof r->warm->tabsent, T->name);
+    if (r->warm && any && !rc) r->warm->tables++;
     /* every part is declared in the staged checkpoint, rows or none */
     for (int k = 0; k < P && !rc; k++) {
         int ps = pc->table_part_ps[t * P + k];
@@ -443,7 +533,9 @@ static int prepare_all(rs_t *r, char *err, size_t errlen)
     q.id = r->dst;
     q.step = r->step;
     q.prepare = 1;
-    uint8_t buf[64];
+    q.fill = r->warm != NULL;
+    q.base_step = r->warm && r->warm->carry_step ? r->step : 0;
+    uint8_t buf[96];
     size_t len = psc__stage_request__pack(&q, buf);
     psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
     for (int i = 0; i < P; i++) {
@@ -464,19 +556,16 @@ static int prepare_all(rs_t *r, char *err, size_t errlen)
 /* Is c committed checkpoint id of the job? */
 static int ours(const rs_t *r, const Psc__CheckpointInfo *c, uint64_t id)
 {
-    return c->id == id && c->committed && strcmp(c->job_id, r->job_id) == 0;
+    return c->id == id && c->committed && strcmp(c->job_id, r->src_job) == 0;
 }
 
-/* Lists and describes: the newest committed checkpoint of the job on any PS,
- * its shards, and the next free id. *found = 0 when there is nothing to
- * re-split (no checkpoint, or one of this cluster's own shape). */
-static int find_source(rs_t *r, int *found, char *err, size_t errlen)
+/* Every PS's (lists[i], P of them) checkpoint list: *newest, the newest
+ * committed checkpoint of r->src_job (r->want: that one), and *max_id, the
+ * largest id of any job. */
+static int list_all(rs_t *r, Psc__ListCheckpointsReply **lists, int P, uint64_t *newest, uint64_t *max_id, char *err,
+                    size_t errlen)
 {
-    ps_client_t *pc = r->pc;
-    int P = pc->num_ps + pc->nsrc, rc = 0; /* this cluster's PS, then the sources */
-    *found = 0;
-    Psc__ListCheckpointsReply **lists = psc_xcalloc((size_t)P, sizeof *lists);
-    uint64_t newest = 0, max_id = 0;
+    int rc = 0;
     for (int i = 0; i < P && !rc; i++) {
         Psc__ListCheckpointsRequest q = PSC__LIST_CHECKPOINTS_REQUEST__INIT; /* every job's: ids are the store's */
         uint8_t buf[64];
@@ -488,24 +577,27 @@ static int find_source(rs_t *r, int *found, char *err, size_t errlen)
         pcl_clear_ops(&op, 1);
         if (!lists[i]) {
             rc = psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint list from %s does not parse",
-                            psc_rpc_channel_target(chan(pc, i)));
+                            psc_rpc_channel_target(chan(r->pc, i)));
             break;
         }
         for (size_t k = 0; k < lists[i]->n_checkpoints; k++) {
             const Psc__CheckpointInfo *c = lists[i]->checkpoints[k];
-            max_id = PSC_MAX(max_id, c->id);
-            if (c->committed && strcmp(c->job_id, r->job_id) == 0) newest = PSC_MAX(newest, c->id);
+            *max_id = PSC_MAX(*max_id, c->id);
+            if (c->committed && strcmp(c->job_id, r->src_job) == 0 && (!r->want || c->id == r->want))
+                *newest = PSC_MAX(*newest, c->id);
         }
     }
-    if (rc || !newest) goto out;
-    r->src = newest;
-    r->dst = max_id + 1;
-    for (int i = 0; i < P; i++) /* the step it holds (global_step's own value, when read, wins) */
-        for (size_t k = 0; k < lists[i]->n_checkpoints; k++)
-            if (ours(r, lists[i]->checkpoints[k], newest)) r->step = lists[i]->checkpoints[k]->step;
-    /* describe it wherever it is */
-    Psc__StatusReply **d = psc_xcalloc((size_t)P, sizeof *d);
-    int n = -1;
+    return rc;
+}
+
+/* Describes checkpoint r->src on every PS (lists[i], P of them) that holds
+ * it: d[i]; *n the number of PS that wrote it, -1 when it cannot be re-split
+ * (older than descriptions: restores only onto its own shape). */
+static int describe_all(rs_t *r, Psc__ListCheckpointsReply **lists, int P, Psc__StatusReply **d, int *n, char *err,
+                        size_t errlen)
+{
+    uint64_t newest = r->src;
+    int rc = 0;
     for (int i = 0; i < P && !rc; i++) {
         int has = 0;
         for (size_t k = 0; k < lists[i]->n_checkpoints; k++)
@@ -517,34 +609,76 @@ static int find_source(rs_t *r, int *found, char *err, size_t errlen)
         psc_rpc_op_t op;
         rc = call1(r, i, PSC_M_DESCRIBE, buf, psc__describe_request__pack(&q, buf), &op, "describe checkpoint", err,
                    errlen);
-        if (rc == PSC_ENOTFOUND) { /* older than descriptions: restores only onto its own shape */
+        if (rc == PSC_ENOTFOUND && r->warm) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            return psc_seterr(err, errlen, PSC_ECONFIG, "warm start: %s", why);
+        }
+        if (rc == PSC_ENOTFOUND) {
             PSC_WARN("checkpoint %llu of job %s is not restorable here: %s", (unsigned long long)newest, r->job_id,
                      err);
-            rc = 0;
-            goto free_desc;
+            *n = -1;
+            return 0;
         }
         if (rc) break;
         d[i] = psc__status_reply__unpack(NULL, op.reply_len, op.reply);
         pcl_clear_ops(&op, 1);
-        if (!d[i]) {
-            rc = psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %llu: the description from %s does not parse",
-                            (unsigned long long)newest, psc_rpc_channel_target(chan(pc, i)));
-            break;
-        }
+        if (!d[i])
+            return psc_seterr(err, errlen, PSC_ECORRUPT, "checkpoint %llu: the description from %s does not parse",
+                              (unsigned long long)newest, psc_rpc_channel_target(chan(r->pc, i)));
+        if (d[i]->num_ps == 0 && r->warm)
+            return psc_seterr(err, errlen, PSC_ECONFIG,
+                              "warm start: checkpoint %llu of job %s does not say how many ps_servers wrote it (an "
+                              "older psc): warm-start without slots and global_step",
+                              (unsigned long long)newest, r->src_job);
         if (d[i]->num_ps == 0) {
             PSC_WARN("checkpoint %llu of job %s does not say how many ps_servers wrote it (an older psc): it restores "
                      "only onto the shape that wrote it",
                      (unsigned long long)newest, r->job_id);
-            goto free_desc;
+            *n = -1;
+            return 0;
         }
-        if (n < 0) n = (int)d[i]->num_ps;
-        if ((int)d[i]->num_ps != n || (int)d[i]->ps_index >= n) {
-            rc = psc_seterr(
+        if (*n < 0) *n = (int)d[i]->num_ps;
+        if ((int)d[i]->num_ps != *n || (int)d[i]->ps_index >= *n)
+            return psc_seterr(
                 err, errlen, PSC_ECORRUPT, "checkpoint %llu: %s holds shard %u of %u, another holds one of %d",
-                (unsigned long long)newest, psc_rpc_channel_target(chan(pc, i)), d[i]->ps_index, d[i]->num_ps, n);
-            break;
-        }
+                (unsigned long long)newest, psc_rpc_channel_target(chan(r->pc, i)), d[i]->ps_index, d[i]->num_ps, *n);
     }
+    return rc;
+}
+
+/* Lists and describes: the newest committed checkpoint of the job on any PS,
+ * its shards, and the next free id. *found = 0 when there is nothing to
+ * re-split (no checkpoint, or one of this cluster's own shape). */
+static int find_source(rs_t *r, int *found, char *err, size_t errlen)
+{
+    ps_client_t *pc = r->pc;
+    int P = pc->num_ps + pc->nsrc; /* this cluster's PS, then the sources */
+    *found = 0;
+    Psc__ListCheckpointsReply **lists = psc_xcalloc((size_t)P, sizeof *lists);
+    uint64_t newest = 0, max_id = 0;
+    int rc = list_all(r, lists, P, &newest, &max_id, err, errlen);
+    if (rc) goto out;
+    if (r->warm && !r->warm->from_job) { /* global_step alone: nothing to read */
+        r->dst = max_id + 1;
+        *found = 1;
+        goto out;
+    }
+    if (!newest && r->warm) {
+        char c[32] = "a committed checkpoint";
+        if (r->want) snprintf(c, sizeof c, "checkpoint %llu", (unsigned long long)r->want);
+        rc = psc_seterr(err, errlen, PSC_ECONFIG, "warm start: job %s has no %s on these ps_servers", r->src_job, c);
+    }
+    if (!newest) goto out;
+    r->src = newest;
+    r->dst = max_id + 1;
+    for (int i = 0; i < P; i++) /* the step it holds (global_step's own value, when read, wins) */
+        for (size_t k = 0; k < lists[i]->n_checkpoints; k++)
+            if (ours(r, lists[i]->checkpoints[k], newest)) r->step = lists[i]->checkpoints[k]->step;
+    /* describe it wherever it is */
+    Psc__StatusReply **d = psc_xcalloc((size_t)P, sizeof *d);
+    int n = -1;
+    rc = describe_all(r, lists, P, d, &n, err, errlen);
     if (rc || n < 0) goto free_desc;
     r->n = n;
     r->shard_ps = psc_xmalloc((size_t)n * sizeof *r->shard_ps);
@@ -566,7 +700,15 @@ static int find_source(rs_t *r, int *found, char *err, size_t errlen)
     /* this shape's own checkpoint, each shard on its PS (restore_latest's
      * business: it failed, or a PS lost its shard, which then starts afresh as
      * before); the same number of PS in another order is re-split */
-    if (n == pc->num_ps && (ml || identity)) goto free_desc;
+    if (!r->warm && n == pc->num_ps && (ml || identity)) goto free_desc;
+    if (ml && r->warm) {
+        rc = psc_seterr(err, errlen, PSC_ECONFIG,
+                        "warm start: checkpoint %llu of job %s was written by %d ps_servers; shard%s %s of it %s on "
+                        "none of these %d",
+                        (unsigned long long)newest, r->src_job, n, strchr(missing, ',') ? "s" : "", missing,
+                        strchr(missing, ',') ? "are" : "is", pc->num_ps);
+        goto free_desc;
+    }
     if (ml) {
         rc = psc_seterr(err, errlen, PSC_ECONFIG,
                         "the newest checkpoint of job %s, %llu, was written by %d ps_servers; shard%s %s of it %s on "
@@ -589,45 +731,90 @@ out:
     return rc;
 }
 
+/* Stages checkpoint r->dst from r->src (found): the variables, global_step,
+ * the tables, then prepare on every PS. */
+static int stage_run(rs_t *r, char *err, size_t errlen)
+{
+    ps_client_t *pc = r->pc;
+    double t0 = psc_now();
+    int rc = 0;
+    /* the step, from the shard that holds global_step */
+    for (int s = 0; s < r->n && !rc; s++)
+        if (r->desc[s]->has_global_step) {
+            uint8_t v[8];
+            rc = read_tensor(r, s, "global_step", v, 8, err, errlen);
+            memcpy(&r->step, v, 8);
+        }
+    if (rc) return rc;
+    if (r->warm && r->warm->from_job)
+        PSC_INFO("warm start from checkpoint %llu of job %s (step %lld), written by %d ps_servers: staging it onto "
+                 "these %d as checkpoint %llu of this job",
+                 (unsigned long long)r->src, r->src_job, (long long)r->step, r->n, pc->num_ps,
+                 (unsigned long long)r->dst);
+    else if (!r->warm)
+        PSC_INFO("checkpoint %llu of job %s was written by %d ps_servers; re-splitting it onto these %d as "
+                 "checkpoint %llu (step %lld)",
+                 (unsigned long long)r->src, r->job_id, r->n, pc->num_ps, (unsigned long long)r->dst,
+                 (long long)r->step);
+    if (r->warm && !r->warm->from_job) r->step = r->warm->step;
+    if (r->warm && !r->warm->carry_step) r->step = 0; /* the job starts at 0 */
+    int nvars = 0, slots = !r->warm || r->warm->slots;
+    for (int p = 0; p < pc->nplaced; p++) nvars = PSC_MAX(nvars, pc->placed[p].var_index + 1);
+    for (int v = 0; v < nvars && slots && !rc; v++) rc = reshard_var(r, v, err, errlen);
+    if (!rc && pc->step_ps >= 0 && (!r->warm || r->warm->carry_step))
+        rc = stage_tensor(r, pc->step_ps, "global_step", (const uint8_t *)&r->step, 8, err, errlen);
+    for (int t = 0; t < pc->ntables && slots && !rc; t++) rc = reshard_table(r, t, err, errlen);
+    double t1 = psc_now();
+    if (!rc) rc = prepare_all(r, err, errlen);
+    if (rc) return rc;
+    PSC_INFO("checkpoint %llu staged: %.1f MiB, %llu of them table rows, in %.1f s (reading rows %.1f s, sending "
+             "%.1f s, writing %.1f s)",
+             (unsigned long long)r->dst, (double)r->bytes / 1048576.0, (unsigned long long)r->rows, psc_now() - t0,
+             r->read_s, r->send_s, psc_now() - t1);
+    return 0;
+}
+
+static void rs_free(rs_t *r)
+{
+    for (int s = 0; s < r->n; s++)
+        if (r->desc && r->desc[s]) psc__status_reply__free_unpacked(r->desc[s], NULL);
+    free(r->desc);
+    free(r->shard_ps);
+}
+
 int pcl_reshard_stage(ps_client_t *pc, const char *job_id, uint64_t *staged, int64_t *step, int *from_ps, char *err,
                       size_t errlen)
 {
     *staged = 0;
-    rs_t r = {.pc = pc, .job_id = job_id};
+    rs_t r = {.pc = pc, .job_id = job_id, .src_job = job_id};
     int found = 0;
-    double t0 = psc_now();
     int rc = find_source(&r, &found, err, errlen);
-    if (rc || !found) goto out;
-    /* the step, from the shard that holds global_step */
-    for (int s = 0; s < r.n && !rc; s++)
-        if (r.desc[s]->has_global_step) {
-            uint8_t v[8];
-            rc = read_tensor(&r, s, "global_step", v, 8, err, errlen);
-            memcpy(&r.step, v, 8);
-        }
-    PSC_INFO("checkpoint %llu of job %s was written by %d ps_servers; re-splitting it onto these %d as checkpoint "
-             "%llu (step %lld)",
-             (unsigned long long)r.src, job_id, r.n, pc->num_ps, (unsigned long long)r.dst, (long long)r.step);
-    int nvars = 0;
-    for (int p = 0; p < pc->nplaced; p++) nvars = PSC_MAX(nvars, pc->placed[p].var_index + 1);
-    for (int v = 0; v < nvars && !rc; v++) rc = reshard_var(&r, v, err, errlen);
-    if (!rc && pc->step_ps >= 0)
-        rc = stage_tensor(&r, pc->step_ps, "global_step", (const uint8_t *)&r.step, 8, err, errlen);
-    for (int t = 0; t < pc->ntables && !rc; t++) rc = reshard_table(&r, t, err, errlen);
-    double t1 = psc_now();
-    if (!rc) rc = prepare_all(&r, err, errlen);
-    if (rc) goto out;
-    PSC_INFO("checkpoint %llu staged: %.1f MiB, %llu of them table rows, in %.1f s (reading rows %.1f s, sending "
-             "%.1f s, writing %.1f s)",
-             (unsigned long long)r.dst, (double)r.bytes / 1048576.0, (unsigned long long)r.rows, psc_now() - t0,
-             r.read_s, r.send_s, psc_now() - t1);
-    *staged = r.dst;
-    *step = r.step;
-    *from_ps = r.n;
-out:
-    for (int s = 0; s < r.n; s++)
-        if (r.desc && r.desc[s]) psc__status_reply__free_unpacked(r.desc[s], NULL);
-    free(r.desc);
-    free(r.shard_ps);
+    if (!rc && found && (rc = stage_run(&r, err, errlen)) == 0) {
+        *staged = r.dst;
+        *step = r.step;
+        *from_ps = r.n;
+    }
+    rs_free(&r);
+    return rc;
+}
+
+int ps_client_warm_stage(ps_client_t *pc, const char *job_id, ps_warm_stage_t *w, uint64_t *staged, int64_t *step,
+                         char *err, size_t errlen)
+{
+    *staged = 0;
+    w->vars = w->tables = 0;
+    w->rows = 0;
+    w->absent[0] = w->tabsent[0] = '\0';
+    rs_t r = {
+        .pc = pc, .job_id = job_id, .src_job = w->from_job ? w->from_job : job_id, .warm = w, .want = w->checkpoint};
+    int found = 0;
+    int rc = find_source(&r, &found, err, errlen);
+    if (!rc && found && (rc = stage_run(&r, err, errlen)) == 0) {
+        *staged = r.dst;
+        *step = r.step;
+        w->checkpoint = r.src;
+        w->rows = r.rows;
+    }
+    rs_free(&r);
     return rc;
 }
