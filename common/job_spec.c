@@ -381,8 +381,11 @@ static void hash_features(uint64_t *h, const psc_job_spec_t *s)
 
 /* FNV-1a 64 of a canonical text: one line per part, fixed field order and formats. The
  * lines of a recommendation model (loss sigmoid_cross_entropy: its lookup layers' tables
- * and features, its data's features) appear only there, so other ids are unchanged. */
-static void compute_job_id(psc_job_spec_t *s)
+ * and features, its data's features) appear only there, so other ids are unchanged.
+ * The placement (strategy, min_shard_bytes) and the tables' partition strategies are
+ * not part of the id: a checkpoint restores re-split onto any of them. The id of psc
+ * before that (with them: legacy) names the checkpoints such a psc wrote. */
+static void compute_job_id(psc_job_spec_t *s, int legacy, char *out)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     fnv_printf(&h, "psc-job-v1\ninput %d %d %d %d\n", s->input_rank, s->input_shape[0], s->input_shape[1],
@@ -400,14 +403,17 @@ static void compute_job_id(psc_job_spec_t *s)
     fnv_printf(&h, "loss %s\n", s->loss);
     if (s->data_format != PSC_DATA_IDX) hash_features(&h, s);
     hash_optimizer(&h, "optimizer", &s->optimizer);
-    fnv_printf(&h, "placement %s min_shard_bytes=%llu\nseed %llu\n",
-               s->placement == PSC_PLACE_GREEDY_BYTES ? "greedy_bytes" : "round_robin",
-               (unsigned long long)s->min_shard_bytes, (unsigned long long)s->seed);
+    if (legacy)
+        fnv_printf(&h, "placement %s min_shard_bytes=%llu\n",
+                   s->placement == PSC_PLACE_GREEDY_BYTES ? "greedy_bytes" : "round_robin",
+                   (unsigned long long)s->min_shard_bytes);
+    fnv_printf(&h, "seed %llu\n", (unsigned long long)s->seed);
     for (int i = 0; i < s->num_tables; i++) {
         const psc_table_spec_t *T = &s->tables[i];
-        fnv_printf(&h, "table %d name=%s rows=%lld dim=%d init=%s a=%.9g b=%.9g partition=%s\n", i, T->name,
-                   (long long)T->rows, T->dim, psc_init_kind_name(T->init.kind), (double)T->init.a, (double)T->init.b,
-                   psc_partition_name(T->partition));
+        fnv_printf(&h, "table %d name=%s rows=%lld dim=%d init=%s a=%.9g b=%.9g", i, T->name, (long long)T->rows,
+                   T->dim, psc_init_kind_name(T->init.kind), (double)T->init.a, (double)T->init.b);
+        if (legacy) fnv_printf(&h, " partition=%s", psc_partition_name(T->partition));
+        fnv_printf(&h, "\n");
         hash_optimizer(&h, "table_optimizer", &T->optimizer);
     }
     const psc_warm_start_t *w = &s->warm_start; /* a warm-started job is another job (other ids unchanged) */
@@ -417,7 +423,7 @@ static void compute_job_id(psc_job_spec_t *s)
         for (int i = 0; i < w->ntables; i++) fnv_printf(&h, "%s,", w->tables[i]);
         if (w->slots || w->carry_step) fnv_printf(&h, " slots=%d global_step=%d", w->slots, w->carry_step);
     }
-    snprintf(s->job_id, sizeof s->job_id, "%016llx", (unsigned long long)h);
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
 /* ---- entry points ---- */
@@ -486,7 +492,8 @@ static int parse_with(const jspec_ctx_t *c, const char *json, size_t len, psc_jo
     if ((rc = parse_sections(c, root, s))) goto out;
     if ((rc = check_model_tables(c, root, model, s))) goto out;
     if ((rc = jspec_parse_warm_start(c, root, s))) goto out;
-    compute_job_id(s);
+    compute_job_id(s, 0, s->job_id);
+    compute_job_id(s, 1, s->legacy_job_id);
 
 out:
     json_decref(root);

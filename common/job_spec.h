@@ -187,8 +187,10 @@ typedef struct psc_job_spec {
     psc_warm_start_t warm_start; /* "warm_start" (absent: off) */
 
     uint64_t seed; /* default 42 */
-    char job_id[17]; /* 16 hex digits: FNV-1a of the canonical model+optimizer(+schedule)+placement+seed+tables
-                        (same spec => same id; job_spec.c) */
+    char job_id[17];        /* 16 hex digits: FNV-1a of the canonical model+optimizer(+schedule)+seed+tables
+                        (same spec => same id; job_spec.c), not of the placement */
+    char legacy_job_id[17]; /* the id psc gave it before 2026-11-29 (with the placement and the tables'
+                               partition strategies): its checkpoints of then are found under it */
 } psc_job_spec_t;
 
 /* Parses JSON text into *out. Besides keys, types and ranges it checks everything

@@ -205,7 +205,7 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     if (rc == 0 && !info.committed)
         rc = psc_seterr(err, sizeof err, PSC_ENOTFOUND, "checkpoint %llu was never committed",
                         (unsigned long long)r->id);
-    if (rc == 0 && strcmp(info.job_id, r->job_id) != 0)
+    if (rc == 0 && strcmp(info.job_id, r->job_id) != 0 && (!r->alias_job_id[0] || strcmp(info.job_id, r->alias_job_id)))
         rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "checkpoint %llu belongs to job %s", (unsigned long long)r->id,
                         info.job_id);
     int64_t base = 0;

@@ -8,14 +8,17 @@
 #   (c) a second job warm-starts from that job's final checkpoint on the same
 #       PS: the chief exports it (Describe, TableRows pages) to a temporary
 #       file, maps it and assigns the rows in the new placement (AssignRows).
+#   (s) the same with "slots" and "global_step": the chief reads the
+#       checkpoint's records whole (TableRows records, Pull of each slot),
+#       stages them as the new job's first checkpoint, commits, restores;
 #   (r) the cluster restarts with 3 ps (ps 0 and 1 on their checkpoint
 #       directories) and job (f) is submitted again: the chief restores its
 #       final checkpoint re-split onto 3 ps (reads every row's record once
 #       from the 2 old shards, stages it on its new part, commits, restores).
 # The time of (f) and (c) is the one the chief logs ("warm start from ...: ...
-# (N rows) in T s"), from reading the source to the last row assigned; of (r)
-# from the chief's "re-splitting it" line to its "restored ... re-split"
-# line. rows/s per PS = N / T / the source's 2 ps. Synthetic rows (uniform
+# (N rows) in T s"), from reading the source to the last row assigned; of (s)
+# from its "staging it onto" line to "initialized job ..."; of (r) from the
+# chief's "re-splitting it" line to its "restored ... re-split" line. rows/s per PS = N / T / the source's 2 ps. Synthetic rows (uniform
 # random floats). A measurement, not a test: exit 1 only when a process fails.
 #
 # usage: tests/bench/bench_warm_start.sh [BUILD_DIR]
@@ -52,7 +55,7 @@ stop() {
 tfc() { echo "{\"cluster\": $cluster, \"task\": {\"type\": \"$1\", \"index\": $2}}"; }
 start 2
 
-spec() { # FILE SEED ROWS WARM
+spec() { # FILE SEED ROWS WARM [WARM_KEYS]
     cat >"$1" <<JSON
 {"model": {"layers": [{"type": "embedding", "table": "emb", "features": ["C1","C2","C3","C4"]},
                       {"type": "dense", "units": 16}, {"type": "interaction"}, {"type": "dense", "units": 1}],
@@ -60,11 +63,17 @@ spec() { # FILE SEED ROWS WARM
  "tables": [{"name": "emb", "rows": $3, "dim": 16}],
  "optimizer": {"name": "adam", "learning_rate": 0.001},
  "data": {"format": "criteo", "train": "$work/data/train-*", "test": "$work/data/test.tsv"},
- "batch_size_per_replica": 64, "steps": 1, "seed": $2, "warm_start": {"from": "$4"}}
+ "batch_size_per_replica": 64, "steps": 1, "seed": $2, "warm_start": {"from": "$4"${5:-}}}
 JSON
 }
 
 secs_of() { sed -n "s/.*warm start from $1.*(\([0-9]*\) rows) in \([0-9.]*\) s.*/\1 \2/p" "$work/w.log" | tail -1; }
+# between_logged A B — seconds from the worker's last line matching A to its last matching B
+between_logged() {
+    awk -v A="$1" -v B="$2" '$0 ~ A { a = $1 } $0 ~ B { b = $1 }
+        function s(x) { split(substr(x, 12, 12), p, ":"); return p[1] * 3600 + p[2] * 60 + p[3] }
+        END { printf "%.2f", s(b) - s(a) }' "$work/w.log"
+}
 
 printf 'bench_warm_start: a dim-16 table on 2 ps, synthetic rows; the time the chief logs\n'
 printf '%10s  %-34s %10s %14s\n' rows source seconds rows/s/ps
@@ -92,13 +101,16 @@ PY
     "${psctl[@]}" train "$work/c.json" >/dev/null 2>"$work/c.err" || { tail -3 "$work/c.err" >&2; exit 1; }
     read -r got t < <(secs_of "checkpoint")
     printf '%10s  %-34s %10s %14.0f\n' "$got" "checkpoint of job $job" "$t" "$(awk -v n="$got" -v t="$t" 'BEGIN { print n / t / 2 }')"
+    spec "$work/s.json" "$((n + 2))" 1073741824 "$job" ', "slots": true, "global_step": true'
+    "${psctl[@]}" train "$work/s.json" >/dev/null 2>"$work/s.err" || { tail -3 "$work/s.err" >&2; exit 1; }
+    got=$(sed -n 's/.*warm start from checkpoint .* (\([0-9]*\) rows) with their optimizer slots.*/\1/p' "$work/w.log" | tail -1)
+    t=$(between_logged "staging it onto these" "initialized job .* model on the PS")
+    printf '%10s  %-34s %10s %14.0f\n' "$got" "the same, with slots and step" "$t" "$(awk -v n="$got" -v t="$t" 'BEGIN { print n / t / 2 }')"
     stop
     start 3
     "${psctl[@]}" train "$work/f.json" >/dev/null 2>"$work/r.err" || { tail -3 "$work/r.err" >&2; exit 1; }
     got=$(sed -n 's/.*staged: .*, \([0-9]*\) of them table rows.*/\1/p' "$work/w.log" | tail -1)
-    t=$(awk '/re-splitting it onto/ { a = $1 } /restored job .* re-split from/ { b = $1 }
-             function s(x) { split(substr(x, 12, 12), p, ":"); return p[1] * 3600 + p[2] * 60 + p[3] }
-             END { printf "%.2f", s(b) - s(a) }' "$work/w.log")
+    t=$(between_logged "re-splitting it onto" "restored job .* re-split from")
     printf '%10s  %-34s %10s %14.0f\n' "$got" "job $job's checkpoint, 2 -> 3 ps" "$t" "$(awk -v n="$got" -v t="$t" 'BEGIN { print n / t / 2 }')"
     [ -z "${BENCH_WARM_VERBOSE:-}" ] || grep -E "re-split|staged|restored|prepared|committed" "$work/w.log" "$work"/ps*.log >&2
     stop

@@ -157,15 +157,13 @@ export_to "$TMP/ctr-1ps.st"
 cmp "$TMP/ctr-straight.st" "$TMP/ctr-1ps.st" || fail "the model restored on 1 ps exports other bytes"
 echo "ctr: 3 ps -> 1 ps with --restore_from $SOURCES: same bytes"
 
-# the same 2 ps, each on the other's directory: each refuses the other's shard, the chief
-# re-splits (here: swaps) them
+# the same 2 ps, each on the other's directory: the chief sees each shard on the other PS
+# and re-splits (here: swaps) them (a PS itself refuses another's shard: unit test_service_stage)
 stop_all
 ln -s "$TMP/straight-ckpt-1" "$TMP/swap-ckpt-0"
 ln -s "$TMP/straight-ckpt-0" "$TMP/swap-ckpt-1"
 standalone swap 2
 train ctr-swapped "$TMP/ctr2.json"
-grep -q "holds the shard of ps 1 of 2, none for this ps 0 of 2" "$TMP/ps0.log" ||
-    fail "ps 0 did not refuse ps 1's shard: $(grep -i restor "$TMP/ps0.log")"
 resplit_logged 2 2
 export_to "$TMP/ctr-swapped.st"
 cmp "$TMP/ctr-straight.st" "$TMP/ctr-swapped.st" || fail "the model on swapped directories exports other bytes"
@@ -261,6 +259,16 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     export_to "$TMP/mlp-straight2.st"
     train mlp-straight3 "$TMP/mlp3.json" # the same job id: resumes its own checkpoint on the same 2 ps
     export_to "$TMP/mlp-straight3.st"
+    # another placement (round_robin, no min_shard_bytes) is the same job: its checkpoint re-split
+    small_spec "$TMP/mlp3rr.json" 3 3 ', "sync": {"replicas_to_aggregate": 1, "total_num_replicas": 1},
+ "checkpoint": {"every_steps": 50}'
+    train mlp-rr3 "$TMP/mlp3rr.json"
+    id3=$(sed -n 's/.*job \([0-9a-f]*\) submitted.*/\1/p' "$TMP/mlp-straight3.err")
+    grep -q "job $id3 submitted" "$TMP/mlp-rr3.err" || fail "round_robin placement: another job id than greedy_bytes'"
+    resplit_logged 2 2
+    export_to "$TMP/mlp-rr3.st"
+    cmp "$TMP/mlp-straight3.st" "$TMP/mlp-rr3.st" || fail "sync MLP: re-split onto another placement differs"
+    echo "sync MLP: greedy_bytes -> round_robin on 2 ps: the same job, re-split, the same bytes"
     stop_all
     standalone mlp 2
     train mlp-2ps "$TMP/mlp1.json"

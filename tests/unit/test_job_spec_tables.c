@@ -9,17 +9,21 @@
 /* ---- optimizer ftrl, schedules, tables ---- */
 
 /* The job id of a spec that must parse (a static copy). */
-static const char *job_id_of(const char *json)
+/* The job id of a spec (legacy: the id psc gave it before the id left out
+ * the placement and the partition strategies). */
+static const char *id_of(const char *json, int legacy)
 {
     static char id[4][17];
     static int next;
     psc_job_spec_t s;
     parse_ok(json, &s);
     char *out = id[next++ % 4];
-    memcpy(out, s.job_id, sizeof id[0]);
+    memcpy(out, legacy ? s.legacy_job_id : s.job_id, sizeof id[0]);
     psc_job_spec_deinit(&s);
     return out;
 }
+
+static const char *job_id_of(const char *json) { return id_of(json, 0); }
 
 static void test_ftrl(void **state)
 {
@@ -375,18 +379,21 @@ static void test_table_errors(void **state)
                  "at least 2");
 }
 
-/* Job ids: unchanged for specs without the new keys (the ids of psc-job-v1 before
- * tables, schedules and ftrl existed), changed by every new setting. */
+/* Job ids: the legacy ids unchanged for specs without the new keys (the ids of
+ * psc-job-v1 before tables, schedules and ftrl existed), every id changed by
+ * every new setting; the partition strategy changes only the legacy id. */
 static void test_job_id_new_keys(void **state)
 {
     (void)state;
     char buf[8192], buf2[8192];
-    assert_string_equal(job_id_of(design_example), "b22ce90fabdb9546");
-    assert_string_equal(job_id_of("{\"model\": {\"input_shape\": [784], \"layers\": [{\"type\": \"dense\", \"units\": "
-                                  "10}]}, \"optimizer\": {\"name\": \"rmsprop\", \"momentum\": 0.5}}"),
+    assert_string_equal(id_of(design_example, 1), "b22ce90fabdb9546");
+    assert_string_equal(id_of("{\"model\": {\"input_shape\": [784], \"layers\": [{\"type\": \"dense\", \"units\": "
+                              "10}]}, \"optimizer\": {\"name\": \"rmsprop\", \"momentum\": 0.5}}",
+                              1),
                         "4923250d49a3617e");
-    assert_string_equal(job_id_of("{\"model\": {\"input_shape\": [784], \"layers\": [{\"type\": \"dense\", \"units\": "
-                                  "10}]}, \"optimizer\": {\"name\": \"adagrad\"}}"),
+    assert_string_equal(id_of("{\"model\": {\"input_shape\": [784], \"layers\": [{\"type\": \"dense\", \"units\": "
+                              "10}]}, \"optimizer\": {\"name\": \"adagrad\"}}",
+                              1),
                         "e91f07548f607828");
     /* spelled-out defaults are the same job */
     const char *plain = job_id_of(spec3(buf, sizeof buf, MLP, ADAM, ""));
@@ -426,7 +433,6 @@ static void test_job_id_new_keys(void **state)
         {"\"name\": \"user\"", "\"name\": \"users\""},
         {"\"rows\": 1000", "\"rows\": 1001"},
         {"\"dim\": 8", "\"dim\": 16"},
-        {"\"partition_strategy\": \"mod\"", "\"partition_strategy\": \"div\""},
         {"\"name\": \"normal\", \"mean\": 0,", "\"name\": \"normal\", \"mean\": 0.5,"},
         {"\"stddev\": 0.05", "\"stddev\": 0.06"},
         {"{\"name\": \"normal\", \"mean\": 0, \"stddev\": 0.05}", "{\"name\": \"zeros\"}"},
@@ -453,6 +459,15 @@ static void test_job_id_new_keys(void **state)
         if (strcmp(job_id_of(text), base_id) == 0)
             fail_msg("variant %zu (%s) kept job id %s", i, variants[i][1], base_id);
     }
+    /* the partition strategy: the same job (a checkpoint restores re-split), another legacy id */
+    const char *at = strstr(base, "\"partition_strategy\": \"mod\"");
+    assert_non_null(at);
+    char text[4096], legacy[17];
+    snprintf(text, sizeof text, "%.*s\"partition_strategy\": \"div\"%s", (int)(at - base), base,
+             at + strlen("\"partition_strategy\": \"mod\""));
+    assert_string_equal(job_id_of(text), base_id);
+    snprintf(legacy, sizeof legacy, "%s", id_of(base, 1));
+    assert_string_not_equal(id_of(text, 1), legacy);
 }
 
 /* The fuzzer's seeds are valid specs (each is a starting point for mutations). */

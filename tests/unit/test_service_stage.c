@@ -734,6 +734,40 @@ static void test_fill_and_base_step(void **state)
     ps_stop();
 }
 
+/* Restore of checkpoint id as job `job` with alias (NULL: none). */
+static int restore_as(const char *job, const char *alias, uint64_t id)
+{
+    Psc__RestoreRequest r = PSC__RESTORE_REQUEST__INIT;
+    r.job_id = (char *)job;
+    if (alias) r.alias_job_id = (char *)alias;
+    r.id = id;
+    r.step = STEP;
+    uint8_t buf[96];
+    return call(PSC_M_RESTORE, buf, psc__restore_request__pack(&r, buf), NULL, NULL);
+}
+
+/* Restore: a checkpoint of another job only under its alias (the id an older
+ * psc gave the same spec); a shard written for another number of PS never. */
+static void test_restore_alias_and_shape(void **state)
+{
+    (void)state;
+    static const char *const job2 = "00000000000000fd";
+    ps_start(1);
+    assert_int_equal(create_model(JOB), PSC_RPC_OK);
+    assert_int_equal(ready(), PSC_RPC_OK);
+    assert_int_equal(save(8), PSC_RPC_OK);
+    assert_int_equal(commit(8), PSC_RPC_OK);
+    assert_int_equal(release(), PSC_RPC_OK);
+    assert_int_equal(create_model(job2), PSC_RPC_OK);
+    int got = restore_as(job2, NULL, 8);
+    assert_true(got != PSC_RPC_OK && strstr(last_msg, "belongs to job " JOB));
+    assert_true(restore_as(job2, "00000000000000aa", 8) != PSC_RPC_OK);
+    assert_int_equal(restore_as(job2, JOB, 8), PSC_RPC_OK);
+    ps_service_set_num_ps(g.svc, 3); /* as if started in a cluster of 3 on this directory */
+    assert_answer(restore_as(job2, JOB, 8), PSC_RPC_NOT_FOUND, "holds the shard of ps 0 of 2, none for this ps 0 of 3");
+    ps_stop();
+}
+
 int main(void)
 {
     psc_rpc_hold_for_process();
@@ -741,7 +775,7 @@ int main(void)
         cmocka_unit_test(test_stage_commit_restore), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_refused_piece_drops),  cmocka_unit_test(test_restore_checks_staged_rows),
         cmocka_unit_test(test_release_drops_staged), cmocka_unit_test(test_state_refusal_nan_and_step),
-        cmocka_unit_test(test_fill_and_base_step),
+        cmocka_unit_test(test_fill_and_base_step),   cmocka_unit_test(test_restore_alias_and_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

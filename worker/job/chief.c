@@ -44,6 +44,7 @@ chief_t *chief_create(const chief_opts_t *o, ps_client_t *pc)
     c->committed_step = -1;
     snprintf(c->off_why, sizeof c->off_why, "checkpoints off: the schedule has not started");
     chief_mailbox_open(o->requests);
+    ps_client_set_legacy_job_id(pc, o->spec->legacy_job_id);
     if (o->spec->warm_start.on) {
         c->ws = (warm_start_t){.spec = o->spec, .vars = o->vars, .nvars = o->nvars, .pc = pc, .cluster = o->cluster};
         ps_client_set_init_hook(pc, warm_start_apply, &c->ws);

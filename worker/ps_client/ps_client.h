@@ -253,6 +253,11 @@ void ps_client_set_init_hook(ps_client_t *pc, ps_client_init_hook_fn fn, void *a
  * ready. NULL: none. */
 typedef int (*ps_client_stage_hook_fn)(void *arg, uint64_t *ckpt, int64_t *step, char *err, size_t errlen);
 void ps_client_set_stage_hook(ps_client_t *pc, ps_client_stage_hook_fn fn, void *arg);
+/* The job id psc gave the job's spec before the id left out the placement
+ * (psc_job_spec_t.legacy_job_id): when the job has no checkpoint of its own,
+ * create_model restores the newest one of that id (on the shape that wrote
+ * it), and the job's own checkpoints follow. "" or NULL: none. */
+void ps_client_set_legacy_job_id(ps_client_t *pc, const char *legacy);
 
 /* A warm start that carries optimizer slots or global_step (the job spec's
  * warm_start "slots" / "global_step"; worker/job/warm_start.c), run by the

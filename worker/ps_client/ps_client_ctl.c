@@ -247,10 +247,11 @@ int ps_client_create_model(ps_client_t *pc, const char *job_id, const psc_optim_
         origin->joined = 1;
         goto out;
     }
-    /* 2a. Restore the newest checkpoint committed and intact on every PS, or
-     * one written by another number of PS, re-split. */
-    if ((rc = restore_latest(pc, job_id, origin, err, errlen)) != 0 || origin->restored) goto out;
+    /* 2a. Restore the newest checkpoint, re-split when another number of PS
+     * or another placement wrote it; else the newest committed and intact on
+     * every PS (or, none, one psc gave the spec's legacy id). */
     if ((rc = restore_resharded(pc, job_id, origin, err, errlen)) != 0 || origin->restored) goto out;
+    if ((rc = restore_latest(pc, job_id, origin, err, errlen)) != 0 || origin->restored) goto out;
     if (nready > 0) warn_partial_reinit(pc, ready, nready, origin);
     origin->initialized = 1;
     /* 2b, 3. Else initial values where the model is missing (a warm start's
@@ -505,10 +506,14 @@ int ps_client_ckpt_save(ps_client_t *pc, const char *job_id, uint64_t id, int64_
     return ps_client_ckpt_commit(pc, id, keep, 0, err, errlen);
 }
 
-int ps_client_ckpt_restore(ps_client_t *pc, const char *job_id, uint64_t id, int64_t step, char *err, size_t errlen)
+/* Restore on every PS; alias (NULL: none): the job id the checkpoint was
+ * written under, when not job_id (the spec's legacy id). */
+static int restore_as(ps_client_t *pc, const char *job_id, const char *alias, uint64_t id, int64_t step, char *err,
+                      size_t errlen)
 {
     Psc__RestoreRequest req = PSC__RESTORE_REQUEST__INIT;
     req.job_id = (char *)job_id;
+    if (alias) req.alias_job_id = (char *)alias;
     req.id = id;
     req.step = step;
     uint8_t buf[64];
@@ -520,6 +525,16 @@ int ps_client_ckpt_restore(ps_client_t *pc, const char *job_id, uint64_t id, int
     return rc;
 }
 
+int ps_client_ckpt_restore(ps_client_t *pc, const char *job_id, uint64_t id, int64_t step, char *err, size_t errlen)
+{
+    return restore_as(pc, job_id, NULL, id, step, err, errlen);
+}
+
+void ps_client_set_legacy_job_id(ps_client_t *pc, const char *legacy)
+{
+    snprintf(pc->legacy_job_id, sizeof pc->legacy_job_id, "%s", legacy ? legacy : "");
+}
+
 /* Restores the newest checkpoint of job_id that is committed and intact on
  * every PS; an older one when a restore finds damage the listing missed. */
 static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t *origin, char *err, size_t errlen)
@@ -528,9 +543,19 @@ static int restore_latest(ps_client_t *pc, const char *job_id, ps_model_origin_t
     int rc = ps_client_ckpt_list(pc, job_id, 1, &list, err, errlen);
     if (rc) return rc;
     if (!list.enabled) return 0;
+    const char *alias = NULL;
+    if (list.n == 0 && pc->legacy_job_id[0]) { /* none under the id: under the one an older psc gave the spec */
+        if ((rc = ps_client_ckpt_list(pc, pc->legacy_job_id, 1, &list, err, errlen))) return rc;
+        if (list.n) {
+            alias = pc->legacy_job_id;
+            PSC_INFO("job %s has no checkpoint of its own; restoring those psc wrote for it under the id %s (before "
+                     "the job id left out the placement)",
+                     job_id, alias);
+        }
+    }
     for (int k = list.n - 1; k >= 0; k--) {
         char e[512];
-        rc = ps_client_ckpt_restore(pc, job_id, list.ids[k], list.steps[k], e, sizeof e);
+        rc = restore_as(pc, job_id, alias, list.ids[k], list.steps[k], e, sizeof e);
         if (rc == 0) {
             origin->restored = 1;
             origin->ckpt_id = list.ids[k];

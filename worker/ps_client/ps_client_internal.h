@@ -73,6 +73,7 @@ struct ps_client {
     int nsrc;
     ps_client_init_hook_fn init_hook; /* ps_client_set_init_hook */
     void *init_hook_arg;
+    char legacy_job_id[17];             /* ps_client_set_legacy_job_id */
     ps_client_stage_hook_fn stage_hook; /* ps_client_set_stage_hook */
     void *stage_hook_arg;
     /* sparse tables (ps_client_set_tables) */

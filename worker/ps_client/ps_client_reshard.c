@@ -590,6 +590,39 @@ static int list_all(rs_t *r, Psc__ListCheckpointsReply **lists, int P, uint64_t 
     return rc;
 }
 
+/* Shard description d is what today's placement gives PS ps: the same
+ * variables (names, sizes) and table parts (name, part of as many,
+ * partition strategy). The job id does not cover the placement, so a
+ * checkpoint of this job on as many PS may hold another placement's shards. */
+static int shard_fits(const ps_client_t *pc, int ps, const Psc__StatusReply *d)
+{
+    size_t nv = 0, nt = 0;
+    for (int p = 0; p < pc->nplaced; p++) {
+        const psc_placed_var_t *pv = &pc->placed[p];
+        if (pv->ps != ps) continue;
+        nv++;
+        int found = 0;
+        for (size_t i = 0; i < d->n_vars && !found; i++)
+            found = strcmp(d->vars[i]->name, pv->name) == 0 &&
+                    (pv->is_step || d->vars[i]->bytes == (uint64_t)pv->numel * 4);
+        if (!found) return 0;
+    }
+    int P = pc->num_ps;
+    for (int t = 0; t < pc->ntables; t++)
+        for (int k = 0; k < P; k++) {
+            if (pc->table_part_ps[t * P + k] != ps) continue;
+            nt++;
+            int found = 0;
+            for (size_t i = 0; i < d->n_tables && !found; i++) {
+                const Psc__TableStatus *ts = d->tables[i];
+                found = strcmp(ts->name, pc->tables[t].name) == 0 && (int)ts->part == k && (int)ts->num_parts == P &&
+                        (int)ts->partition == (int)pc->tables[t].partition;
+            }
+            if (!found) return 0;
+        }
+    return nv == d->n_vars && nt == d->n_tables;
+}
+
 /* Describes checkpoint r->src on every PS (lists[i], P of them) that holds
  * it: d[i]; *n the number of PS that wrote it, -1 when it cannot be re-split
  * (older than descriptions: restores only onto its own shape). */
@@ -614,9 +647,10 @@ static int describe_all(rs_t *r, Psc__ListCheckpointsReply **lists, int P, Psc__
             snprintf(why, sizeof why, "%s", err);
             return psc_seterr(err, errlen, PSC_ECONFIG, "warm start: %s", why);
         }
-        if (rc == PSC_ENOTFOUND) {
-            PSC_WARN("checkpoint %llu of job %s is not restorable here: %s", (unsigned long long)newest, r->job_id,
-                     err);
+        if (rc == PSC_ENOTFOUND || rc == PSC_ECORRUPT || rc == PSC_EMISMATCH) {
+            /* older than descriptions, or damaged: the Restore of the newest
+             * intact one of this shape (restore_latest) takes over */
+            PSC_WARN("checkpoint %llu of job %s cannot be re-split: %s", (unsigned long long)newest, r->job_id, err);
             *n = -1;
             return 0;
         }
@@ -684,22 +718,41 @@ static int find_source(rs_t *r, int *found, char *err, size_t errlen)
     r->shard_ps = psc_xmalloc((size_t)n * sizeof *r->shard_ps);
     r->desc = psc_xcalloc((size_t)n, sizeof *r->desc);
     for (int s = 0; s < n; s++) r->shard_ps[s] = -1;
-    for (int i = 0; i < P; i++)
-        if (d[i] && r->shard_ps[d[i]->ps_index] < 0) {
+    for (int i = 0; i < P && !rc; i++) {
+        if (!d[i]) continue;
+        if (r->shard_ps[d[i]->ps_index] >= 0 && r->shard_ps[d[i]->ps_index] < pc->num_ps && i < pc->num_ps) {
+            /* two PS of the cluster with the same shard: ps_servers that were
+             * not told the cluster (each "ps 0 of 1"); not re-split */
+            if (r->warm)
+                rc = psc_seterr(err, errlen, PSC_ECONFIG,
+                                "warm start: checkpoint %llu of job %s: %s and %s both hold shard %u of %u",
+                                (unsigned long long)newest, r->src_job,
+                                psc_rpc_channel_target(chan(pc, r->shard_ps[d[i]->ps_index])),
+                                psc_rpc_channel_target(chan(pc, i)), d[i]->ps_index, d[i]->num_ps);
+            else
+                PSC_WARN("checkpoint %llu of job %s: %s and %s both hold shard %u of %u: not re-split",
+                         (unsigned long long)newest, r->job_id,
+                         psc_rpc_channel_target(chan(pc, r->shard_ps[d[i]->ps_index])),
+                         psc_rpc_channel_target(chan(pc, i)), d[i]->ps_index, d[i]->num_ps);
+            goto free_desc; /* (rs_free frees r->desc's, free_desc the rest) */
+        }
+        if (r->shard_ps[d[i]->ps_index] < 0) {
             r->shard_ps[d[i]->ps_index] = i;
             r->desc[d[i]->ps_index] = d[i];
             d[i] = NULL;
         }
+    }
     char missing[256] = "";
     size_t ml = 0;
     for (int s = 0; s < n; s++)
         if (r->shard_ps[s] < 0 && ml < sizeof missing - 16)
             ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? ", " : "", s);
     int identity = n == pc->num_ps;
-    for (int s = 0; s < n; s++) identity &= r->shard_ps[s] == s;
-    /* this shape's own checkpoint, each shard on its PS (restore_latest's
-     * business: it failed, or a PS lost its shard, which then starts afresh as
-     * before); the same number of PS in another order is re-split */
+    for (int s = 0; s < n && identity; s++) identity = r->shard_ps[s] == s && shard_fits(pc, s, r->desc[s]);
+    /* this shape's own checkpoint, each shard on its PS in today's placement
+     * (restore_latest's business: or a PS lost its shard, which then starts
+     * afresh as before); the same number of PS in another order, or another
+     * placement, is re-split */
     if (!r->warm && n == pc->num_ps && (ml || identity)) goto free_desc;
     if (ml && r->warm) {
         rc = psc_seterr(err, errlen, PSC_ECONFIG,
