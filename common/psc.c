@@ -245,3 +245,12 @@ int psc_thread_start(pthread_t *t, void *(*fn)(void *), void *arg, const char *w
     if (e == 0) return 0;
     return psc_seterr(err, errlen, PSC_ENOMEM, "cannot start the %s thread: %s", what, strerror(e));
 }
+
+void psc_note_name(char *list, size_t len, const char *name)
+{
+    size_t l = strlen(list);
+    if (l + strlen(name) + 8 < len)
+        snprintf(list + l, len - l, "%s%s", l ? ", " : "", name);
+    else if (l + 5 < len && !strstr(list, "..."))
+        snprintf(list + l, len - l, ", ...");
+}

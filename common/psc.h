@@ -102,6 +102,10 @@ int psc_mkdir_p(const char *path);
 int psc_thread_start(pthread_t *t, void *(*fn)(void *), void *arg, const char *what, char *err, size_t errlen);
 
 /* snprintf into a caller's error buffer (err may be NULL). Returns `code`. */
+/* Appends name to list (len bytes), ", "-separated; once full, ", ..."
+ * ends it. For a log line naming what a step left out. */
+void psc_note_name(char *list, size_t len, const char *name);
+
 int psc_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -49,15 +49,6 @@ static int open_source(warm_start_t *ws, psc_st_file_t *f, char *what, size_t wl
     return rc ? psc_seterr(err, errlen, rc, "warm start from %s: %s", what, why) : 0;
 }
 
-static void note(char *list, size_t len, const char *name)
-{
-    size_t l = strlen(list);
-    if (l + strlen(name) + 8 < len)
-        snprintf(list + l, len - l, "%s%s", l ? ", " : "", name);
-    else if (l + 5 < len && !strstr(list, "..."))
-        snprintf(list + l, len - l, ", ...");
-}
-
 /* The dense variables: into ws->params. *used / absent as the log says. */
 static int dense(const warm_start_t *ws, const psc_st_file_t *f, const char *what, int *used, char *absent, size_t alen,
                  char *err, size_t errlen)
@@ -76,7 +67,7 @@ static int dense(const warm_start_t *ws, const psc_st_file_t *f, const char *wha
         if (v->is_step || regexec(&re, v->name, 0, NULL, 0) != 0) continue;
         const psc_st_tensor_t *t = psc_st_find(f, v->name);
         if (!t) {
-            note(absent, alen, v->name);
+            psc_note_name(absent, alen, v->name);
             continue;
         }
         int same = t->dtype == PSC_ST_F32 && t->rank == v->rank;
@@ -205,7 +196,7 @@ int warm_start_apply(void *arg, const int *ready, char *err, size_t errlen)
         const psc_st_tensor_t *ids = NULL, *vals = NULL;
         if (!selected(w, ws->spec->tables[k].name)) continue;
         rc = table_source(ws, &f, k, what, &ids, &vals, err, errlen);
-        if (!rc && !vals) note(tabsent, sizeof tabsent, ws->spec->tables[k].name);
+        if (!rc && !vals) psc_note_name(tabsent, sizeof tabsent, ws->spec->tables[k].name);
         if (!rc && vals && (rc = table_rows(ws, k, ids, vals, ready, what, &rows, err, errlen)) == 0) tables++;
     }
     psc_st_free(&f);

@@ -228,16 +228,6 @@ static int tails_of(const rs_t *r, const src_piece_t *p, const char **tails, int
     return n;
 }
 
-/* Appends name to a ", "-separated list of len bytes ("..." once full). */
-static void note(char *list, size_t len, const char *name)
-{
-    size_t l = strlen(list);
-    if (l + strlen(name) + 8 < len)
-        snprintf(list + l, len - l, "%s%s", l ? ", " : "", name);
-    else if (l + 5 < len && !strstr(list, "..."))
-        snprintf(list + l, len - l, ", ...");
-}
-
 typedef const char *(*slot_name_fn)(const psc_optim_config_t *o, int k);
 
 /* Whether the comma-separated slot names `have` (a source's) are those of
@@ -349,7 +339,7 @@ static int reshard_var(rs_t *r, int vi, char *err, size_t errlen)
     }
     int rc = 0;
     if (nsrc == 0 && r->warm) { /* it starts from its initializer (the fill) */
-        note(r->warm->absent, sizeof r->warm->absent, base);
+        psc_note_name(r->warm->absent, sizeof r->warm->absent, base);
         goto out;
     }
     if (nsrc == 0 || at != whole) {
@@ -509,7 +499,7 @@ static int reshard_table(rs_t *r, int t, char *err, size_t errlen)
             psc__table_rows_reply__free_unpacked(rep, NULL);
         }
     }
-    if (r->warm && !any) note(r->warm->tabsent, sizeof r->warm->tabsent, T->name);
+    if (r->warm && !any) psc_note_name(r->warm->tabsent, sizeof r->warm->tabsent, T->name);
     if (r->warm && any && !rc) r->warm->tables++;
     /* every part is declared in the staged checkpoint, rows or none */
     for (int k = 0; k < P && !rc; k++) {
