@@ -548,6 +548,15 @@ static void test_json_syntax(void **state)
     assert_spec_empty(&s);
 }
 
+/* base with its first change[0] replaced by change[1], into text. */
+static const char *variant_of(char *text, size_t len, const char *base, const char *const change[2])
+{
+    const char *at = strstr(base, change[0]);
+    assert_non_null(at);
+    snprintf(text, len, "%.*s%s%s", (int)(at - base), base, change[1], at + strlen(change[0]));
+    return text;
+}
+
 static void test_job_id(void **state)
 {
     (void)state;
@@ -583,13 +592,9 @@ static void test_job_id(void **state)
         {"{\"type\": \"dense\", \"units\": 10}", "{\"type\": \"dense\", \"units\": 10, \"use_bias\": false}"},
         {"{\"type\": \"dense\", \"units\": 10}", "{\"type\": \"dense\", \"units\": 10, \"name\": \"logits\"}"},
     };
+    char text[2048];
     for (size_t i = 0; i < PSC_ARRAY_LEN(variants); i++) {
-        const char *at = strstr(design_example, variants[i][0]);
-        assert_non_null(at);
-        char text[2048];
-        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - design_example), design_example, variants[i][1],
-                 at + strlen(variants[i][0]));
-        parse_ok(text, &b);
+        parse_ok(variant_of(text, sizeof text, design_example, variants[i]), &b);
         if (strcmp(a.job_id, b.job_id) == 0) fail_msg("variant %zu (%s) kept job id %s", i, variants[i][1], a.job_id);
         psc_job_spec_deinit(&b);
     }
@@ -600,12 +605,7 @@ static void test_job_id(void **state)
         {"\"strategy\": \"round_robin\"", "\"strategy\": \"greedy_bytes\""},
     };
     for (size_t i = 0; i < PSC_ARRAY_LEN(placement); i++) {
-        const char *at = strstr(design_example, placement[i][0]);
-        assert_non_null(at);
-        char text[2048];
-        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - design_example), design_example, placement[i][1],
-                 at + strlen(placement[i][0]));
-        parse_ok(text, &b);
+        parse_ok(variant_of(text, sizeof text, design_example, placement[i]), &b);
         assert_string_equal(a.job_id, b.job_id);
         assert_string_not_equal(a.legacy_job_id, b.legacy_job_id);
         psc_job_spec_deinit(&b);
