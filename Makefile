@@ -52,11 +52,11 @@ sanitize: setup
 	cmake --build build-fuzz -j $(JOBS)
 	cd build-fuzz && ctest --output-on-failure --no-tests=error -j $(JOBS) -LE 'faults|image'
 
-# The concurrency tests (store, sync accumulator, sparse table, metrics registry, event writer) under ThreadSanitizer.
+# The concurrency tests (store, sync accumulator, sparse table and its rows' life, metrics registry, event writer) under ThreadSanitizer.
 tsan: setup
 	cmake -S . -B build-tsan -DPSC_SANITIZE=thread -DPSC_CUDA=OFF $(CMAKE_FLAGS)
-	cmake --build build-tsan -j $(JOBS) --target test_store test_store_sync test_store_export test_sync test_sparse_table test_metrics test_tfevents test_service_replicas test_service_fence
-	cd build-tsan && ctest --output-on-failure --no-tests=error -j $(JOBS) -R '^unit[.]test_(store|store_sync|store_export|sync|sparse_table|metrics|tfevents|service_replicas|service_fence)$$'
+	cmake --build build-tsan -j $(JOBS) --target test_store test_store_sync test_store_export test_sync test_sparse_table test_sparse_life test_metrics test_tfevents test_service_replicas test_service_fence
+	cd build-tsan && ctest --output-on-failure --no-tests=error -j $(JOBS) -R '^unit[.]test_(store|store_sync|store_export|sync|sparse_table|sparse_life|metrics|tfevents|service_replicas|service_fence)$$'
 
 # Only the libFuzzer targets (tests/fuzz), FUZZ_SECS seconds each, in build-fuzz.
 fuzz: setup

@@ -430,6 +430,15 @@ static int cmd_status(const psctl_cli_t *c, const char *arg)
                    (unsigned long long)ts->rows_touched, (double)ts->bytes / 1048576.0,
                    (unsigned long long)ts->rows_pulled, ts->rows_pulled_per_sec, (unsigned long long)ts->rows_pushed,
                    ts->rows_pushed_per_sec);
+            if (ts->ttl_steps > 0 || ts->ttl_secs > 0 || ts->max_rows > 0)
+                printf("      eviction: %llu rows evicted (%.0f/s), longest pause %llu us\n",
+                       (unsigned long long)ts->rows_evicted, ts->rows_evicted_per_sec,
+                       (unsigned long long)ts->evict_pause_max_us);
+            if (ts->min_count > 1)
+                printf(
+                    "      admission (min_count %u): %llu ids waiting, %llu gradient rows dropped, filter %.1f MiB\n",
+                    ts->min_count, (unsigned long long)ts->waiting, (unsigned long long)ts->rows_dropped,
+                    (double)ts->filter_bytes / 1048576.0);
         }
         psc__status_reply__free_unpacked(r, NULL);
     }

@@ -113,6 +113,12 @@ typedef struct psc_table_spec {
     enum psc_partition partition; /* default mod */
     psc_optim_config_t optimizer; /* the table's "optimizer", else a copy of the job's */
     int own_optimizer;      /* 1 when the table declared its own */
+    /* "eviction" and "admission" (docs/sparse-tables.md): a row's life; not in the job id */
+    int64_t ttl_steps;    /* 0: off */
+    double ttl_secs;      /* 0: off */
+    int64_t max_rows;     /* the whole table's cap, spread over its parts (0: none) */
+    int min_count;        /* 0: every id gets a row at once */
+    int64_t filter_bytes; /* the admission filter's bytes per part (0: the default, 4 MiB) */
 } psc_table_spec_t;
 
 /* "warm_start" (TF's WarmStartSettings): the new job's model starts from

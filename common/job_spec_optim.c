@@ -327,11 +327,41 @@ static int parse_initializer(const jspec_ctx_t *c, const json_t *tj, const char 
     return 0;
 }
 
+/* tables[i].eviction and .admission (sparse_table.h, "a row's life"). */
+static int parse_life(const jspec_ctx_t *c, const json_t *tj, const char *path, psc_table_spec_t *T)
+{
+    static const char *const ekeys[] = {"ttl_steps", "ttl_secs", "max_rows", NULL};
+    static const char *const akeys[] = {"min_count", "filter_bytes", NULL};
+    char p[64];
+    const json_t *o;
+    int rc;
+    jspec_join(p, sizeof p, path, "eviction");
+    if ((rc = jspec_get_object(c, tj, "eviction", path, 0, &o))) return rc;
+    if (o) {
+        if ((rc = jspec_check_keys(c, o, p, ekeys))) return rc;
+        if ((rc = jspec_get_int_in(c, o, "ttl_steps", p, 0, 1, INT64_C(1) << 40, &T->ttl_steps))) return rc;
+        if ((rc = jspec_get_number(c, o, "ttl_secs", p, 0, JSPEC_R_POS, &T->ttl_secs))) return rc;
+        if ((rc = jspec_get_int_in(c, o, "max_rows", p, 0, 256, PSC_TABLE_MAX_ROWS, &T->max_rows))) return rc;
+        if (T->ttl_steps == 0 && T->ttl_secs == 0 && T->max_rows == 0)
+            return jspec_fail(c, p, "give ttl_steps, ttl_secs or max_rows (or leave eviction out)");
+        if (T->ttl_secs > 1e9) return jspec_fail(c, p, "ttl_secs %g is more than 10^9 seconds", T->ttl_secs);
+    }
+    jspec_join(p, sizeof p, path, "admission");
+    if ((rc = jspec_get_object(c, tj, "admission", path, 0, &o))) return rc;
+    if (!o) return 0;
+    int64_t k = 0;
+    if ((rc = jspec_check_keys(c, o, p, akeys))) return rc;
+    if ((rc = jspec_get_int_in(c, o, "min_count", p, 1, 2, 255, &k))) return rc;
+    T->min_count = (int)k;
+    return jspec_get_int_in(c, o, "filter_bytes", p, 0, 64 << 10, INT64_C(1) << 30, &T->filter_bytes);
+}
+
 /* tables[i] into *T; its name checked against the model's variables and the tables before it. */
 static int parse_table(const jspec_ctx_t *c, const json_t *tj, int i, const psc_job_spec_t *s,
                        const psc_var_desc_t *vars, int nvars, psc_table_spec_t *T)
 {
-    static const char *const keys[] = {"name", "rows", "dim", "initializer", "partition_strategy", "optimizer", NULL};
+    static const char *const keys[] = {"name",      "rows",     "dim",       "initializer", "partition_strategy",
+                                       "optimizer", "eviction", "admission", NULL};
     static const char *const partitions[] = {"mod", "div"};
     char path[32], p[64], got[64];
     int rc;
@@ -364,6 +394,7 @@ static int parse_table(const jspec_ctx_t *c, const json_t *tj, int i, const psc_
     if ((rc = parse_initializer(c, tj, path, &T->init))) return rc;
     if ((rc = jspec_get_enum(c, tj, "partition_strategy", path, 0, partitions, 2, &part))) return rc;
     T->partition = (enum psc_partition)part;
+    if ((rc = parse_life(c, tj, path, T))) return rc;
 
     const json_t *o;
     if ((rc = jspec_get_object(c, tj, "optimizer", path, 0, &o))) return rc;

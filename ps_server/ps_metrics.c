@@ -84,6 +84,24 @@ static void collect_tables(psc_metrics_emit_t *e, store_t *store)
         psc_metrics_emit_gauge(e, "psc_ps_table_rows_pushed_per_second",
                                "Rows pushed per second, measured as psc_ps_table_rows_pulled_per_second.", labels,
                                t[i].rows_pushed_per_sec);
+        psc_metrics_emit_counter(e, "psc_ps_table_rows_evicted_total",
+                                 "Rows removed by the table's eviction (TTL or row cap).", labels,
+                                 (double)t[i].stats.rows_evicted);
+        psc_metrics_emit_gauge(e, "psc_ps_table_rows_evicted_per_second",
+                               "Rows evicted per second, measured as psc_ps_table_rows_pulled_per_second.", labels,
+                               t[i].rows_evicted_per_sec);
+        psc_metrics_emit_counter(e, "psc_ps_table_rows_dropped_total",
+                                 "Gradient rows dropped because their id was not admitted yet (admission).", labels,
+                                 (double)t[i].stats.rows_dropped);
+        psc_metrics_emit_gauge(e, "psc_ps_table_admission_waiting",
+                               "Ids counted by the admission filter and not admitted (an estimate).", labels,
+                               (double)t[i].stats.waiting);
+        psc_metrics_emit_gauge(e, "psc_ps_table_admission_filter_bytes",
+                               "Bytes of the admission filter (count-min sketch), included in psc_ps_table_bytes.",
+                               labels, (double)t[i].stats.filter_bytes);
+        psc_metrics_emit_gauge(e, "psc_ps_table_evict_pause_max_seconds",
+                               "The longest one shard of rows was held by one eviction pass.", labels,
+                               (double)t[i].stats.pause_max_ns / 1e9);
     }
     free(t);
 }

@@ -23,8 +23,9 @@
  * T declared by c reads, as of c (ckpt_read_rows), every row of the T-chain of
  * c: c's chain cut before the first ancestor that does not declare T (a table a
  * delta declares first starts there); each row's value is its version in the
- * newest checkpoint of that T-chain that wrote it. Rows are never deleted (a
- * table that loses rows is saved as a new base). Tensors are not inherited:
+ * newest checkpoint of that T-chain that wrote it. A delta deletes a row with
+ * a tombstone (ckpt_add_row with no record): a row whose newest version is a
+ * tombstone does not exist as of c (an evicted row, sparse_table.h). Tensors are not inherited:
  * each checkpoint holds all its tensors.
  *   - ckpt_prepare refuses a parent that is missing, of another job, not older,
  *     or that declares one of the delta's tables with another record length.
@@ -104,8 +105,11 @@
  *                x ^= x >> 33): any order, and a missing, extra or replaced row
  *                version changes rows or digest
  *      last   4  masked CRC-32C of every byte of the manifest before it
+ *   manifest value, version 3 (written when a table of it has tombstones):
+ *     as version 2, each table entry followed by
+ *             8  dead: how many of its row versions are tombstones
  *   A manifest whose CRC fails is corrupt (PSC_ECORRUPT); one whose CRC holds but
- *   whose version is above 2 was written by a newer psc (PSC_EUNSUPPORTED).
+ *   whose version is above 3 was written by a newer psc (PSC_EUNSUPPORTED).
  *
  *   tensor value, version 1:
  *       0     1  format version = 1
@@ -122,6 +126,8 @@
  *       4     4  masked CRC-32C of the record
  *       8     4  len (the table's record_len)
  *      12   len  the record, as given to ckpt_add_row (never interpreted)
+ *   A tombstone is a row value with len 0 and no record (its CRC is the empty
+ *   string's), valid only in a table whose manifest entry counts tombstones.
  *   A row reads back only when its header's length is the table's record_len
  *   and the record's CRC is the header's.
  *
@@ -142,7 +148,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CKPT_FORMAT_VERSION 2 /* the newest manifest version this psc reads and writes */
+#define CKPT_FORMAT_VERSION 3 /* the newest manifest version this psc reads and writes */
 #define CKPT_MAX_NAME 200   /* bytes of a tensor or table name */
 #define CKPT_MAX_JOB_ID 16  /* bytes of a job id */
 /* A tensor is one RocksDB value: at most 4 GiB minus the header. Larger
@@ -229,7 +235,8 @@ void ckpt_set_parent(ckpt_writer_t *w, uint64_t parent);
 int ckpt_add_table(ckpt_writer_t *w, const char *table, uint32_t record_len);
 
 /* Adds the record of row `row` (0..INT64_MAX) of declared table `table`: a row
- * written since the parent (in a base: every row). Copies rec (len bytes, the
+ * written since the parent (in a base: every row); rec NULL and len 0: a
+ * tombstone, the row deleted since the parent (manifest version 3). Copies rec (len bytes, the
  * table's record_len) into the writer's RocksDB batch at once: no other copy is
  * kept, only the row id (8 bytes) to refuse a row added twice. Rows may come in
  * any order; ascending order is cheapest (a duplicate is then refused here, else

@@ -121,14 +121,15 @@ void ckpt_manifest_free(ckpt_manifest_t *m)
 
 unsigned char *ckpt_manifest_encode(const ckpt_info_t *info, const ckpt_entry_t *e, const ckpt_table_t *t, size_t *n)
 {
-    int v2 = info->parent != 0 || info->ntables > 0;
+    int v2 = info->parent != 0 || info->ntables > 0, v3 = 0;
+    for (uint32_t i = 0; i < info->ntables; i++) v3 |= t[i].dead > 0;
     size_t fixed = v2 ? CKPT_MANIFEST_FIXED_V2 : CKPT_MANIFEST_FIXED;
     size_t job_len = strlen(info->job_id);
     size_t sz = fixed + job_len + 4;
     for (uint32_t i = 0; i < info->ntensors; i++) sz += 2 + strlen(e[i].name) + 8 + 4;
-    for (uint32_t i = 0; i < info->ntables; i++) sz += 1 + strlen(t[i].name) + 4 + 8 + 8;
+    for (uint32_t i = 0; i < info->ntables; i++) sz += 1 + strlen(t[i].name) + 4 + 8 + 8 + (v3 ? 8 : 0);
     unsigned char *b = psc_xmalloc(sz), *p = b;
-    p[0] = v2 ? 2 : 1;
+    p[0] = v3 ? 3 : v2 ? 2 : 1;
     p[1] = info->committed ? 1 : 0;
     psc_le_put16(p + 2, 0);
     psc_le_put32(p + 4, info->ntensors);
@@ -158,7 +159,8 @@ unsigned char *ckpt_manifest_encode(const ckpt_info_t *info, const ckpt_entry_t 
         psc_le_put32(p + 1 + nl, t[i].record_len);
         psc_le_put64(p + 1 + nl + 4, t[i].rows);
         psc_le_put64(p + 1 + nl + 12, t[i].digest);
-        p += 1 + nl + 20;
+        if (v3) psc_le_put64(p + 1 + nl + 20, t[i].dead);
+        p += 1 + nl + 20 + (v3 ? 8 : 0);
     }
     psc_le_put32(p, psc_crc32c_mask(psc_crc32c(0, b, (size_t)(p - b))));
     PSC_ASSERT((size_t)(p + 4 - b) == sz);
@@ -193,9 +195,11 @@ static int decode_tensors(const unsigned char **pp, const unsigned char *end, ck
     return 0;
 }
 
-/* The table entries at *pp (m->info.ntables set); sums info.rows. */
-static int decode_tables(const unsigned char **pp, const unsigned char *end, ckpt_manifest_t *m)
+/* The table entries at *pp (m->info.ntables set; version 3: with their
+ * tombstone counts); sums info.rows. */
+static int decode_tables(const unsigned char **pp, const unsigned char *end, ckpt_manifest_t *m, int v3)
 {
+    size_t ent = 20 + (v3 ? 8 : 0);
     const unsigned char *p = *pp;
     ckpt_info_t *in = &m->info;
     /* Each entry takes at least 22 bytes. */
@@ -204,7 +208,7 @@ static int decode_tables(const unsigned char **pp, const unsigned char *end, ckp
     for (uint32_t i = 0; i < in->ntables; i++) {
         if (end - p < 1) return -1;
         size_t nl = p[0];
-        if (nl < 1 || nl > CKPT_MAX_NAME || (size_t)(end - p) < 1 + nl + 20 || memchr(p + 1, 0, nl)) return -1;
+        if (nl < 1 || nl > CKPT_MAX_NAME || (size_t)(end - p) < 1 + nl + ent || memchr(p + 1, 0, nl)) return -1;
         ckpt_table_t *t = &m->t[i];
         t->name = psc_xmalloc(nl + 1);
         memcpy(t->name, p + 1, nl);
@@ -212,9 +216,10 @@ static int decode_tables(const unsigned char **pp, const unsigned char *end, ckp
         t->record_len = psc_le_get32(p + 1 + nl);
         t->rows = psc_le_get64(p + 1 + nl + 4);
         t->digest = psc_le_get64(p + 1 + nl + 12);
-        if (t->record_len < 1 || t->record_len > CKPT_MAX_RECORD) return -1;
+        if (v3) t->dead = psc_le_get64(p + 1 + nl + 20);
+        if (t->record_len < 1 || t->record_len > CKPT_MAX_RECORD || t->dead > t->rows) return -1;
         in->rows += t->rows;
-        p += 1 + nl + 20;
+        p += 1 + nl + ent;
     }
     *pp = p;
     return 0;
@@ -237,7 +242,7 @@ int ckpt_manifest_decode(const unsigned char *b, size_t n, uint64_t id, ckpt_man
                           b[0], CKPT_FORMAT_VERSION);
     /* The CRC held, so what follows can only fail on a bug of the writer; still
      * every length is checked before it is used. */
-    int v2 = b[0] == 2;
+    int v2 = b[0] >= 2, v3 = b[0] == 3;
     size_t fixed = v2 ? CKPT_MANIFEST_FIXED_V2 : CKPT_MANIFEST_FIXED;
     const unsigned char *end = b + n - 4;
     ckpt_info_t *in = &m->info;
@@ -261,7 +266,7 @@ int ckpt_manifest_decode(const unsigned char *b, size_t n, uint64_t id, ckpt_man
     in->job_id[job_len] = 0;
     if (memchr(in->job_id, 0, job_len)) goto bad;
     const unsigned char *p = b + fixed + job_len;
-    if (decode_tensors(&p, end, m) || decode_tables(&p, end, m) || p != end) goto bad;
+    if (decode_tensors(&p, end, m) || decode_tables(&p, end, m, v3) || p != end) goto bad;
     return 0;
 bad:
     ckpt_manifest_free(m);
@@ -457,7 +462,8 @@ int ckpt_row_value_check(uint64_t id, const ckpt_table_t *t, int64_t row, const 
                           "checkpoint %" PRIu64 ": table \"%s\" row %" PRId64 ": bad header version %u", id, t->name,
                           row, val[0]);
     uint32_t hlen = psc_le_get32(val + 8), hcrc = psc_le_get32(val + 4);
-    if (hlen != t->record_len || n - CKPT_ROW_HEADER != t->record_len)
+    int dead = hlen == 0 && n == CKPT_ROW_HEADER && t->dead > 0; /* a tombstone, where the manifest has them */
+    if (!dead && (hlen != t->record_len || n - CKPT_ROW_HEADER != t->record_len))
         return psc_seterr(err, errlen, PSC_ECORRUPT,
                           "checkpoint %" PRIu64 ": table \"%s\" row %" PRId64
                           ": length mismatch (table records %u bytes, header %u, stored %zu)",
@@ -469,7 +475,7 @@ int ckpt_row_value_check(uint64_t id, const ckpt_table_t *t, int64_t row, const 
                           ": CRC32C mismatch (header 0x%08x, data 0x%08x)",
                           id, t->name, row, psc_crc32c_unmask(hcrc), got);
     if (mcrc) *mcrc = hcrc;
-    return 0;
+    return dead;
 }
 
 /* ---- the fuzzer's entry (ckpt.h) ---- */
@@ -488,5 +494,5 @@ int ckpt_check_records(uint64_t id, const void *manifest, size_t mlen, const voi
     }
     if (rc == 0 && m.info.ntables > 0) rc = ckpt_row_value_check(id, &m.t[0], 0, row, rlen, NULL, err, errlen);
     ckpt_manifest_free(&m);
-    return rc;
+    return rc < 0 ? rc : 0;
 }

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #define CKPT_MANIFEST_FIXED 41    /* version 1: bytes before the job id's bytes */
-#define CKPT_MANIFEST_FIXED_V2 53 /* version 2 */
+#define CKPT_MANIFEST_FIXED_V2 53 /* versions 2 and 3 */
 #define CKPT_VALUE_VERSION 1      /* of tensor and row values */
 #define CKPT_TENSOR_HEADER 16
 #define CKPT_ROW_HEADER 12
@@ -62,6 +62,7 @@ typedef struct ckpt_table {
     uint32_t record_len; /* bytes of each record */
     uint64_t rows;       /* row versions this checkpoint wrote */
     uint64_t digest;     /* sum of ckpt_row_digest over them */
+    uint64_t dead;       /* of those rows, tombstones (manifest version 3; 0 before) */
 } ckpt_table_t;
 
 /* A decoded manifest; e (info.ntensors entries) and t (info.ntables) are owned
@@ -150,8 +151,9 @@ void ckpt_row_header(unsigned char hdr[CKPT_ROW_HEADER], uint32_t mcrc, uint32_t
 /* The term of one row version in a table's digest. */
 uint64_t ckpt_row_digest(int64_t row, uint32_t mcrc);
 /* Checks the stored value of row `row` of table t of checkpoint id: version,
- * length (t->record_len) and CRC. 0 with *mcrc (when non-NULL) the record's
- * masked CRC, or PSC_ECORRUPT naming id, table and row. */
+ * length (t->record_len; 0 for a tombstone, where t has them) and CRC. 0 (a
+ * record) or 1 (a tombstone) with *mcrc (when non-NULL) the record's masked
+ * CRC, or PSC_ECORRUPT naming id, table and row. */
 int ckpt_row_value_check(uint64_t id, const ckpt_table_t *t, int64_t row, const unsigned char *val, size_t n,
                          uint32_t *mcrc, char *err, size_t errlen);
 

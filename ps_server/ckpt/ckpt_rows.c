@@ -98,7 +98,8 @@ int ckpt_add_row(ckpt_writer_t *w, const char *table, int64_t row, const void *r
     if (row < 0)
         return ckpt_writer_fail(w, PSC_EINVAL, "checkpoint %" PRIu64 ": table \"%s\": negative row %" PRId64, w->id,
                                 t->t.name, row);
-    if (!rec || len != t->t.record_len)
+    int dead = !rec && len == 0;
+    if (!dead && (!rec || len != t->t.record_len))
         return ckpt_writer_fail(w, PSC_EINVAL,
                                 "checkpoint %" PRIu64 ": table \"%s\" row %" PRId64
                                 ": record of %zu bytes%s, the table's have %u",
@@ -110,13 +111,14 @@ int ckpt_add_row(ckpt_writer_t *w, const char *table, int64_t row, const void *r
                                     w->id, t->t.name, row);
         if (row < last) t->sorted = 0; /* ckpt_prepare sorts and checks */
     }
-    uint32_t mcrc = psc_crc32c_mask(psc_crc32c(0, rec, len));
+    static const unsigned char none[1];
+    uint32_t mcrc = psc_crc32c_mask(psc_crc32c(0, dead ? none : rec, len));
     unsigned char hdr[CKPT_ROW_HEADER];
     ckpt_row_header(hdr, mcrc, (uint32_t)len);
     ckpt_key_row_set(t->key, t->plen, row);
     const char *keys[1] = {t->key};
     const size_t klens[1] = {t->plen + 8};
-    const char *vals[2] = {(const char *)hdr, (const char *)rec};
+    const char *vals[2] = {(const char *)hdr, (const char *)(dead ? none : rec)};
     const size_t vlens[2] = {CKPT_ROW_HEADER, len};
     rocksdb_writebatch_putv(w->batch, 1, keys, klens, 2, vals, vlens);
 
@@ -125,6 +127,7 @@ int ckpt_add_row(ckpt_writer_t *w, const char *table, int64_t row, const void *r
         t->ids = psc_xrealloc(t->ids, t->idcap * sizeof *t->ids);
     }
     t->ids[t->t.rows++] = row;
+    t->t.dead += (uint64_t)dead;
     t->t.digest += ckpt_row_digest(row, mcrc);
     return 0;
 }
@@ -189,7 +192,7 @@ static int rows_verify(ckpt_view_t *v, uint64_t id, const ckpt_table_t *t, char 
 {
     rows_it_t r;
     rows_it_open(&r, v, id, t->name);
-    uint64_t seen = 0, digest = 0;
+    uint64_t seen = 0, digest = 0, dead = 0;
     int rc = 0;
     for (; rocksdb_iter_valid(r.it); rocksdb_iter_next(r.it)) {
         size_t kl, vl;
@@ -199,13 +202,20 @@ static int rows_verify(ckpt_view_t *v, uint64_t id, const ckpt_table_t *t, char 
         uint32_t mcrc;
         rc = row < 0 ? rows_key_bad(id, t, kl, err, errlen)
                      : ckpt_row_value_check(id, t, row, val, vl, &mcrc, err, errlen);
-        if (rc) break;
+        if (rc < 0) break;
+        dead += (uint64_t)rc;
+        rc = 0;
         seen++;
         digest += ckpt_row_digest(row, mcrc);
     }
     if (!rc) rc = rows_it_error(&r, v, err, errlen);
     rows_it_close(&r);
     if (!rc) rc = rows_count_check(id, t, seen, err, errlen);
+    if (!rc && dead != t->dead)
+        rc = psc_seterr(err, errlen, PSC_ECORRUPT,
+                        "checkpoint %" PRIu64 ": table \"%s\": %" PRIu64
+                        " tombstones stored, the manifest lists %" PRIu64,
+                        id, t->name, dead, t->dead);
     if (!rc && digest != t->digest)
         rc = psc_seterr(err, errlen, PSC_ECORRUPT,
                         "checkpoint %" PRIu64 ": table \"%s\": the row versions' digest 0x%016" PRIx64
@@ -397,7 +407,7 @@ static int merge_run(merge_t *mg, int ns, uint64_t id, int (*fn)(void *arg, int6
         if (st) mg->heap[mg->nheap++] = k;
     }
     for (int i = mg->nheap / 2 - 1; i >= 0; i--) heap_down(mg, i);
-    for (size_t passed = 0; mg->nheap; passed++) {
+    for (size_t passed = 0; mg->nheap;) {
         if (mg->max && passed == mg->max) {
             mg->more = 1;
             return 0;
@@ -407,8 +417,13 @@ static int merge_run(merge_t *mg, int ns, uint64_t id, int (*fn)(void *arg, int6
         size_t vl;
         const unsigned char *val = (const unsigned char *)rocksdb_iter_value(s->r.it, &vl);
         int rc = ckpt_row_value_check(s->id, s->t, row, val, vl, NULL, why, sizeof why);
-        if (rc) return chain_err(id, s->id, rc, why, err, errlen);
-        rc = fn(arg, row, val + CKPT_ROW_HEADER, vl - CKPT_ROW_HEADER);
+        if (rc < 0) return chain_err(id, s->id, rc, why, err, errlen);
+        if (rc == 1) { /* a tombstone: the row does not exist; not passed on, not counted */
+            rc = 0;
+        } else {
+            rc = fn(arg, row, val + CKPT_ROW_HEADER, vl - CKPT_ROW_HEADER);
+            passed++;
+        }
         if (rc)
             return psc_seterr(err, errlen, rc,
                               "checkpoint %" PRIu64 ": table \"%s\": stopped at row %" PRId64 " by the caller (%d)", id,
@@ -542,10 +557,12 @@ int ckpt_get_rows(ckpt_db_t *db, uint64_t id, const char *table, const int64_t *
             const ckpt_scan_item_t *c = &items[chain[k]];
             rc = ckpt_row_value_check(c->id, ckpt_manifest_find_table(&c->m, table), rows[j], val, vl, NULL, why,
                                       sizeof why);
-            if (rc)
+            if (rc < 0)
                 chain_err(id, c->id, rc, why, err, errlen);
-            else
+            else if (rc == 0) /* 1: a tombstone, the row does not exist */
                 rc = fn(arg, j, val + CKPT_ROW_HEADER, vl - CKPT_ROW_HEADER);
+            else
+                rc = 0;
             rocksdb_pinnableslice_destroy(ps);
             break;
         }

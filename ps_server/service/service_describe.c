@@ -52,6 +52,16 @@ static void status_tables(ps_service_t *svc, Psc__StatusReply *rep, void **mem)
         ts[i].slots = slots[i];
         ts[i].rows_pulled_per_sec = info[i].rows_pulled_per_sec;
         ts[i].rows_pushed_per_sec = info[i].rows_pushed_per_sec;
+        ts[i].rows_evicted = info[i].stats.rows_evicted;
+        ts[i].rows_dropped = info[i].stats.rows_dropped;
+        ts[i].waiting = info[i].stats.waiting;
+        ts[i].filter_bytes = info[i].stats.filter_bytes;
+        ts[i].rows_evicted_per_sec = info[i].rows_evicted_per_sec;
+        ts[i].evict_pause_max_us = info[i].stats.pause_max_ns / 1000;
+        ts[i].ttl_steps = info[i].cfg.ttl_steps;
+        ts[i].ttl_secs = info[i].cfg.ttl_secs;
+        ts[i].max_rows = info[i].cfg.max_rows;
+        ts[i].min_count = info[i].cfg.min_count;
         tp[i] = &ts[i];
     }
     free(info);
@@ -101,12 +111,15 @@ void svc_describe_free(svc_desc_mem_t *m)
     free(m->vars);
 }
 
-void svc_add_description(ps_service_t *svc, ckpt_writer_t *w, int64_t base_step)
+void svc_add_description(ps_service_t *svc, ckpt_writer_t *w, int64_t base_step, const int64_t *replica_steps,
+                         size_t nsteps)
 {
     Psc__StatusReply d = PSC__STATUS_REPLY__INIT;
     svc_desc_mem_t m;
     svc_describe(svc, &d, &m);
     d.base_step = base_step;
+    d.n_replica_steps = nsteps; /* a restarted job's replicas resume after them (service_ckpt.c's restore) */
+    d.replica_steps = (int64_t *)replica_steps;
     size_t n = psc__status_reply__get_packed_size(&d);
     uint8_t *buf = psc_xmalloc(n ? n : 1);
     psc__status_reply__pack(&d, buf);

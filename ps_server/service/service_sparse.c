@@ -51,6 +51,11 @@ int svc_tables_from_pb(const Psc__CreateRequest *r, const psc_optim_config_t *jo
         c[i].init.a = t->init_a;
         c[i].init.b = t->init_b;
         c[i].seed = t->seed;
+        c[i].ttl_steps = t->ttl_steps;
+        c[i].ttl_secs = t->ttl_secs;
+        c[i].max_rows = t->max_rows;
+        c[i].min_count = t->min_count;
+        c[i].filter_bytes = t->filter_bytes;
         if (t->optimizer) {
             char why[256];
             if ((rc = psc_optim_from_pb(t->optimizer, &c[i].opt, why, sizeof why)))

@@ -43,6 +43,7 @@
  * then, sparse_table.h).
  */
 #include "sparse_table.h"
+#include "sparse_table_internal.h"
 
 #include "nonfinite.h"
 
@@ -66,43 +67,6 @@ _Static_assert(SPARSE_TABLE_SHARDS == 256, "the shard is the hash's top byte");
 #define STACK_BATCH 256   /* ids per batch with the scratch on the stack (4.5 KiB) */
 #define HEAP_BATCH 65536  /* ids per batch with a malloc'd scratch (1.1 MiB); batch_t.ord is uint16 */
 
-typedef struct entry {
-    int64_t id;     /* -1: empty */
-    uint32_t rec;   /* record number in the shard */
-    uint32_t epoch; /* the table's epoch when the row was last created, updated or put */
-} entry_t;
-
-typedef struct shard {
-    _Alignas(64) pthread_mutex_t lock; /* everything below; 64-byte aligned: no false sharing */
-    entry_t *index;                    /* (cap) NULL before the first row */
-    size_t cap, n;                     /* n rows (= records used), n * 10 <= cap * 7 */
-    unsigned char **blocks;            /* (nblocks) each 2^bshift records */
-    size_t nblocks, blocks_cap;
-    /* index and cap - 1 again, for prefetches by a thread that does not hold
-     * the lock (run_batch): possibly stale, never dereferenced */
-    _Atomic(entry_t *) hint_index;
-    atomic_size_t hint_mask;
-} shard_t;
-
-struct sparse_table {
-    sparse_table_cfg_t cfg;
-    uint32_t name_hash; /* psc_table_hash(cfg.name) */
-    int nslots;
-    size_t rec_bytes, stride, block_bytes;
-    unsigned bshift;
-    uint32_t bmask;
-    atomic_uint_fast32_t epoch; /* the current epoch, >= 1 */
-    atomic_uint_fast64_t rows, bytes, rows_pulled, rows_pushed, version;
-    shard_t *shards; /* (SPARSE_TABLE_SHARDS) */
-};
-
-/* ---- helpers ---- */
-
-static inline void count(atomic_uint_fast64_t *c, uint64_t n) { atomic_fetch_add_explicit(c, n, memory_order_relaxed); }
-
-
-static inline unsigned shard_of(uint64_t h) { return (unsigned)(h >> 56); }
-
 /* Id i of a request (little-endian int64 at any alignment). */
 static inline int64_t id_at(const unsigned char *ids, size_t i)
 {
@@ -111,27 +75,7 @@ static inline int64_t id_at(const unsigned char *ids, size_t i)
     return id;
 }
 
-static inline unsigned char *rec_at(const sparse_table_t *t, const shard_t *sh, uint32_t r)
-{
-    return sh->blocks[r >> t->bshift] + (size_t)(r & t->bmask) * t->stride;
-}
-
-/* The values of a record (after its int64 t; 8-byte aligned: blocks come from
- * malloc, strides are multiples of 8). */
-static inline float *rec_values(unsigned char *rec) { return (float *)(void *)(rec + 8); }
-
 /* ---- shards ---- */
-
-static entry_t *shard_find(const shard_t *sh, int64_t id, uint64_t h)
-{
-    if (!sh->index) return NULL;
-    size_t mask = sh->cap - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-        entry_t *e = &sh->index[i];
-        if (e->id == id) return e;
-        if (e->id < 0) return NULL; /* load <= 0.7: an empty entry ends every probe */
-    }
-}
 
 /* The empty entry where id goes (id absent). */
 static entry_t *shard_slot(entry_t *index, size_t cap, uint64_t h)
@@ -177,18 +121,32 @@ static int shard_add_block(sparse_table_t *t, shard_t *sh)
     return 0;
 }
 
-/* Inserts absent row id with a fresh record whose bytes the caller writes
- * (under the same lock). PSC_ENOMEM leaves the shard's rows as they were. */
-static int shard_insert(sparse_table_t *t, shard_t *sh, int64_t id, uint64_t h, uint32_t epoch, entry_t **out)
+/* Inserts absent row id with a fresh record (a free one first) whose bytes
+ * the caller writes (under the same lock); a part with meta gets the row's
+ * id and the clock stamped. PSC_ENOMEM leaves the shard's rows as they were. */
+static int shard_insert(sparse_table_t *t, shard_t *sh, int64_t id, uint64_t h, uint32_t epoch, const uint32_t clock[2],
+                        entry_t **out)
 {
     int rc;
     if ((sh->n + 1) * 10 > sh->cap * 7 && (rc = shard_grow_index(t, sh))) return rc;
-    if (sh->n >= UINT32_MAX) return PSC_ENOMEM; /* record numbers are 32-bit (~2^32 rows a shard) */
-    if ((sh->n >> t->bshift) == sh->nblocks && (rc = shard_add_block(t, sh))) return rc;
+    uint32_t r = sh->free_head;
+    if (r == REC_NONE) {
+        if (sh->nrec >= UINT32_MAX - 1) return PSC_ENOMEM; /* record numbers are 32-bit (~2^32 rows a shard) */
+        if ((sh->nrec >> t->bshift) == sh->nblocks && (rc = shard_add_block(t, sh))) return rc;
+        r = (uint32_t)sh->nrec++;
+    } else {
+        memcpy(&sh->free_head, rec_at(t, sh, r), sizeof sh->free_head);
+    }
     entry_t *e = shard_slot(sh->index, sh->cap, h);
     e->id = id;
-    e->rec = (uint32_t)sh->n++;
+    e->rec = r;
     e->epoch = epoch;
+    sh->n++;
+    if (t->meta_off) {
+        unsigned char *rec = rec_at(t, sh, r);
+        rec_meta(t, rec)->id = id;
+        meta_touch(t, rec, clock[0], clock[1]);
+    }
     count(&t->rows, 1);
     *out = e;
     return 0;
@@ -213,19 +171,6 @@ void sparse_table_assigned_record(const sparse_table_t *t, int64_t id, const flo
     memcpy(rec_values(rec), values, 4 * (size_t)t->cfg.dim);
 }
 
-/* The entry of row id, created with its initial record if absent. */
-static inline int shard_row(sparse_table_t *t, shard_t *sh, int64_t id, uint64_t h, uint32_t epoch, entry_t **out)
-{
-    entry_t *e = shard_find(sh, id, h);
-    if (!e) {
-        int rc = shard_insert(t, sh, id, h, epoch, &e);
-        if (rc) return rc;
-        row_init(t, id, rec_at(t, sh, e->rec));
-    }
-    *out = e;
-    return 0;
-}
-
 /* ---- pull and push ---- */
 
 /* One pull (grads NULL) or push of n ids. */
@@ -235,7 +180,25 @@ typedef struct req {
     double lr;
     float *out; /* (n, dim) or NULL (a push without pull) */
     int read_only; /* a pull that creates no row: a missing one reads its initial values */
+    uint32_t clock[2]; /* the step and seconds updates are stamped with (a part with meta) */
 } req_t;
+
+/* The entry of row id, created with its initial record if absent; *out NULL
+ * when a push's id is not admitted yet (admission). */
+static inline int shard_row(sparse_table_t *t, shard_t *sh, const req_t *q, int64_t id, uint64_t h, uint32_t epoch,
+                            entry_t **out)
+{
+    entry_t *e = shard_find(sh, id, h);
+    if (!e) {
+        *out = NULL;
+        if (t->cms_w && !life_admit(t, sh, h)) return 0;
+        int rc = shard_insert(t, sh, id, h, epoch, q->clock, &e);
+        if (rc) return rc;
+        row_init(t, id, rec_at(t, sh, e->rec));
+    }
+    *out = e;
+    return 0;
+}
 
 /* A batch of a request's ids grouped by shard (a counting sort on the hash's
  * top byte), with each row's id and hash copied into shard order so that the
@@ -284,8 +247,8 @@ static void prefetch_group(sparse_table_t *t, const batch_t *b, int s)
 }
 
 /* Pass one over rows [c0, c0 + cm) of shard sh's group [r0, r1) in b:
- * recs[k] = the record of row c0 + k, created if absent; `touch` (a push)
- * sets its epoch. */
+ * recs[k] = the record of row c0 + k, created if absent (NULL: a push's id
+ * not admitted yet); `touch` (a push) sets its epoch and its clock. */
 static int find_rows(sparse_table_t *t, shard_t *sh, const req_t *q, const batch_t *b, size_t r1, size_t c0, size_t cm,
                      uint32_t epoch, int touch, unsigned char **recs)
 {
@@ -293,10 +256,17 @@ static int find_rows(sparse_table_t *t, shard_t *sh, const req_t *q, const batch
     for (size_t k = c0; k < c0 + cm; k++) {
         if (k + PREFETCH_ROWS < r1) prefetch_entry(sh, b->h[k + PREFETCH_ROWS]);
         entry_t *e;
-        int rc = shard_row(t, sh, b->id[k], b->h[k], epoch, &e);
+        int rc = shard_row(t, sh, q, b->id[k], b->h[k], epoch, &e);
         if (rc) return rc;
-        if (touch) e->epoch = epoch;
+        if (!e) {
+            recs[k - c0] = NULL;
+            continue;
+        }
         recs[k - c0] = rec_at(t, sh, e->rec);
+        if (touch) {
+            e->epoch = epoch;
+            if (t->meta_off) meta_touch(t, recs[k - c0], q->clock[0], q->clock[1]);
+        }
         prefetch_bytes(recs[k - c0], fetch);
         if (touch) prefetch_bytes(q->grads + (b->i0 + b->ord[k]) * gbytes, gbytes);
     }
@@ -308,7 +278,7 @@ static int pull_rows(sparse_table_t *t, shard_t *sh, const req_t *q, const batch
                      uint32_t epoch)
 {
     size_t dim = (size_t)t->cfg.dim;
-    if (q->read_only) { /* evaluation: rows as they are, none created */
+    if (q->read_only || t->cms_w) { /* evaluation, or admission: rows as they are, none created */
         for (size_t k = r0; k < r1; k++) {
             float *dst = q->out + (b->i0 + b->ord[k]) * dim;
             const entry_t *e = shard_find(sh, b->id[k], b->h[k]);
@@ -339,20 +309,30 @@ static int push_rows(sparse_table_t *t, shard_t *sh, const req_t *q, const batch
     float *w[ROW_CHUNK];
     const void *g[ROW_CHUNK];
     int64_t ts[ROW_CHUNK];
+    size_t ord[ROW_CHUNK];
     for (size_t c0 = r0; c0 < r1; c0 += ROW_CHUNK) {
-        size_t cm = PSC_MIN((size_t)ROW_CHUNK, r1 - c0);
+        size_t cm = PSC_MIN((size_t)ROW_CHUNK, r1 - c0), m = 0;
         int rc = find_rows(t, sh, q, b, r1, c0, cm, epoch, 1, recs);
         if (rc) return rc;
         for (size_t k = 0; k < cm; k++) {
-            memcpy(&ts[k], recs[k], 8);
-            ts[k]++; /* the row's own step (LazyAdam) */
-            memcpy(recs[k], &ts[k], 8);
-            w[k] = rec_values(recs[k]);
-            g[k] = q->grads + (b->i0 + b->ord[c0 + k]) * gbytes;
+            size_t i = b->i0 + b->ord[c0 + k];
+            if (!recs[k]) { /* not admitted: dropped; a push-pull reads its initial values */
+                count(&t->dropped, 1);
+                if (q->out)
+                    psc_table_row_init(&t->cfg.init, t->cfg.seed, t->name_hash, b->id[c0 + k], q->out + i * (size_t)dim,
+                                       dim);
+                continue;
+            }
+            memcpy(&ts[m], recs[k], 8);
+            ts[m]++; /* the row's own step (LazyAdam) */
+            memcpy(recs[k], &ts[m], 8);
+            w[m] = rec_values(recs[k]);
+            g[m] = q->grads + i * gbytes;
+            ord[m++] = i;
         }
-        optim_apply_rows(&t->cfg.opt, q->lr, w, g, ts, cm, dim);
+        optim_apply_rows(&t->cfg.opt, q->lr, w, g, ts, m, dim);
         if (q->out)
-            for (size_t k = 0; k < cm; k++) memcpy(q->out + (b->i0 + b->ord[c0 + k]) * (size_t)dim, w[k], gbytes);
+            for (size_t k = 0; k < m; k++) memcpy(q->out + ord[k] * (size_t)dim, w[k], gbytes);
     }
     return 0;
 }
@@ -389,6 +369,7 @@ static int run_batch(sparse_table_t *t, const req_t *q, size_t i0, size_t m, bat
         if (next < SPARSE_TABLE_SHARDS) prefetch_group(t, b, next);
         int rc = q->grads ? push_rows(t, sh, q, b, b->start[s], b->start[s + 1], epoch)
                           : pull_rows(t, sh, q, b, b->start[s], b->start[s + 1], epoch);
+        if (sh->cap_rows && sh->n > sh->cap_rows) life_enforce_cap(t, sh); /* no record of this request is held */
         pthread_mutex_unlock(&sh->lock);
         if (rc) return rc;
         s = next;
@@ -446,6 +427,7 @@ void sparse_table_initial(const sparse_table_t *t, const void *ids, size_t n, fl
 int sparse_table_pull(sparse_table_t *t, const void *ids, size_t n, float *out)
 {
     req_t q = {.ids = ids, .n = n, .out = out};
+    if (t->meta_off) table_clock(t, &q.clock[0], &q.clock[1]);
     int rc = run_rows(t, &q);
     if (!rc) count(&t->rows_pulled, n);
     return rc;
@@ -456,6 +438,7 @@ int sparse_table_push(sparse_table_t *t, const void *ids, size_t n, const void *
     PSC_ASSERT(grads != NULL || n == 0);
     static const unsigned char none[1];
     req_t q = {.ids = ids, .grads = grads ? grads : none, .n = n, .lr = lr, .out = out};
+    if (t->meta_off) table_clock(t, &q.clock[0], &q.clock[1]);
     int rc = run_rows(t, &q);
     if (!rc) {
         count(&t->rows_pushed, n);
@@ -560,6 +543,16 @@ int sparse_table_check_cfg(const sparse_table_cfg_t *c, char *err, size_t errlen
         break;
     default: return BAD("table %s: unknown initializer %d", c->name, (int)in->kind);
     }
+    if (c->ttl_steps < 0) return BAD("table %s: eviction.ttl_steps %" PRId64 " must be >= 0", c->name, c->ttl_steps);
+    if (!isfinite(c->ttl_secs) || c->ttl_secs < 0)
+        return BAD("table %s: eviction.ttl_secs %g must be a finite number >= 0", c->name, c->ttl_secs);
+    if (c->max_rows != 0 && (c->max_rows < SPARSE_MIN_CAP || c->max_rows > PSC_TABLE_MAX_ROWS))
+        return BAD("table %s: eviction.max_rows %" PRId64 " on this part must be 0 (no cap) or in [%d, 2^40]", c->name,
+                   c->max_rows, SPARSE_MIN_CAP);
+    if (c->min_count > 255) return BAD("table %s: admission.min_count %u must be in [0, 255]", c->name, c->min_count);
+    if (c->filter_bytes != 0 && (c->filter_bytes < SPARSE_FILTER_MIN || c->filter_bytes > SPARSE_FILTER_MAX))
+        return BAD("table %s: admission.filter_bytes %" PRIu64 " must be 0 (the default, %u) or in [%u, 2^30]", c->name,
+                   c->filter_bytes, SPARSE_FILTER_BYTES, SPARSE_FILTER_MIN);
     /* the hyper-parameters are the store's to check (store_check_optim) */
     if (c->opt.kind < PSC_OPT_SGD || c->opt.kind > PSC_OPT_FTRL)
         return BAD("table %s: unknown optimizer kind %d", c->name, (int)c->opt.kind);
@@ -578,6 +571,10 @@ int sparse_table_create(const sparse_table_cfg_t *cfg, sparse_table_t **out, cha
     t->nslots = optim_slot_count(&cfg->opt);
     t->rec_bytes = 8 + 4 * (size_t)cfg->dim * (size_t)(1 + t->nslots);
     t->stride = (t->rec_bytes + 7) & ~(size_t)7;
+    if (cfg->ttl_steps > 0 || cfg->ttl_secs > 0 || cfg->max_rows > 0) { /* a row's meta after its record */
+        t->meta_off = t->stride;
+        t->stride += sizeof(rec_meta_t);
+    }
     while (((size_t)2 << t->bshift) * t->stride <= BLOCK_BYTES) t->bshift++;
     t->bmask = (1u << t->bshift) - 1;
     t->block_bytes = ((size_t)1 << t->bshift) * t->stride;
@@ -591,6 +588,8 @@ int sparse_table_create(const sparse_table_cfg_t *cfg, sparse_table_t **out, cha
     }
     atomic_init(&t->epoch, 1);
     atomic_init(&t->bytes, sizeof *t + shards_bytes);
+    t->t0 = psc_now();
+    life_init(t);
     *out = t;
     return 0;
 }
@@ -603,6 +602,7 @@ void sparse_table_destroy(sparse_table_t *t)
         for (size_t b = 0; b < sh->nblocks; b++) free(sh->blocks[b]);
         free(sh->blocks);
         free(sh->index);
+        life_free_shard(sh);
         pthread_mutex_destroy(&sh->lock);
     }
     free(t->shards);
@@ -610,6 +610,11 @@ void sparse_table_destroy(sparse_table_t *t)
 }
 
 const sparse_table_cfg_t *sparse_table_config(const sparse_table_t *t) { return &t->cfg; }
+
+void sparse_table_set_step(sparse_table_t *t, int64_t step)
+{
+    atomic_store_explicit(&t->now_step, step, memory_order_relaxed);
+}
 
 size_t sparse_table_record_bytes(const sparse_table_t *t) { return t->rec_bytes; }
 
@@ -621,6 +626,11 @@ void sparse_table_get_stats(const sparse_table_t *t, sparse_table_stats_t *st)
     st->rows_pulled = atomic_load_explicit(&m->rows_pulled, memory_order_relaxed);
     st->rows_pushed = atomic_load_explicit(&m->rows_pushed, memory_order_relaxed);
     st->version = atomic_load_explicit(&m->version, memory_order_relaxed);
+    st->rows_evicted = atomic_load_explicit(&m->evicted, memory_order_relaxed);
+    st->rows_dropped = atomic_load_explicit(&m->dropped, memory_order_relaxed);
+    st->pause_max_ns = atomic_load_explicit(&m->pause_max_ns, memory_order_relaxed);
+    st->filter_bytes = (uint64_t)t->cms_w * 4 * SPARSE_TABLE_SHARDS;
+    st->waiting = t->cms_w ? life_waiting(t) : 0;
 }
 
 /* ---- export and put ---- */
@@ -681,6 +691,7 @@ int sparse_table_export(sparse_table_t *t, uint64_t since, int sorted,
             }
         }
     }
+    if (!rc && since > 0 && t->meta_off) rc = life_emit_dead(t, since, emit, arg);
     if (rc) return rc;
     PSC_ASSERT(epoch < UINT32_MAX); /* one epoch an export: 4 billion checkpoints */
     atomic_store_explicit(&t->epoch, epoch + 1, memory_order_relaxed);
@@ -738,17 +749,19 @@ void sparse_table_scan(sparse_table_t *t, int64_t after, size_t max, int64_t *id
         ids[m - 1] = x;
         heap_down(ids, m - 1, 0);
     }
-    size_t dim = (size_t)t->cfg.dim;
+    size_t dim = (size_t)t->cfg.dim, kept = 0;
     for (size_t i = 0; i < k; i++) {
         uint64_t h = psc_mix64((uint64_t)ids[i]);
         shard_t *sh = &t->shards[shard_of(h)];
         pthread_mutex_lock(&sh->lock);
         const entry_t *e = shard_find(sh, ids[i], h);
-        PSC_ASSERT(e != NULL); /* rows are never removed */
-        memcpy(vals + i * dim, rec_values(rec_at(t, sh, e->rec)), dim * sizeof(float));
+        if (e) { /* else evicted since the first pass: not shown */
+            ids[kept] = ids[i];
+            memcpy(vals + kept++ * dim, rec_values(rec_at(t, sh, e->rec)), dim * sizeof(float));
+        }
         pthread_mutex_unlock(&sh->lock);
     }
-    *n = k;
+    *n = kept;
     *more = found > k;
 }
 
@@ -772,13 +785,17 @@ int sparse_table_put(sparse_table_t *t, int64_t id, const void *rec, size_t len,
                           bad < (size_t)t->cfg.dim ? "value" : "slot", bad % (size_t)t->cfg.dim);
     uint64_t h = psc_mix64((uint64_t)id);
     shard_t *sh = &t->shards[shard_of(h)];
-    uint32_t epoch = (uint32_t)atomic_load_explicit(&t->epoch, memory_order_relaxed);
+    uint32_t epoch = (uint32_t)atomic_load_explicit(&t->epoch, memory_order_relaxed), clock[2] = {0, 0};
+    if (t->meta_off) table_clock(t, &clock[0], &clock[1]); /* a restored row's age starts now */
     pthread_mutex_lock(&sh->lock);
     entry_t *e = shard_find(sh, id, h);
-    if (!e) rc = shard_insert(t, sh, id, h, epoch, &e);
+    if (!e) rc = shard_insert(t, sh, id, h, epoch, clock, &e);
     if (!rc) {
-        memcpy(rec_at(t, sh, e->rec), p, len);
+        unsigned char *r = rec_at(t, sh, e->rec);
+        memcpy(r, p, len);
+        if (t->meta_off) meta_touch(t, r, clock[0], clock[1]);
         e->epoch = epoch;
+        if (sh->cap_rows && sh->n > sh->cap_rows) life_enforce_cap(t, sh);
     }
     pthread_mutex_unlock(&sh->lock);
     return rc;

@@ -66,6 +66,12 @@ typedef struct sparse_table_cfg {
     psc_initializer_t init;
     uint64_t seed;         /* the job's seed */
     psc_optim_config_t opt; /* the table's optimizer (its learning_rate is the base; the caller passes lr) */
+    /* A row's life (sparse_life.c; all 0: rows live forever, every id gets one). */
+    int64_t ttl_steps;     /* evict a row not updated for more than this many global steps (0: off) */
+    double ttl_secs;       /* ... or for more than this many seconds (0: off) */
+    int64_t max_rows;      /* at most this many rows in this part (0: no cap); the least recently updated go */
+    uint32_t min_count;    /* admission: an id gets a row at its min_count-th push (0, 1: at its first) */
+    uint64_t filter_bytes; /* admission: the count-min sketch's bytes (0: SPARSE_FILTER_BYTES) */
 } sparse_table_cfg_t;
 
 typedef struct sparse_table_stats {
@@ -75,7 +81,22 @@ typedef struct sparse_table_stats {
     uint64_t rows_pulled;   /* rows served by pulls */
     uint64_t rows_pushed;   /* rows updated by pushes */
     uint64_t version;       /* pushes applied */
+    uint64_t rows_evicted;  /* rows removed by the TTL or the cap (each counted once) */
+    uint64_t rows_dropped;  /* gradient rows dropped: their id was not admitted yet */
+    uint64_t waiting;       /* ids counted by the admission filter and not admitted (an estimate) */
+    uint64_t filter_bytes;  /* the admission filter's memory (also in bytes) */
+    uint64_t pause_max_ns;  /* the longest a shard was held by one eviction pass */
 } sparse_table_stats_t;
+
+/* Admission filter bytes when cfg.filter_bytes is 0, and the bounds of a given one. */
+#define SPARSE_FILTER_BYTES (4u << 20)
+#define SPARSE_FILTER_MIN (64u << 10)
+#define SPARSE_FILTER_MAX (1ull << 30)
+/* A capped part holds at least this many rows (each of its 256 shards one). */
+#define SPARSE_MIN_CAP 256
+/* Tombstones kept per part between checkpoints (16 bytes each); beyond them the
+ * next checkpoint is a full base instead of a delta. */
+#define SPARSE_DEAD_MAX (1u << 20)
 
 /* Validates cfg (PSC_EINVAL naming the field) and creates an empty part. */
 int sparse_table_create(const sparse_table_cfg_t *cfg, sparse_table_t **out, char *err, size_t errlen);
@@ -144,5 +165,50 @@ int sparse_table_put(sparse_table_t *t, int64_t id, const void *rec, size_t len,
  * `values` (dim floats, any alignment): t = 0 and the optimizer's initial
  * slots, as a pull would create it. */
 void sparse_table_assigned_record(const sparse_table_t *t, int64_t id, const float *values, unsigned char *rec);
+
+/* ---- a row's life: expiry, the cap, admission (sparse_life.c) ----
+ *
+ * A part with a TTL or a cap records, beside each row's record, when the row
+ * was last updated (created, or pushed; a pull of an existing row or a read
+ * does not count): the global step the store last gave the part
+ * (sparse_table_set_step) and the seconds since the part was created.
+ *   - TTL: sparse_table_expire(t, s) removes the rows of shard s older than
+ *     ttl_steps or ttl_secs; the store's evictor calls it shard by shard in
+ *     the background, each shard locked once for one pass over its rows.
+ *   - Cap: each of the 256 shards may hold its share of max_rows (max_rows /
+ *     256, the first max_rows % 256 shards one more); a pull or push that
+ *     takes a shard over its share removes, before it lets the shard go, the
+ *     shard's least recently updated rows down to 15/16 of the share. So the
+ *     part never holds more than max_rows rows between requests. LRU, not
+ *     LFU: ids drift, and a row that was hot last month has no use today.
+ *   - Admission (min_count >= 2): a push of an id without a row counts it in
+ *     a count-min sketch (4 rows of 8-bit counters, conservative update,
+ *     filter_bytes split over the shards; every counter halved whenever the
+ *     shard counted a quarter of a row's width, so the count is of recent
+ *     pushes); the id gets its row, and that push is applied, when its
+ *     count reaches min_count; until then its gradient rows are dropped
+ *     (stats.rows_dropped) and a pull reads its initial values without
+ *     creating it. False admissions: an id pushed c < min_count times is
+ *     admitted only when each of its 4 counters also carries min_count - c
+ *     counts of other ids; at the halving's load (at most 1/4 count per
+ *     counter on average) that is < 0.25% for min_count 2 and an id seen
+ *     once, < 1e-6 for min_count 3 (sparse_life.c).
+ * An evicted row is gone: a later pull or push creates it again from its
+ * initial values. Evictions are recorded (id, epoch) as tombstones: an
+ * incremental export after them emits each evicted id that does not exist
+ * again as emit(arg, id, NULL, 0), so a checkpoint chain forgets it.
+ */
+void sparse_table_set_step(sparse_table_t *t, int64_t step);
+/* 1 when the part has a TTL (the evictor has work). */
+int sparse_table_has_ttl(const sparse_table_t *t);
+/* Removes the rows of shard s (0..SPARSE_TABLE_SHARDS-1) older than a TTL;
+ * returns how many. Thread-safe like push; not concurrently with export. */
+uint64_t sparse_table_expire(sparse_table_t *t, int s);
+/* Checkpoint `mark` (an export's mark) is committed: its tombstones are no
+ * longer needed. Not concurrently with anything else on t. */
+void sparse_table_committed(sparse_table_t *t, uint64_t mark);
+/* 1 when a delta since `mark` would miss tombstones (more than
+ * SPARSE_DEAD_MAX rows evicted since): the next checkpoint must be a base. */
+int sparse_table_needs_base(const sparse_table_t *t, uint64_t mark);
 
 #endif

@@ -191,12 +191,14 @@ store_t *store_create(void)
     atomic_init(&s->stale, 0);
     atomic_init(&s->timeout_applies, 0);
     atomic_init(&s->sync_steps, 0);
+    store_evictor_start(s);
     return s;
 }
 
 void store_destroy(store_t *s)
 {
     if (!s) return;
+    store_evictor_stop(s);
     for (int i = 0; i < s->nvars; i++) var_free(s->vars[i]);
     store_tables_free(s->tables, s->ntables);
     free(s->vars);

@@ -232,7 +232,7 @@ typedef struct store_table_info {
     /* rows pulled and pushed per second between the previous call at least
      * 1 s before (by anyone: Status, a metrics scrape) and the latest such
      * call; 0 until two calls 1 s apart */
-    double rows_pulled_per_sec, rows_pushed_per_sec;
+    double rows_pulled_per_sec, rows_pushed_per_sec, rows_evicted_per_sec;
 } store_table_info_t;
 /* Snapshot of the table parts (array owned by the caller, free()). */
 int store_list_tables(store_t *s, store_table_info_t **out, int *n);

@@ -73,8 +73,9 @@ typedef struct store_table {
     table_acc_t *acc; /* sync mode: the part's accumulator, made by its first sync request; NULL before */
     /* store_list_tables' rates (under s->rate_lock): the reference point, the last rates */
     double rate_t;
-    uint64_t rate_pulled, rate_pushed;
-    double pull_rate, push_rate;
+    uint64_t rate_pulled, rate_pushed, rate_evicted;
+    double pull_rate, push_rate, evict_rate;
+    double evict_due; /* the evictor's (store_evict.c): when the part's next TTL pass is due */
 } store_table_t;
 
 struct store {
@@ -113,6 +114,12 @@ struct store {
 
     atomic_uint_fast64_t applied, rejected, pulls, bytes_pushed, bytes_pulled;
     atomic_uint_fast64_t stale, timeout_applies, sync_steps;
+
+    /* The evictor (store_evict.c): a thread that expires rows of parts with a TTL. */
+    pthread_t evictor;
+    pthread_mutex_t evict_lock; /* evict_stop (leaf lock) */
+    pthread_cond_t evict_cond;
+    int evict_stop;
 };
 
 /* The state a data request (pull, push) sees: snapshot under the read lock. */
@@ -188,6 +195,16 @@ void store_tables_parts_free(sparse_table_t **parts, int n);
  * accumulator emptied and set to `step`. Caller holds the fence exclusively. */
 int store_table_accs_at(store_t *s, int64_t sync_step, char *err, size_t errlen);
 void store_table_accs_reset(store_t *s, int64_t step);
+
+/* The evictor thread (store_evict.c): started by store_create, stopped and
+ * joined by store_destroy. */
+void store_evictor_start(store_t *s);
+void store_evictor_stop(store_t *s);
+/* A table part about to serve a request: given the newest global step (its rows' clock). */
+static inline void store_table_clock(store_t *s, sparse_table_t *t)
+{
+    sparse_table_set_step(t, atomic_load_explicit(&s->step_hint, memory_order_relaxed));
+}
 
 /* Every refused request goes through here: counts it, returns code. */
 int store_reject(store_t *s, int code);

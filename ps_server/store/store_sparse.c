@@ -22,7 +22,9 @@ static int cfg_same(const sparse_table_cfg_t *a, const sparse_table_cfg_t *b)
 {
     return strcmp(a->name, b->name) == 0 && a->rows == b->rows && a->nparts == b->nparts && a->part == b->part &&
            a->partition == b->partition && a->dim == b->dim && a->init.kind == b->init.kind && a->init.a == b->init.a &&
-           a->init.b == b->init.b && a->seed == b->seed && store_optim_same(&a->opt, &b->opt);
+           a->init.b == b->init.b && a->seed == b->seed && store_optim_same(&a->opt, &b->opt) &&
+           a->ttl_steps == b->ttl_steps && a->ttl_secs == b->ttl_secs && a->max_rows == b->max_rows &&
+           a->min_count == b->min_count && a->filter_bytes == b->filter_bytes;
 }
 
 /* Compares a request with the existing parts (caller holds s->lock). */
@@ -34,7 +36,8 @@ static int compare_tables(const store_t *s, const sparse_table_cfg_t *tables, in
     for (int i = 0; i < n; i++)
         if (!cfg_same(&tables[i], sparse_table_config(s->tables[i].part)))
             return psc_seterr(err, errlen, PSC_EMISMATCH,
-                              "sparse table %s: its declaration (rows, dim, part, initializer, optimizer or seed) "
+                              "sparse table %s: its declaration (rows, dim, part, initializer, optimizer, seed, "
+                              "eviction or admission) "
                               "differs from the existing one",
                               tables[i].name);
     return 0;
@@ -202,6 +205,7 @@ int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, 
         rc = psc_seterr(err, errlen, PSC_EMISMATCH, "sparse table %s: %zu rows of dim %d exceed the %zu floats given",
                         table, n, sparse_table_config(t)->dim, cap);
     if (!rc) {
+        store_table_clock(s, t);
         rc = read_only ? sparse_table_read(t, ids, n, out) : sparse_table_pull(t, ids, n, out);
         if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
         sparse_table_stats_t st;
@@ -244,6 +248,7 @@ int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, 
     fence_enter(s);
     int rc = resolve_checked(s, table, ids, n, grads, glen, checked, &t, &opt, err, errlen);
     if (!rc) {
+        store_table_clock(s, t);
         rc = sparse_table_push(t, ids, n, grads, opt.learning_rate, NULL);
         if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
         sparse_table_stats_t st;
@@ -317,19 +322,26 @@ int store_list_tables(store_t *s, store_table_info_t **out, int *n)
         store_table_info_t *o = &(*out)[i];
         o->cfg = *sparse_table_config(t->part);
         sparse_table_get_stats(t->part, &o->stats);
-        if (!t->rate_t || o->stats.rows_pulled < t->rate_pulled || o->stats.rows_pushed < t->rate_pushed) {
+        const sparse_table_stats_t *st = &o->stats;
+        if (!t->rate_t || st->rows_pulled < t->rate_pulled || st->rows_pushed < t->rate_pushed ||
+            st->rows_evicted < t->rate_evicted) {
             t->rate_t = now; /* first call, or a restore replaced the part */
-            t->rate_pulled = o->stats.rows_pulled;
-            t->rate_pushed = o->stats.rows_pushed;
         } else if (now - t->rate_t >= 1.0) {
-            t->pull_rate = (double)(o->stats.rows_pulled - t->rate_pulled) / (now - t->rate_t);
-            t->push_rate = (double)(o->stats.rows_pushed - t->rate_pushed) / (now - t->rate_t);
+            t->pull_rate = (double)(st->rows_pulled - t->rate_pulled) / (now - t->rate_t);
+            t->push_rate = (double)(st->rows_pushed - t->rate_pushed) / (now - t->rate_t);
+            t->evict_rate = (double)(st->rows_evicted - t->rate_evicted) / (now - t->rate_t);
             t->rate_t = now;
-            t->rate_pulled = o->stats.rows_pulled;
-            t->rate_pushed = o->stats.rows_pushed;
+        } else {
+            st = NULL; /* the reference point stays */
+        }
+        if (st) {
+            t->rate_pulled = st->rows_pulled;
+            t->rate_pushed = st->rows_pushed;
+            t->rate_evicted = st->rows_evicted;
         }
         o->rows_pulled_per_sec = t->pull_rate;
         o->rows_pushed_per_sec = t->push_rate;
+        o->rows_evicted_per_sec = t->evict_rate;
     }
     pthread_mutex_unlock(&s->rate_lock);
     pthread_rwlock_unlock(&s->lock);

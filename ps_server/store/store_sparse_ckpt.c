@@ -44,7 +44,9 @@ static int need_base(const store_t *s)
     uint64_t base = 0, delta = 0;
     for (int i = 0; i < s->ntables; i++) {
         const store_table_t *t = &s->tables[i];
-        if (!t->committed_id || t->committed_id != s->tables[0].committed_id || t->chain >= STORE_MAX_CHAIN) return 1;
+        if (!t->committed_id || t->committed_id != s->tables[0].committed_id || t->chain >= STORE_MAX_CHAIN ||
+            sparse_table_needs_base(t->part, t->mark))
+            return 1;
         base += t->base_rows;
         delta += t->delta_rows;
     }
@@ -87,6 +89,7 @@ void store_ckpt_committed(store_t *s, uint64_t ckpt_id)
         if (!ckpt_id || t->pending_id != ckpt_id) continue;
         t->mark = t->pending_mark;
         t->committed_id = ckpt_id;
+        sparse_table_committed(t->part, t->mark); /* its tombstones are stored */
         if (t->pending_full) {
             t->base_rows = t->pending_rows;
             t->delta_rows = 0;

@@ -132,6 +132,7 @@ static int acc_apply(store_t *s, sparse_table_t *t, table_acc_t *a, double lr, i
         float inv = 1.0f / (float)a->a.count;
         size_t nf = a->n * (size_t)a->dim;
         for (size_t j = 0; j < nf; j++) a->rows[j] *= inv;
+        store_table_clock(s, t);
         rc = sparse_table_push(t, a->ids, a->n, a->rows, lr, NULL);
         count(&s->applied, 1);
     }
@@ -221,7 +222,10 @@ int store_sparse_pull_sync(store_t *s, const char *table, const void *ids, size_
         sync_acc_skip_to(&a->a, min_step);
     }
     if (step) *step = a->a.step;
-    if (!rc) rc = sparse_table_pull(t, ids, n, out);
+    if (!rc) {
+        store_table_clock(s, t);
+        rc = sparse_table_pull(t, ids, n, out);
+    }
     pthread_mutex_unlock(&a->lock);
     if (!rc) {
         count(&s->pulls, 1);

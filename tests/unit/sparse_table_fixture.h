@@ -159,7 +159,7 @@ __attribute__((unused)) static void rows_free(rows_t *r)
 }
 
 /* The record of id in r, or NULL. */
-static const unsigned char *rows_find(const rows_t *r, int64_t id)
+__attribute__((unused)) static const unsigned char *rows_find(const rows_t *r, int64_t id)
 {
     for (size_t i = 0; i < r->n; i++)
         if (r->ids[i] == id) return r->recs + i * r->len;

@@ -637,9 +637,9 @@ static void test_format(void **state)
     assert_memory_equal(val, tw, n);
     rocksdb_free(val);
 
-    /* A manifest of a newer format (CRC right, version 3) is refused as such:
+    /* A manifest of a newer format (CRC right, version 4) is refused as such:
      * written here behind the module's back, as a newer psc would. */
-    want[0] = 3;
+    want[0] = 4;
     le(want + (p - want) - 4, psc_crc32c_mask(psc_crc32c(0, want, (size_t)(p - want) - 4)), 4);
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     rocksdb_put(r, wo, "m/0000000000001234", 18, (const char *)want, (size_t)(p - want), &e);
@@ -650,7 +650,7 @@ static void test_format(void **state)
     rocksdb_options_destroy(o);
 
     reopen(f);
-    EXPECT_ERR(PSC_EUNSUPPORTED, "checkpoint 4660: manifest format 3", ckpt_verify(f->db, 0x1234, err, sizeof err));
+    EXPECT_ERR(PSC_EUNSUPPORTED, "checkpoint 4660: manifest format 4", ckpt_verify(f->db, 0x1234, err, sizeof err));
 }
 
 /* ---- readers during commits ---- */

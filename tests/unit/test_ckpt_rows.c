@@ -195,6 +195,57 @@ static void test_base_and_deltas(void **state)
     free(t2.who);
 }
 
+/* Tombstones: a delta that deletes rows (ckpt_add_row with no record, a
+ * version-3 manifest) reads back without them in every reader, a later delta
+ * brings one back, and verification counts them. */
+static void test_tombstones(void **state)
+{
+    fx_t *f = *state;
+    char err[512] = "";
+    enum { N = 100 };
+    model_t m1 = model_new(N);
+    size_t n;
+    int64_t *all = range(0, 50, 1, &n);
+    save_emb(f->db, 1, 0, all, n, &m1, 10);
+    free(all);
+    model_t m2 = model_copy(&m1);
+    int64_t r2[] = {5, 60}, d2[] = {7, 8, 49, 99}; /* 99 never existed: a tombstone of nothing */
+    ckpt_writer_t *w = ckpt_begin(f->db, 2, JOB, 200);
+    ckpt_set_parent(w, 1);
+    assert_int_equal(ckpt_add_table(w, EMB, RL), 0);
+    add_rows(w, 2, EMB, RL, r2, 2);
+    for (size_t i = 0; i < PSC_ARRAY_LEN(d2); i++) {
+        assert_int_equal(ckpt_add_row(w, EMB, d2[i], NULL, 0), 0);
+        m2.who[d2[i]] = 0;
+    }
+    assert_int_equal(ckpt_add_row(w, EMB, 99, NULL, 0), PSC_EEXISTS); /* once per row, tombstone or not */
+    ckpt_abort(w);
+    w = ckpt_begin(f->db, 2, JOB, 200);
+    ckpt_set_parent(w, 1);
+    assert_int_equal(ckpt_add_table(w, EMB, RL), 0);
+    add_rows(w, 2, EMB, RL, r2, 2);
+    for (size_t i = 0; i < PSC_ARRAY_LEN(d2); i++) assert_int_equal(ckpt_add_row(w, EMB, d2[i], NULL, 0), 0);
+    OK(ckpt_prepare(w, err, sizeof err));
+    OK(ckpt_commit(f->db, 2, 10, err, sizeof err));
+    model_write(&m2, 2, r2, 2);
+    model_t m3 = model_copy(&m2);
+    int64_t r3[] = {8};
+    save_emb(f->db, 3, 2, r3, 1, &m3, 10);
+    const model_t *m[] = {NULL, &m1, &m2, &m3};
+    for (uint64_t id = 1; id <= 3; id++) {
+        expect_table(f->db, id, EMB, RL, m[id]);
+        OK(ckpt_verify(f->db, id, err, sizeof err));
+        expect_pages(f->db, id, EMB, RL, m[id], 7);
+        expect_points(f->db, id, EMB, RL, m[id]);
+    }
+    ckpt_info_t one;
+    OK(ckpt_get_info(f->db, 2, &one, err, sizeof err));
+    assert_int_equal(one.rows, 6); /* row versions, tombstones included */
+    free(m1.who);
+    free(m2.who);
+    free(m3.who);
+}
+
 static void test_abandoned_branches(void **state)
 {
     fx_t *f = *state;
@@ -589,6 +640,7 @@ int main(int argc, char **argv)
     self_exe = "/proc/self/exe";
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_base_and_deltas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tombstones, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abandoned_branches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keep_last_k_chains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_rows, setup, teardown),

@@ -549,16 +549,59 @@ static void test_fuzz_seeds(void **state)
     }
 }
 
+/* tables[].eviction and .admission: parsed, refused out of range naming the
+ * key, and outside the job id (and the legacy id). */
+static void test_table_life(void **state)
+{
+    (void)state;
+    char buf[8192], buf2[8192];
+    psc_job_spec_t s;
+#define T_LIFE(x) "{\"name\": \"emb\", \"rows\": 1000, \"dim\": 8, " x "}"
+    parse_ok(tables_spec(buf, sizeof buf,
+                         T_LIFE("\"eviction\": {\"ttl_steps\": 500, \"ttl_secs\": 86400, \"max_rows\": 4096}, "
+                                "\"admission\": {\"min_count\": 3, \"filter_bytes\": 65536}")),
+             &s);
+    assert_int_equal(s.tables[0].ttl_steps, 500);
+    assert_true(s.tables[0].ttl_secs == 86400);
+    assert_int_equal(s.tables[0].max_rows, 4096);
+    assert_int_equal(s.tables[0].min_count, 3);
+    assert_int_equal(s.tables[0].filter_bytes, 65536);
+    psc_job_spec_deinit(&s);
+    parse_ok(tables_spec(buf, sizeof buf, T_EMB), &s);
+    assert_int_equal(s.tables[0].ttl_steps + s.tables[0].max_rows + s.tables[0].min_count + s.tables[0].filter_bytes,
+                     0);
+    assert_true(s.tables[0].ttl_secs == 0);
+    psc_job_spec_deinit(&s);
+    const char *with = tables_spec(buf2, sizeof buf2,
+                                   T_LIFE("\"eviction\": {\"ttl_secs\": 5}, \"admission\": {\"min_count\": 2}"));
+    assert_string_equal(job_id_of(with), job_id_of(tables_spec(buf, sizeof buf, T_EMB)));
+    assert_string_equal(id_of(with, 1), id_of(tables_spec(buf, sizeof buf, T_EMB), 1));
+
+    expect_error(tables_spec(buf, sizeof buf, T_LIFE("\"eviction\": {\"ttl_steps\": -3}")),
+                 "tables[0].eviction.ttl_steps: expected an integer 1..1099511627776, got -3");
+    expect_error(tables_spec(buf, sizeof buf, T_LIFE("\"eviction\": {}")),
+                 "tables[0].eviction: give ttl_steps, ttl_secs or max_rows (or leave eviction out)");
+    expect_error(tables_spec(buf, sizeof buf, T_LIFE("\"eviction\": {\"ttl_secs\": 0}")),
+                 "tables[0].eviction.ttl_secs: expected a number > 0");
+    expect_error(tables_spec(buf, sizeof buf, T_LIFE("\"eviction\": {\"max_rows\": 100}")),
+                 "tables[0].eviction.max_rows: expected an integer 256..1099511627776, got 100");
+    expect_error(tables_spec(buf, sizeof buf, T_LIFE("\"eviction\": {\"ttl\": 100}")),
+                 "tables[0].eviction.ttl: unknown key");
+    expect_error(tables_spec(buf, sizeof buf, T_LIFE("\"eviction\": 5")), "tables[0].eviction: expected an object");
+    expect_error(tables_spec(buf, sizeof buf, T_LIFE("\"admission\": {\"min_count\": 1}")),
+                 "tables[0].admission.min_count: expected an integer 2..255, got 1");
+    expect_error(tables_spec(buf, sizeof buf, T_LIFE("\"admission\": {}")), "tables[0].admission.min_count: missing");
+    expect_error(tables_spec(buf, sizeof buf, T_LIFE("\"admission\": {\"min_count\": 2, \"filter_bytes\": 1000}")),
+                 "tables[0].admission.filter_bytes: expected an integer 65536..1073741824, got 1000");
+#undef T_LIFE
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ftrl),
-        cmocka_unit_test(test_schedules),
-        cmocka_unit_test(test_tables),
-        cmocka_unit_test(test_table_errors),
-        cmocka_unit_test(test_job_id_new_keys),
-        cmocka_unit_test(test_warm_start),
-        cmocka_unit_test(test_fuzz_seeds),
+        cmocka_unit_test(test_ftrl),         cmocka_unit_test(test_schedules),       cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_table_errors), cmocka_unit_test(test_job_id_new_keys), cmocka_unit_test(test_table_life),
+        cmocka_unit_test(test_warm_start),   cmocka_unit_test(test_fuzz_seeds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,6 +57,9 @@ typedef struct ps_status {
         uint64_t bytes;         /* bytes they take */
         uint64_t rows_pulled, rows_pushed;
         int64_t version;        /* sparse pushes applied */
+        uint64_t rows_evicted;  /* rows removed by eviction (TTL, cap) */
+        uint64_t rows_dropped;  /* gradient rows dropped: id not admitted yet */
+        uint64_t waiting;       /* ids counted by the admission filter, not admitted (an estimate) */
     } tables[64];
 } ps_status_t;
 

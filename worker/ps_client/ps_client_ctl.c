@@ -630,6 +630,9 @@ static int status_parse(const psc_rpc_op_t *op, int ps, ps_status_t *st, char *e
         st->tables[i].rows_pulled = t->rows_pulled;
         st->tables[i].rows_pushed = t->rows_pushed;
         st->tables[i].version = t->version;
+        st->tables[i].rows_evicted = t->rows_evicted;
+        st->tables[i].rows_dropped = t->rows_dropped;
+        st->tables[i].waiting = t->waiting;
     }
     psc__status_reply__free_unpacked(r, NULL);
     return 0;

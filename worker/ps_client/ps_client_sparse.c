@@ -84,6 +84,11 @@ void pcl_table_specs(ps_client_t *pc, int ps, pcl_table_pb_t *out)
         s->init_a = ts->init.a;
         s->init_b = ts->init.b;
         s->seed = pc->table_seed;
+        s->ttl_steps = ts->ttl_steps;
+        s->ttl_secs = ts->ttl_secs;
+        s->max_rows = ts->max_rows / pc->num_ps + (part < ts->max_rows % pc->num_ps); /* the part's share */
+        s->min_count = (uint32_t)ts->min_count;
+        s->filter_bytes = (uint64_t)ts->filter_bytes;
         psc_optim_to_pb_sched(&ts->optimizer, &out->opts[out->n], &out->sched[out->n]);
         s->optimizer = &out->opts[out->n];
         out->ptrs[out->n++] = s;
