@@ -13,10 +13,13 @@
  * header says < 0.25%). Tombstones: an incremental export after evictions
  * names each evicted id once (not a re-created one), a committed mark forgets
  * them. Threads pushing, pulling and scanning while another thread expires
- * and the cap trims keep the part consistent (this test runs under TSan:
- * `make tsan`).
+ * and the cap trims keep the part consistent; and in a store, pushes of the
+ * same rows race the store's evictor and checkpoint exports with commits:
+ * each export is one cut (no id both a row and a tombstone, none twice) and
+ * the rows' count matches (this test runs under TSan: `make tsan`).
  */
 #include "sparse_table.h"
+#include "store.h"
 
 #include "optim.h"
 #include "psc.h"
@@ -349,6 +352,123 @@ static void test_race(void **state)
     sparse_table_destroy(r.t);
 }
 
+/* ---- in a store: the evictor, pushes and checkpoints ---- */
+
+#define RACE_JOB "00000000000071f0"
+
+typedef struct store_race {
+    store_t *s;
+    atomic_int *stop;
+    int seed, failed;
+} store_race_t;
+
+static void *store_pusher(void *arg)
+{
+    store_race_t *r = arg;
+    int64_t ids[128];
+    float g[128 * DIM];
+    for (size_t i = 0; i < PSC_ARRAY_LEN(g); i++) g[i] = 1.0f;
+    unsigned x = (unsigned)r->seed;
+    char err[256];
+    for (int64_t it = 1; !atomic_load(r->stop) && !r->failed; it++) {
+        for (int i = 0; i < 128; i++) {
+            x = x * 1103515245u + 12345u;
+            ids[i] = (int64_t)((x >> 8) % 64) * 128 + i; /* 8192 ids, unique within the request */
+        }
+        store_note_step(r->s, it / 4);
+        r->failed |= store_sparse_push(r->s, "emb", ids, 128, g, sizeof g, 0, NULL, err, sizeof err) != 0;
+    }
+    return NULL;
+}
+
+typedef struct cut {
+    size_t rows, dead;
+    unsigned char *seen; /* (8192) 1 row, 2 tombstone */
+    int bad;
+} cut_t;
+
+static int cut_table(void *arg, const char *name, uint32_t len)
+{
+    (void)arg, (void)name, (void)len;
+    return 0;
+}
+
+static int cut_row(void *arg, const char *name, int64_t id, const void *rec, size_t len)
+{
+    (void)name, (void)len;
+    cut_t *c = arg;
+    if (id < 0 || id >= 8192 || c->seen[id]) c->bad = 1;
+    else c->seen[id] = rec ? 1 : 2;
+    if (rec) c->rows++;
+    else c->dead++;
+    return 0;
+}
+
+static int cut_tensor(void *arg, const char *name, const void *data, size_t len)
+{
+    (void)arg, (void)name, (void)data, (void)len;
+    return 0;
+}
+
+static void test_store_race(void **state)
+{
+    (void)state;
+    char err[256];
+    psc_optim_config_t opt = sgd();
+    store_t *s = store_create();
+    static const store_var_spec_t step = {.name = "global_step", .is_step = 1};
+    int created;
+    assert_int_equal(store_create_vars(s, RACE_JOB, &opt, &step, 1, &created, err, sizeof err), 0);
+    sparse_table_cfg_t c = cfg_of(8192, 1, 0, PSC_PART_MOD, DIM, opt);
+    c.ttl_steps = 3;
+    c.max_rows = 4096;
+    assert_int_equal(store_create_tables(s, RACE_JOB, &c, 1, err, sizeof err), 0);
+    assert_int_equal(store_set_ready(s, RACE_JOB, err, sizeof err), 0);
+    atomic_int stop;
+    atomic_init(&stop, 0);
+    pthread_t th[2];
+    store_race_t args[2];
+    for (int i = 0; i < 2; i++) {
+        args[i] = (store_race_t){.s = s, .stop = &stop, .seed = i + 7};
+        assert_int_equal(pthread_create(&th[i], NULL, store_pusher, &args[i]), 0);
+    }
+    size_t deltas = 0, dead = 0;
+    unsigned char *seen = calloc(8192, 1);
+    for (uint64_t id = 1; id <= 16; id++) {
+        usleep(100 * 1000); /* the evictor passes every 0.5 s */
+        memset(seen, 0, 8192);
+        cut_t cut = {.seen = seen};
+        store_rows_io_t io = {.table = cut_table, .row = cut_row, .arg = &cut};
+        int64_t at;
+        uint64_t parent = 0;
+        assert_int_equal(store_export_ex(s, cut_tensor, NULL, &io, id, 0, &at, &parent, err, sizeof err), 0);
+        assert_int_equal(cut.bad, 0);
+        if (parent) {
+            deltas++;
+            dead += cut.dead;
+        } else {
+            assert_int_equal(cut.dead, 0); /* a base has no tombstones */
+        }
+        store_ckpt_committed(s, id);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(args[i].failed, 0);
+    }
+    store_table_info_t *info;
+    int n;
+    store_list_tables(s, &info, &n);
+    assert_int_equal(n, 1);
+    printf("store race: %zu deltas, %zu tombstones written, %llu rows evicted, longest pause %llu us\n", deltas, dead,
+           (unsigned long long)info[0].stats.rows_evicted, (unsigned long long)info[0].stats.pause_max_ns / 1000);
+    assert_true(info[0].stats.rows_evicted > 0);
+    assert_true(info[0].stats.rows <= 4096);
+    free(info);
+    free(seen);
+    store_destroy(s);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -382,7 +502,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ttl_steps),  cmocka_unit_test(test_ttl_secs),   cmocka_unit_test(test_cap),
         cmocka_unit_test(test_admission),  cmocka_unit_test(test_tombstones), cmocka_unit_test(test_race),
-        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_store_race),  cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
