@@ -4,7 +4,8 @@
 # bench_apply 1, bench_scaling 1); BENCH_STEP_SECS: seconds per training run of
 # bench_step.sh (10); BENCH_CTR_SECS: the same for bench_ctr.sh (10); bench_link.sh's
 # BENCH_LINK_MBIT, BENCH_LINK_STEPS; bench_peers.sh's BENCH_PEERS_ROUNDS, BENCH_PEERS_MLP_STEPS,
-# BENCH_PEERS_CNN_STEPS (4-5 minutes more). About 8 minutes on the 2-core development VM.
+# BENCH_PEERS_CNN_STEPS (4-5 minutes more); BENCH_ONLINE_ROWS: bench_online.sh's stream (8000000 rows,
+# about 5 minutes; 600000: 15 s). About 13 minutes on the 2-core development VM.
 set -eu
 build=${1:-build}
 export PSC_BIN=$(cd "$build" && pwd)
@@ -26,6 +27,7 @@ python3 -c 'import torch' 2>/dev/null || { [ -x /usr/bin/python3 ] && py=/usr/bi
 "$here/bench_warm_start.sh" "$PSC_BIN" # rows/s a warm start moves (from a file, a checkpoint) and a re-split restore
 "$here/bench_predict.sh" "$PSC_BIN" # psctl predict's examples/s against psctl eval and the training step
 "$here/bench_many.sh" "$PSC_BIN" # 2 ps + 2 workers against 8 ps + 64 workers (README "Many workers")
+"$here/bench_online.sh" "$PSC_BIN" # drifting ids: no eviction, TTL, TTL + admission (issue 31)
 "$here/bench_link.sh" "$PSC_BIN" || [ $? = 77 ] # needs root (network namespaces)
 # PyTorch beside psc (bench_peers.sh; peers/setup.sh installs python3-torch; 77: skipped)
 { "$here/peers/setup.sh" && "$here/bench_peers.sh" "$PSC_BIN"; } || [ $? = 77 ]

@@ -34,9 +34,28 @@
  * s_j are the mean and standard deviation of log1p(max(I_j, 0)) (computed by
  * quadrature) and a_j = SIGMA_A U / s_j.
  *
- * Determinism: row i of a split draws from psc_rng seeded by (seed, split,
- * i), so the output is a function of the flags other than --threads, and the
- * training rows are the same whatever --files is (only the cuts move).
+ * Drift (--drift L, off by default): ids appear, are popular for a while and
+ * fade, as in real click logs. Each rank r of feature f is held by a sequence
+ * of ids, each for L examples of the stream: at example t the id of rank r is
+ * generation g = floor((t + phase_r) / L), phase_r a hash of (seed, f, r) in
+ * [0, L) so that the ranks turn over at different times; during the first
+ * DRIFT_FADE L examples of its turn a new id shares the rank with the one it
+ * replaces (the old one with probability falling linearly from 1 to 0). The
+ * id's hex is the keyed bijection of (g card_f + r - 1) mod 2^32 (generation
+ * 0 is the undrifted id), so the live ids are a window of the id space that
+ * moves forward with t, and an id comes back only after 2^32 / card_f
+ * generations. A new id takes over its rank's popularity and latent values
+ * (w and v are functions of the rank): the file's ids drift while the planted
+ * logits' distribution (positive rate, planted AUC) stays the undrifted one,
+ * and each id's weight is only learnable from the rows in which it is live.
+ * Training row i is example start + i (--start), test row j example start +
+ * train_rows + j: the test rows continue the stream.
+ *
+ * Determinism: training row i draws from psc_rng seeded by (seed, 0, start +
+ * i), test row j by (seed, 1, j), so the output is a function of the flags
+ * other than --threads, the training rows are the same whatever --files is
+ * (only the cuts move), and --start N --train_rows M writes rows N..N+M-1 of
+ * the stream that --train_rows N+M writes whole.
  * Threads: blocks of BLOCK_ROWS rows are drawn and formatted on --threads
  * threads, then written in order by the main thread.
  */
@@ -62,6 +81,8 @@
 #define MAX_FILES 99999
 #define MAX_THREADS 64
 #define TRAIN_EVAL_ROWS 10000000 /* the summary's AUC on the training set: its first rows */
+#define MAX_ROWS ((int64_t)1 << 40)  /* --train_rows, --start, --drift */
+#define DRIFT_FADE 0.25              /* the part of an id's turn it shares with the id it replaces */
 
 /* ---- the planted model's constants ---- */
 #define B0 (-1.45)
@@ -84,6 +105,8 @@ static const int DENSE_OFF[NUM_DENSE] = {0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 typedef struct gen_opts {
     const char *out;
     int64_t train_rows, test_rows;
+    int64_t start; /* the example index of the first training row */
+    int64_t drift; /* an id's turn in examples; 0: no drift */
     int64_t files;
     int gzip;
     int threads;
@@ -167,6 +190,9 @@ typedef struct model {
     double a[NUM_DENSE], centre[NUM_DENSE];        /* a_j (log1p(max(I_j, 0)) - centre_j) */
     uint32_t miss_threshold;                       /* a field is missing when 32 random bits are below it */
     int miss_all;                                  /* --missing 1 */
+    int64_t drift;                                 /* an id's turn in examples; 0: no drift */
+    int64_t test_t0;                               /* the example index of test row 0 */
+    uint64_t phase_key[NUM_CAT];                   /* drift: hash keys of the ranks' phases */
 } model_t;
 
 static double unit_sym(uint64_t h) /* 53 bits -> uniform on [-sqrt 3, sqrt 3) */
@@ -175,16 +201,29 @@ static double unit_sym(uint64_t h) /* 53 bits -> uniform on [-sqrt 3, sqrt 3) */
 }
 
 /* A keyed bijection of 32 bits (xor, then the "lowbias32" xorshift-multiply
- * mixer, then add): distinct ranks get distinct hex values. */
-static uint32_t value_of_rank(const model_t *m, int f, uint64_t rank)
+ * mixer, then add) of an id's index (rank - 1 without drift): distinct
+ * indexes get distinct hex values. */
+static uint32_t value_of_index(const model_t *m, int f, uint32_t index)
 {
-    uint32_t x = (uint32_t)(rank - 1) ^ m->hexkey[f][0];
+    uint32_t x = index ^ m->hexkey[f][0];
     x ^= x >> 16;
     x *= 0x7feb352du;
     x ^= x >> 15;
     x *= 0x846ca68bu;
     x ^= x >> 16;
     return x + m->hexkey[f][1];
+}
+
+/* Drift: the index of the id that holds rank `rank` of feature f at example
+ * t (see the top of the file). Draws from rng only in the fade-over. */
+static uint32_t drift_index(const model_t *m, int f, uint64_t rank, int64_t t, psc_rng_t *rng)
+{
+    uint64_t life = (uint64_t)m->drift;
+    uint64_t pos = (uint64_t)t + psc_mix64(m->phase_key[f] ^ psc_mix64(rank)) % life;
+    uint64_t gen = pos / life;
+    double into = (double)(pos % life), fade = DRIFT_FADE * (double)life;
+    if (gen > 0 && into < fade && psc_rng_uniform(rng) * fade >= into) gen--; /* P(old) = 1 - into / fade */
+    return (uint32_t)(gen * m->card[f] + rank - 1); /* mod 2^32: unsigned wrap-around is meant */
 }
 
 static double rank_decay(uint64_t rank) { return K0 / (K0 + (double)(rank - 1)); }
@@ -286,6 +325,7 @@ static void model_init(model_t *m, const gen_opts_t *o)
         uint64_t hk = psc_seed_mix(psc_seed_mix(o->seed, 0x68657821u /* "hex!" */), (uint64_t)f);
         m->hexkey[f][0] = (uint32_t)hk;
         m->hexkey[f][1] = (uint32_t)(hk >> 32);
+        m->phase_key[f] = psc_seed_mix(psc_seed_mix(o->seed, 0x64726966u /* "drif" */), (uint64_t)f);
         feature_moments(m, f);
     }
     for (int j = 0; j < NUM_DENSE; j++) {
@@ -297,6 +337,8 @@ static void model_init(model_t *m, const gen_opts_t *o)
     double t = o->missing * 4294967296.0;
     m->miss_threshold = t >= 4294967295.0 ? UINT32_MAX : (uint32_t)t;
     m->miss_all = o->missing >= 1.0;
+    m->drift = o->drift;
+    m->test_t0 = o->start + o->train_rows;
 }
 
 /* ---- one row ---- */
@@ -343,18 +385,21 @@ static double row_dense(const model_t *m, psc_rng_t *rng, row_t *r)
     return logit;
 }
 
-/* Draws row `index` of split `split` (0 train, 1 test) and its planted logit and label. */
+/* Draws row `index` of split `split` (0 train: example `index` of the stream;
+ * 1 test: example test_t0 + index) and its planted logit and label. */
 static void row_draw(const model_t *m, int split, int64_t index, row_t *r)
 {
     psc_rng_t rng;
     psc_rng_seed(&rng, psc_seed_mix(psc_seed_mix(m->seed, (uint64_t)split + 1), (uint64_t)index));
+    int64_t t = split ? m->test_t0 + index : index;
     double logit = B0 + row_dense(m, &rng, r);
     uint64_t rank[NUM_CAT];
     for (int f = 0; f < NUM_CAT; f++) {
         r->has_cat[f] = !field_missing(m, &rng);
         if (!r->has_cat[f]) continue;
         rank[f] = zipf_sample(&m->zipf[f], &rng);
-        r->value[f] = value_of_rank(m, f, rank[f]);
+        uint32_t id = m->drift ? drift_index(m, f, rank[f], t, &rng) : (uint32_t)(rank[f] - 1);
+        r->value[f] = value_of_index(m, f, id);
         logit += weight_of(m, f, rank[f]);
     }
     double v[NUM_CAT][DIM];
@@ -610,7 +655,7 @@ static int write_all(const model_t *m, const gen_opts_t *o, split_stats_t *train
         int64_t hi = o->train_rows * (k + 1) / o->files;
         char name[64];
         snprintf(name, sizeof name, "train-%05" PRId64 "-of-%05" PRId64 ".tsv", k, o->files);
-        rc = write_rows(&w, name, 0, lo, hi - lo, train);
+        rc = write_rows(&w, name, 0, o->start + lo, hi - lo, train);
     }
     if (rc == 0) rc = write_rows(&w, "test.tsv", 1, 0, o->test_rows, test);
     for (int t = 0; t < o->threads; t++) {
@@ -647,6 +692,12 @@ static void usage(FILE *f)
                "                        100000000); C1..C26 have round(10 (C/10)^(f/25)) values, f = 0..25\n"
                "  --zipf A              Zipf exponent of each feature's values, 0 < A <= 10 (default 1.1)\n"
                "  --missing P           probability that a field is empty, 0..1 (default 0.02)\n"
+               "  --drift L             ids that drift: each rank of a feature is held by a new id every L\n"
+               "                        examples (1..2^40; phases per rank, the new id fading in over L/4);\n"
+               "                        the test rows follow the training rows in the stream (default 0: off)\n"
+               "  --start N             the stream's example index of the first training row (0..2^40,\n"
+               "                        default 0): --start N --train_rows M writes rows N..N+M-1 of the\n"
+               "                        stream that --train_rows N+M writes whole\n"
                "  --help                this text\n"
                "exit: 0, 1 on an error writing the files, 64 on bad flags\n");
 }
@@ -695,8 +746,14 @@ static int parse_value(gen_opts_t *o, const char *flag, const char *v)
         return 0;
     }
     if (!strcmp(flag, "--train_rows")) {
-        rc = parse_u64(flag, v, 1, (uint64_t)1 << 40, &u);
+        rc = parse_u64(flag, v, 1, (uint64_t)MAX_ROWS, &u);
         o->train_rows = (int64_t)u;
+    } else if (!strcmp(flag, "--start")) {
+        rc = parse_u64(flag, v, 0, (uint64_t)MAX_ROWS, &u);
+        o->start = (int64_t)u;
+    } else if (!strcmp(flag, "--drift")) {
+        rc = parse_u64(flag, v, 0, (uint64_t)MAX_ROWS, &u);
+        o->drift = (int64_t)u;
     } else if (!strcmp(flag, "--test_rows")) {
         rc = parse_u64(flag, v, 1, (uint64_t)1 << 31, &u);
         o->test_rows = (int64_t)u;
@@ -820,6 +877,14 @@ static void print_summary(const model_t *m, const gen_opts_t *o, split_stats_t *
                names[s], t->rows, s ? (int64_t)1 : o->files, (!s && o->files > 1) ? "s" : "", t->bytes, t->file_bytes,
                (double)t->positives / (double)t->rows, ctr_eval_auc(&t->eval), ctr_eval_log_loss(&t->eval));
         printf(t->eval.n < t->rows ? " (first %" PRId64 " rows)\n" : "\n", t->eval.n);
+    }
+    if (o->drift || o->start) {
+        printf("stream: training rows are examples %" PRId64 "..%" PRId64 ", test rows %" PRId64 "..%" PRId64, o->start,
+               o->start + o->train_rows - 1, m->test_t0, m->test_t0 + o->test_rows - 1);
+        if (o->drift)
+            printf("; each id live %" PRId64 " examples\n", o->drift);
+        else
+            printf("; no drift\n");
     }
     double rows = (double)(train->rows + test->rows), bytes = (double)(train->bytes + test->bytes);
     printf("generated %.0f rows, %.1f MB in %.2f s: %.0f rows/s, %.1f MB/s (seed %" PRIu64 ")\n", rows, bytes / 1e6,
