@@ -1,5 +1,5 @@
 /* fuzz_ckpt — libFuzzer target: checkpoint records as read back from RocksDB
- * (ps_server/ckpt/ckpt.c): a manifest (format version 1 or 2), the value of its
+ * (ps_server/ckpt/ckpt.c): a manifest (format version 1, 2 or 3), the value of its
  * first tensor, and the value of a row of its first table.
  * Input: a 2-byte little-endian manifest length, the manifest, a 2-byte
  * little-endian tensor value length, the tensor value, and the row value (the
