@@ -7,10 +7,12 @@
  *     a power-of-two array of 16-byte entries {id, record number, epoch}
  *     (id -1: empty), allocated at the first row and doubled by rehash before
  *     an insert would take its load above 0.7 (so it stays in 0.35..0.7).
- *     Rows are never deleted: no tombstones.
+ *     Only a row's life (sparse_life.c: expiry, the cap) removes rows, by
+ *     backward shift: no tombstones in the index.
  *   - the records: blocks of 2^bshift records of `stride` bytes (the record
  *     rounded up to 8), about BLOCK_BYTES each, malloc'd one at a time and
- *     never moved or freed before destroy; record r of a shard is at
+ *     never moved or freed before destroy (an evicted row's record goes on
+ *     the shard's free list and is reused); record r of a shard is at
  *     blocks[r >> bshift] + (r & bmask) * stride. Growing the index copies
  *     entries, never records.
  * A record is exactly the header's export form (int64 t, values, slots); its
@@ -28,7 +30,8 @@
  * sit at any alignment. The update is optim_apply_rows (optim.h): the same
  * vectorized loops as the dense variables, chosen once per chunk.
  *
- * Memory, for R rows of record size B (stride S = B rounded up to 8): the
+ * Memory, for R rows of record size B (stride S = B rounded up to 8, plus
+ * 16 bytes of rec_meta_t with a TTL or a cap): the
  * records R*S; at most one partly used block per shard (256 blocks of at most
  * max(BLOCK_BYTES, S) bytes: <= 4 MiB at BLOCK_BYTES = 16 KiB); the index,
  * 16 bytes an entry at load >= 0.35 (<= 46 bytes a row, plus INDEX_MIN
@@ -38,7 +41,7 @@
  *
  * Invariants: an entry is inserted only once its record number is valid, and
  * its record is written before the shard lock is released; a record's address
- * never changes; every entry's record number is < the shard's n. Counters are
+ * never changes; every entry's record number is < the shard's nrec. Counters are
  * relaxed atomics; the epoch changes only in export (no pull or push runs
  * then, sparse_table.h).
  */
