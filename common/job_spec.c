@@ -256,6 +256,7 @@ static int parse_sections(const jspec_ctx_t *c, const json_t *root, psc_job_spec
     if ((rc = jspec_get_int32(c, root, "batch_size_per_replica", "", 0, 1, &s->batch_size))) return rc;
     if ((rc = jspec_get_int32(c, root, "epochs", "", 0, 1, &s->epochs))) return rc;
     if ((rc = jspec_get_int(c, root, "steps", "", 0, 0, INT64_MAX, &s->steps))) return rc;
+    if ((rc = jspec_check_follow(c, s))) return rc;
 
     if ((rc = jspec_get_object(c, root, "sync", "", 0, &o))) return rc;
     if (o) {

@@ -168,6 +168,12 @@ typedef struct psc_job_spec {
     int64_t train_examples; /* data.train_examples: use the first N (0 = all) */
     int64_t test_examples;  /* data.test_examples */
     int shuffle;            /* data.shuffle: reshuffle each epoch (default 1); 0 keeps file order */
+    /* data.follow (online training, docs/online-training.md): data.train_files[0] is a directory (or a
+     * pattern whose wildcards are in its last component) followed as files are renamed into it */
+    int follow;              /* data.follow present (then shuffle 0, epochs 1, shard by file) */
+    double follow_idle_secs; /* data.follow.idle_secs: the job ends after this long without a new file (600) */
+    double follow_poll_secs; /* data.follow.poll_secs: how often the directory is listed (1) */
+    int test_window;         /* data.test_files: with follow, a data.test directory's newest files read (1) */
 
     int batch_size; /* per replica */
     int epochs;     /* default 1 */
@@ -234,7 +240,9 @@ int psc_job_spec_check(const psc_job_spec_t *s, const psc_cluster_t *cluster, ch
  * as itself or with .gz (what the worker's reader tries). criteo, libsvm,
  * tfrecord: each name of the list is the file itself when it has no glob(3)
  * characters, else a pattern that must match at least one file; every file must
- * be readable and not a directory (an absent data.test checks nothing). stat(2),
+ * be readable and not a directory (an absent data.test checks nothing); with
+ * data.follow the followed directory must exist (its files may come later)
+ * and data.test may be a directory (the rolling window). stat(2),
  * access(2) and glob(3) only: a corrupt file is found when the worker reads it.
  * Returns 0, or PSC_ECONFIG with "job spec: data.train: cannot read PATH[.gz]:
  * <reason>", "job spec: data.train: no file matches PATTERN" or "job spec:
@@ -246,6 +254,14 @@ int psc_job_spec_check_data(const psc_job_spec_t *s, int train, int test, char *
  * every message starting "job spec FILE: ". On error *out holds nothing to free. */
 int psc_job_spec_load_checked(const char *path, const psc_cluster_t *cluster, int train, int test,
                               psc_job_spec_t *out, char *err, size_t errlen);
+
+/* A followed data.train (data.follow) as the directory to list and the
+ * pattern its names must match: "/logs/train" or "/logs/train/" is the
+ * directory, every name (*pattern NULL); "/logs/train/part-*.tsv" is
+ * "/logs/train" and "part-*.tsv" (*pattern points into train). Wildcards
+ * (* ? [) only in the last component. 0, or PSC_EINVAL (a wildcard in a
+ * directory's name, or dir too small). Thread-safe. */
+int psc_job_spec_follow_dir(const char *train, char *dir, size_t dirlen, const char **pattern);
 
 const char *psc_optim_name(enum psc_optim_kind k);
 const char *psc_activation_name(enum psc_activation a);

@@ -13,7 +13,11 @@
  * the row's indices) and declared by data.features for tfrecord. Every
  * feature then gets its place: dense features their first column in the
  * (n, num_dense) dense input in feature order, categorical ones their index
- * among the categorical features.
+ * among the categorical features. data.follow (online training,
+ * docs/online-training.md) makes data.train one followed directory or
+ * last-component pattern: it turns shuffle off and refuses record sharding,
+ * train_examples and (jspec_check_follow, once "epochs" is parsed) epochs
+ * other than 1; data.test_files sizes a rolling data.test directory.
  *
  * Invariants after a parse: exactly one feature has role label (length 1,
  * int64 or float); dense features are float or int64 with length >= 1;
@@ -54,7 +58,7 @@ static int get_path(const jspec_ctx_t *c, const json_t *obj, const char *key, ch
 /* The keys that only the record formats take. */
 static int refuse_record_keys(const jspec_ctx_t *c, const json_t *o)
 {
-    static const char *const keys[] = {"shard", "bad_record_limit", "features"};
+    static const char *const keys[] = {"shard", "bad_record_limit", "features", "follow", "test_files"};
     for (size_t i = 0; i < PSC_ARRAY_LEN(keys); i++) {
         if (!json_object_get(o, keys[i])) continue;
         char p[64];
@@ -258,6 +262,101 @@ static void place_features(psc_job_spec_t *s)
     }
 }
 
+/* ---- data.follow: online training (docs/online-training.md) ---- */
+
+#define FOLLOW_IDLE_MAX (366.0 * 86400) /* idle_secs: at most a year */
+#define MAX_TEST_WINDOW 4096            /* data.test_files */
+
+int psc_job_spec_follow_dir(const char *train, char *dir, size_t dirlen, const char **pattern)
+{
+    const char *slash = strrchr(train, '/');
+    size_t n = strlen(train);
+    *pattern = NULL;
+    if (strpbrk(train, "*?[")) {
+        size_t dlen = slash ? (size_t)(slash - train) : 0;
+        for (size_t i = 0; i < dlen; i++) /* wildcards in the last component only */
+            if (strchr("*?[", train[i])) return PSC_EINVAL;
+        *pattern = slash ? slash + 1 : train;
+        if (!**pattern) return PSC_EINVAL;
+        n = dlen;
+        if (slash && n == 0) {
+            n = 1; /* "/x*": the root */
+        } else if (!slash) {
+            train = "."; /* "x*": the working directory */
+            n = 1;
+        }
+    }
+    while (n > 1 && train[n - 1] == '/') n--; /* "/logs/train/" is "/logs/train" */
+    if (n == 0 || n >= dirlen) return PSC_EINVAL;
+    memcpy(dir, train, n);
+    dir[n] = '\0';
+    return 0;
+}
+
+/* With data.follow: the keys it refuses or changes. */
+static int follow_rules(const jspec_ctx_t *c, const json_t *o, psc_job_spec_t *s)
+{
+    char dir[512];
+    const char *pattern;
+    if (s->num_train_files != 1)
+        return jspec_fail(c, "data.train",
+                          "with data.follow, one directory or pattern (wildcards in its last component), not %d",
+                          s->num_train_files);
+    if (psc_job_spec_follow_dir(s->train_files[0], dir, sizeof dir, &pattern) != 0)
+        return jspec_fail(c, "data.train",
+                          "with data.follow, a directory or a pattern whose wildcards are in its last component "
+                          "(\"/logs/train/part-*.tsv\"), got \"%s\"",
+                          s->train_files[0]);
+    if (s->shard == PSC_SHARD_RECORD)
+        return jspec_fail(c, "data.shard",
+                          "a followed directory is sharded by file (replica r of W takes files r, r+W, ... in name "
+                          "order): \"record\" is not available with data.follow");
+    if (json_object_get(o, "train_examples"))
+        return jspec_fail(c, "data.train_examples",
+                          "not with data.follow (a followed directory has no end to count "
+                          "from; \"steps\" bounds the steps)");
+    if (json_object_get(o, "shuffle") && s->shuffle)
+        return jspec_fail(c, "data.shuffle",
+                          "true is not available with data.follow: files are read in name order, so that a restarted "
+                          "replica finds its place");
+    s->shuffle = 0;
+    return 0;
+}
+
+/* data.follow and data.test_files (defaults when absent). */
+static int parse_follow(const jspec_ctx_t *c, const json_t *o, psc_job_spec_t *s)
+{
+    static const char *const keys[] = {"idle_secs", "poll_secs", NULL};
+    static const jspec_range_t idle = {0, 1, FOLLOW_IDLE_MAX, 0}, poll = {0.05, 0, 60, 0};
+    const json_t *f;
+    int64_t window = 1;
+    int rc;
+    s->follow_idle_secs = 600;
+    s->follow_poll_secs = 1;
+    s->test_window = 1;
+    if ((rc = jspec_get_object(c, o, "follow", "data", 0, &f))) return rc;
+    if (!f) {
+        if (json_object_get(o, "test_files"))
+            return jspec_fail(c, "data.test_files", "applies with data.follow only (a rolling data.test directory)");
+        return 0;
+    }
+    s->follow = 1;
+    if ((rc = jspec_check_keys(c, f, "data.follow", keys))) return rc;
+    if ((rc = jspec_get_number(c, f, "idle_secs", "data.follow", 0, idle, &s->follow_idle_secs))) return rc;
+    if ((rc = jspec_get_number(c, f, "poll_secs", "data.follow", 0, poll, &s->follow_poll_secs))) return rc;
+    if ((rc = jspec_get_int_in(c, o, "test_files", "data", 0, 1, MAX_TEST_WINDOW, &window))) return rc;
+    s->test_window = (int)window;
+    return follow_rules(c, o, s);
+}
+
+int jspec_check_follow(const jspec_ctx_t *c, const psc_job_spec_t *s)
+{
+    if (s->follow && s->epochs != 1)
+        return jspec_fail(
+            c, "epochs", "a followed directory is read once: epochs 1 (or absent) with data.follow, got %d", s->epochs);
+    return 0;
+}
+
 /* ---- the section ---- */
 
 static int parse_record_data(const jspec_ctx_t *c, const json_t *o, psc_job_spec_t *s)
@@ -286,8 +385,9 @@ static int parse_record_data(const jspec_ctx_t *c, const json_t *o, psc_job_spec
 
 int jspec_parse_data(const jspec_ctx_t *c, const json_t *o, psc_job_spec_t *s)
 {
-    static const char *const keys[] = {"format",         "train",         "test",    "shard",    "bad_record_limit",
-                                       "train_examples", "test_examples", "shuffle", "features", NULL};
+    static const char *const keys[] = {"format",           "train",          "test",          "shard",
+                                       "bad_record_limit", "train_examples", "test_examples", "shuffle",
+                                       "features",         "follow",         "test_files",    NULL};
     int rc, format = PSC_DATA_IDX;
     s->data_format = PSC_DATA_IDX;
     s->shard = PSC_SHARD_AUTO;
@@ -305,7 +405,8 @@ int jspec_parse_data(const jspec_ctx_t *c, const json_t *o, psc_job_spec_t *s)
     }
     if ((rc = jspec_get_int(c, o, "train_examples", "data", 0, 0, INT64_MAX, &s->train_examples))) return rc;
     if ((rc = jspec_get_int(c, o, "test_examples", "data", 0, 0, INT64_MAX, &s->test_examples))) return rc;
-    return jspec_get_bool(c, o, "shuffle", "data", &s->shuffle);
+    if ((rc = jspec_get_bool(c, o, "shuffle", "data", &s->shuffle))) return rc;
+    return s->data_format == PSC_DATA_IDX ? 0 : parse_follow(c, o, s);
 }
 
 /* ---- at a task's start: the files can be read ---- */
@@ -345,12 +446,42 @@ static int check_pattern(const char *pfx, const char *key, const char *pattern, 
     return rc;
 }
 
+/* 0 when path is a directory that can be listed, else an errno. */
+static int dir_unlistable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) return errno ? errno : ENOENT;
+    if (!S_ISDIR(st.st_mode)) return ENOTDIR;
+    if (access(path, R_OK | X_OK) != 0) return errno ? errno : EACCES;
+    return 0;
+}
+
+/* data.follow: the followed directory is there (its files may come later). */
+static int check_followed(const char *pfx, const psc_job_spec_t *s, char *err, size_t errlen)
+{
+    char dir[512];
+    const char *pattern;
+    if (psc_job_spec_follow_dir(s->train_files[0], dir, sizeof dir, &pattern) != 0)
+        return psc_seterr(err, errlen, PSC_ECONFIG, "%sdata.train: cannot follow \"%s\"", pfx, s->train_files[0]);
+    int e = dir_unlistable(dir);
+    if (e)
+        return psc_seterr(err, errlen, PSC_ECONFIG, "%sdata.train: cannot follow directory %s: %s", pfx, dir,
+                          strerror(e));
+    return 0;
+}
+
 int jspec_check_data_files(const char *pfx, const psc_job_spec_t *s, int train, int test, char *err, size_t errlen)
 {
     int rc;
+    if (train && s->follow && s->num_train_files == 1) {
+        if ((rc = check_followed(pfx, s, err, errlen))) return rc;
+        train = 0;
+    }
     for (int i = 0; train && i < s->num_train_files; i++)
         if ((rc = check_pattern(pfx, "data.train", s->train_files[i], err, errlen))) return rc;
-    for (int i = 0; test && i < s->num_test_files; i++)
+    for (int i = 0; test && i < s->num_test_files; i++) {
+        if (s->follow && dir_unlistable(s->test_files[i]) == 0) continue; /* a rolling directory: files come later */
         if ((rc = check_pattern(pfx, "data.test", s->test_files[i], err, errlen))) return rc;
+    }
     return 0;
 }

@@ -115,11 +115,16 @@ int jspec_check_table_names(const jspec_ctx_t *c, const psc_job_spec_t *s);
  * lists (s->train_files, s->test_files), shard, bad_record_limit and the
  * features (tfrecord's data.features, or criteo's and libsvm's own) with
  * dense_offset, cat_index, num_dense and num_cat; then train_examples,
- * test_examples and shuffle. What it allocates, s owns (psc_job_spec_deinit). */
+ * test_examples and shuffle; then data.follow and data.test_files (online
+ * training: with follow, shuffle 0 and the keys follow refuses).
+ * What it allocates, s owns (psc_job_spec_deinit). */
 /* "warm_start" (job_spec_warm.c): from, checkpoint, variables (a regex that
  * compiles), tables (each one of the spec's). */
 int jspec_parse_warm_start(const jspec_ctx_t *c, const json_t *root, psc_job_spec_t *s);
 int jspec_parse_data(const jspec_ctx_t *c, const json_t *o, psc_job_spec_t *s);
+/* With data.follow, the keys outside "data" it constrains: epochs must be 1
+ * (call after "epochs" is parsed). 0 without data.follow. */
+int jspec_check_follow(const jspec_ctx_t *c, const psc_job_spec_t *s);
 /* psc_job_spec_check_data for criteo, libsvm and tfrecord: every pattern of
  * data.train (train != 0) and data.test (test != 0) matches at least one file,
  * and each file it matches is readable. Messages start with pfx. */

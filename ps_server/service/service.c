@@ -494,12 +494,16 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
      * times a second */
     uint32_t *done_ranks = psc_xmalloc(PSC_MAX_REPLICAS * sizeof *done_ranks);
     int64_t *progress = psc_xmalloc(PSC_MAX_REPLICAS * sizeof *progress);
+    int64_t *restored = psc_xmalloc(PSC_MAX_REPLICAS * sizeof *restored);
     pthread_mutex_lock(&svc->lock);
     rep.n_replica_steps = PSC_MIN(svc->max_rank, PSC_MAX_REPLICAS);
     memcpy(progress, svc->replica_steps, rep.n_replica_steps * sizeof *progress);
     rep.replica_steps = progress;
     rep.restored_step = svc->restored_step;
     rep.base_step = svc->base_step;
+    rep.n_restored_replica_steps = svc->n_restored_replica_steps;
+    memcpy(restored, svc->restored_replica_steps, rep.n_restored_replica_steps * sizeof *restored);
+    rep.restored_replica_steps = restored;
     rep.workers_done = svc->workers_done;
     for (uint32_t w = 0; w < PSC_MAX_REPLICAS; w++)
         if (svc->done[w]) done_ranks[rep.n_done_workers++] = w;
@@ -512,6 +516,7 @@ static void h_status(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     psc_rpc_reply_send(call);
     svc_describe_free(&m);
     free(progress);
+    free(restored);
     free(done_ranks);
 }
 

@@ -76,10 +76,20 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
      * mode only at step boundary r->step), then write it outside the fence */
     int64_t held = -1;
     ckpt_writer_t *w = ckpt_begin(svc->ckpt, r->id, r->job_id, r->step);
+    /* the replicas' steps at the cut (only the PS holding global_step hears of them): async, the fence holds
+     * every step out, so they are the steps global_step counts; a restarted job resumes after them. A
+     * replica that has not stepped since the model was restored is where the restored checkpoint says. */
+    int64_t steps[PSC_MAX_REPLICAS];
     pthread_mutex_lock(&svc->lock);
     int64_t base = svc->base_step;
+    size_t nsteps = PSC_MIN(PSC_MAX(svc->max_rank, svc->n_restored_replica_steps), PSC_MAX_REPLICAS);
+    for (size_t i = 0; i < nsteps; i++) {
+        int64_t restored = i < svc->n_restored_replica_steps ? svc->restored_replica_steps[i] : 0;
+        steps[i] = PSC_MAX(svc->replica_steps[i], restored);
+    }
     pthread_mutex_unlock(&svc->lock);
-    svc_add_description(svc, w, base); /* what the checkpoint holds, for a reader without the job's spec (Describe) */
+    /* what the checkpoint holds, for a reader without the job's spec (Describe) */
+    svc_add_description(svc, w, base, steps, nsteps);
     store_rows_io_t rows = {.table = table_to_writer, .row = row_to_writer, .arg = w};
     uint64_t parent = 0;
     rc = store_export_ex(svc->store, emit_to_writer, w, &rows, r->id, store_get_sync(svc->store, NULL) ? r->step : -1,
@@ -171,19 +181,28 @@ static int rows_from_ckpt(void *arg, const char *name, int (*put)(void *, int64_
 
 static int ckpt_description(ps_service_t *svc, uint64_t id, Psc__StatusReply **out, char *err, size_t errlen);
 
+/* What a checkpoint's description keeps for the job beside its tensors. */
+typedef struct desc_job {
+    int64_t base;                    /* the job's base_step (0 when none) */
+    int64_t steps[PSC_MAX_REPLICAS]; /* the replica steps at the cut */
+    uint32_t nsteps;                 /* 0: none recorded */
+} desc_job_t;
+
 /* A checkpoint restores only onto the shard that wrote it: the same task
  * index of as many PS (its description says; an older one does not, and the
  * variables' names are the check). Another shape is re-split by the chief
  * (Stage). 0 or PSC_ENOTFOUND (the chief's restore then looks further).
- * *base: the job's base_step the description keeps (0 when none). */
-static int same_shape(ps_service_t *svc, uint64_t id, int64_t *base, char *err, size_t errlen)
+ * *job: what the description keeps for the job (zeros when none). */
+static int same_shape(ps_service_t *svc, uint64_t id, desc_job_t *job, char *err, size_t errlen)
 {
     Psc__StatusReply *d = NULL;
-    *base = 0;
+    memset(job, 0, sizeof *job);
     int rc = ckpt_description(svc, id, &d, err, errlen);
     if (rc == PSC_ENOTFOUND) return 0;
     if (rc) return rc;
-    *base = d->base_step;
+    job->base = d->base_step;
+    job->nsteps = (uint32_t)PSC_MIN(d->n_replica_steps, PSC_MAX_REPLICAS);
+    for (uint32_t i = 0; i < job->nsteps; i++) job->steps[i] = d->replica_steps[i];
     if (d->num_ps && svc->num_ps && ((int)d->num_ps != svc->num_ps || (int)d->ps_index != svc->task_index))
         rc = psc_seterr(err, errlen, PSC_ENOTFOUND,
                         "checkpoint %llu holds the shard of ps %u of %u, none for this ps %d of %d (the chief "
@@ -208,8 +227,9 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     if (rc == 0 && strcmp(info.job_id, r->job_id) != 0 && (!r->alias_job_id[0] || strcmp(info.job_id, r->alias_job_id)))
         rc = psc_seterr(err, sizeof err, PSC_EMISMATCH, "checkpoint %llu belongs to job %s", (unsigned long long)r->id,
                         info.job_id);
-    int64_t base = 0;
-    if (rc == 0) rc = same_shape(svc, r->id, &base, err, sizeof err);
+    desc_job_t job;
+    memset(&job, 0, sizeof job);
+    if (rc == 0) rc = same_shape(svc, r->id, &job, err, sizeof err);
     restore_src_t src = {svc->ckpt, r->id};
     store_rows_io_t rows = {.read = rows_from_ckpt, .arg = &src};
     if (rc == 0) rc = store_import_ex(svc->store, fetch_from_ckpt, &src, &rows, r->step, err, sizeof err);
@@ -223,7 +243,9 @@ void svc_h_restore(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     svc_fence_fail_all(svc, 0, PSC_ESTALE, "restored a checkpoint: pull again");
     pthread_mutex_lock(&svc->lock);
     svc->restored_step = info.step; /* replicas that have not reported a step resume after their share of it */
-    svc->base_step = base;
+    svc->base_step = job.base;
+    memcpy(svc->restored_replica_steps, job.steps, sizeof job.steps);
+    svc->n_restored_replica_steps = job.nsteps;
     pthread_mutex_unlock(&svc->lock);
     PSC_INFO("restored checkpoint %llu of job %s: step %lld, %u tensors", (unsigned long long)r->id, r->job_id,
              (long long)info.step, info.ntensors);
@@ -310,6 +332,8 @@ void svc_h_release(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *a
     svc->restored_step = 0;
     svc->base_step = 0;
     svc->max_rank = 0;
+    memset(svc->restored_replica_steps, 0, sizeof svc->restored_replica_steps);
+    svc->n_restored_replica_steps = 0;
     pthread_mutex_unlock(&svc->lock);
     svc->last_present = 0;
     if (have[0]) PSC_INFO("released job %s: ready for another job", have);

@@ -85,6 +85,10 @@ struct ps_service {
     int64_t base_step; /* the global_step the job started at: a warm start that carried it (the restored
                         * checkpoint's description says; 0: none since Release) */
     uint32_t max_rank;                       /* 1 + the largest rank that reported steps */
+    /* the replica steps the checkpoint last restored recorded at its cut (n 0: none since Release, or an
+     * older checkpoint): Status hands them to a restarted job's replicas */
+    int64_t restored_replica_steps[PSC_MAX_REPLICAS];
+    uint32_t n_restored_replica_steps;
     /* sync replicas: replies waiting for a step to be applied (service_park.c) */
     pthread_mutex_t park_lock;
     struct svc_parked *parked; /* singly linked, newest first */
@@ -333,8 +337,10 @@ typedef struct svc_desc_mem {
 #define SVC_CKPT_MODEL "~model" /* never a variable's name (model_spec.h names) */
 void svc_describe(ps_service_t *svc, Psc__StatusReply *rep, svc_desc_mem_t *m);
 /* Adds the shard's description to a checkpoint being written, as tensor
- * SVC_CKPT_MODEL (a failure is remembered by the writer). */
-void svc_add_description(ps_service_t *svc, ckpt_writer_t *w, int64_t base_step);
+ * SVC_CKPT_MODEL (a failure is remembered by the writer), with the job's
+ * base_step and the n replica steps at the checkpoint's cut (n 0: none). */
+void svc_add_description(ps_service_t *svc, ckpt_writer_t *w, int64_t base_step, const int64_t *replica_steps,
+                         size_t nsteps);
 void svc_describe_free(svc_desc_mem_t *m);
 void svc_h_describe(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 void svc_h_assign_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);

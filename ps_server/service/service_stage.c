@@ -233,7 +233,7 @@ static int stage_prepare(ps_service_t *svc, ckpt_writer_t *w, const Psc__StageRe
             return rc;
         }
     }
-    svc_add_description(svc, w, r->base_step);
+    svc_add_description(svc, w, r->base_step, r->replica_steps, PSC_MIN(r->n_replica_steps, PSC_MAX_REPLICAS));
     ckpt_set_parent(w, 0);               /* a full base */
     return ckpt_prepare(w, err, errlen); /* frees w */
 }

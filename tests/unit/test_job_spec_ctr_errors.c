@@ -6,7 +6,8 @@
  * of each loss, the embedding and wide layers' table/features/combiner/
  * hash_ids, and the structure rules of psc_model_check (one join, embeddings
  * before it, the bottom MLP, interaction dims, the logit, wide tables of dim
- * 1) and the tables' names against the model's variables. The accepted
+ * 1) and the tables' names against the model's variables; data.follow's keys
+ * (online training) and the followed directory's split. The accepted
  * examples, widths and ids: test_job_spec_ctr.c.
  */
 #include "job_spec_fixture.h"
@@ -21,7 +22,7 @@ static void test_data_errors(void **state)
                  "data.format: unknown value \"csv\" (expected idx|criteo|libsvm|tfrecord)");
     expect_exact(ctr(buf, sizeof buf, CRITEO ", \"trian\": 1", TOP, ""),
                  "data.trian: unknown key (expected one of: format, train, test, shard, bad_record_limit, "
-                 "train_examples, test_examples, shuffle, features)");
+                 "train_examples, test_examples, shuffle, features, follow, test_files)");
     /* idx takes none of the record formats' keys */
     expect_exact(spec3(buf, sizeof buf, MLP, ADAM, "\"data\": {\"shard\": \"file\"}"),
                  "data.shard: applies to data.format criteo, libsvm and tfrecord, not idx");
@@ -405,12 +406,123 @@ static void test_structure_errors(void **state)
     psc_job_spec_deinit(&s);
 }
 
+/* data.follow (online training): what it takes, its defaults, what it refuses. */
+static void test_follow_spec(void **state)
+{
+    (void)state;
+    char buf[4096], d[1024];
+    psc_job_spec_t s;
+#define FOLLOW "\"format\": \"criteo\", \"train\": \"/logs/train\", \"follow\": {}"
+    parse_ok(ctr(buf, sizeof buf, FOLLOW, TOP, ""), &s);
+    assert_true(s.follow);
+    assert_true(s.follow_idle_secs == 600 && s.follow_poll_secs == 1);
+    assert_int_equal(s.test_window, 1);
+    assert_int_equal(s.shuffle, 0); /* name order */
+    psc_job_spec_deinit(&s);
+    parse_ok(ctr(buf, sizeof buf,
+                 "\"format\": \"criteo\", \"train\": [\"/logs/part-*.tsv\"], \"shuffle\": false, \"shard\": \"file\", "
+                 "\"follow\": {\"idle_secs\": 2.5, \"poll_secs\": 0.05}, \"test\": \"/logs/test\", \"test_files\": 3",
+                 LOGIT, ""),
+             &s);
+    assert_true(s.follow_idle_secs == 2.5 && s.follow_poll_secs == 0.05);
+    assert_int_equal(s.test_window, 3);
+    psc_job_spec_deinit(&s);
+    /* without follow: unchanged */
+    parse_ok(ctr(buf, sizeof buf, CRITEO, TOP, ""), &s);
+    assert_false(s.follow);
+    assert_int_equal(s.shuffle, 1);
+    psc_job_spec_deinit(&s);
+    /* refusals, each naming its key */
+    expect_exact(spec3(buf, sizeof buf, MLP, ADAM, "\"data\": {\"follow\": {}}"),
+                 "data.follow: applies to data.format criteo, libsvm and tfrecord, not idx");
+    expect_exact(ctr(buf, sizeof buf, "\"format\": \"criteo\", \"train\": \"/l\", \"follow\": 1", TOP, ""),
+                 "data.follow: expected an object, got 1");
+    expect_exact(ctr(buf, sizeof buf, "\"format\": \"criteo\", \"train\": \"/l\", \"follow\": {\"idle\": 1}", TOP, ""),
+                 "data.follow.idle: unknown key (expected one of: idle_secs, poll_secs)");
+    expect_exact(
+        ctr(buf, sizeof buf, "\"format\": \"criteo\", \"train\": \"/l\", \"follow\": {\"idle_secs\": 0}", TOP, ""),
+        "data.follow.idle_secs: expected a number in (0, 3.16224e+07], got 0");
+    expect_exact(
+        ctr(buf, sizeof buf, "\"format\": \"criteo\", \"train\": \"/l\", \"follow\": {\"poll_secs\": 0.01}", TOP, ""),
+        "data.follow.poll_secs: expected a number in [0.05, 60], got 0.01");
+    expect_exact(ctr(buf, sizeof buf, FOLLOW ", \"test_files\": 0", TOP, ""),
+                 "data.test_files: expected an integer 1..4096, got 0");
+    expect_exact(ctr(buf, sizeof buf, CRITEO ", \"test_files\": 2", TOP, ""),
+                 "data.test_files: applies with data.follow only (a rolling data.test directory)");
+    expect_exact(ctr(buf, sizeof buf, "\"format\": \"criteo\", \"train\": [\"/a\", \"/b\"], \"follow\": {}", TOP, ""),
+                 "data.train: with data.follow, one directory or pattern (wildcards in its last component), not 2");
+    expect_exact(ctr(buf, sizeof buf, "\"format\": \"criteo\", \"train\": \"/logs/*/x.tsv\", \"follow\": {}", TOP, ""),
+                 "data.train: with data.follow, a directory or a pattern whose wildcards are in its last component "
+                 "(\"/logs/train/part-*.tsv\"), got \"/logs/*/x.tsv\"");
+    expect_exact(ctr(buf, sizeof buf, FOLLOW ", \"shard\": \"record\"", TOP, ""),
+                 "data.shard: a followed directory is sharded by file (replica r of W takes files r, r+W, ... in name "
+                 "order): \"record\" is not available with data.follow");
+    expect_exact(ctr(buf, sizeof buf, FOLLOW ", \"train_examples\": 10", TOP, ""),
+                 "data.train_examples: not with data.follow (a followed directory has no end to count from; "
+                 "\"steps\" bounds the steps)");
+    expect_exact(ctr(buf, sizeof buf, FOLLOW ", \"shuffle\": true", TOP, ""),
+                 "data.shuffle: true is not available with data.follow: files are read in name order, so that a "
+                 "restarted replica finds its place");
+    sfmt(d, sizeof d,
+         "{\"model\": {\"loss\": \"sigmoid_cross_entropy\", \"layers\": [%s]}, \"optimizer\": {\"name\": \"sgd\"}, "
+         "\"data\": {%s}, \"epochs\": 2}",
+         LOGIT, FOLLOW);
+    expect_exact(d, "epochs: a followed directory is read once: epochs 1 (or absent) with data.follow, got 2");
+    sfmt(d, sizeof d,
+         "{\"model\": {\"loss\": \"sigmoid_cross_entropy\", \"layers\": [%s]}, \"optimizer\": {\"name\": \"sgd\"}, "
+         "\"data\": {%s}, \"epochs\": 1, \"steps\": 100}",
+         LOGIT, FOLLOW);
+    parse_ok(d, &s);
+    assert_int_equal(s.steps, 100);
+    psc_job_spec_deinit(&s);
+#undef FOLLOW
+}
+
+/* The followed directory and pattern of data.train (psc_job_spec_follow_dir). */
+static void test_follow_dir(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *train, *dir, *pattern; /* dir NULL: refused */
+    } cases[] = {
+        {"/logs/train", "/logs/train", NULL},
+        {"/logs/train/", "/logs/train", NULL},
+        {"/logs/t/p-*.tsv", "/logs/t", "p-*.tsv"},
+        {"/x*", "/", "x*"},
+        {"x?", ".", "x?"},
+        {"rel/dir", "rel/dir", NULL},
+        {"/", "/", NULL},
+        {"/a*/b", NULL, NULL},
+        {"/a/", "/a", NULL},
+        {"/a/[ab]*", "/a", "[ab]*"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[64];
+        const char *pattern = "unset";
+        int rc = psc_job_spec_follow_dir(cases[i].train, dir, sizeof dir, &pattern);
+        if (!cases[i].dir) {
+            assert_int_equal(rc, PSC_EINVAL);
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        assert_string_equal(dir, cases[i].dir);
+        if (cases[i].pattern)
+            assert_string_equal(pattern, cases[i].pattern);
+        else
+            assert_null(pattern);
+    }
+    char small[4];
+    const char *p;
+    assert_int_equal(psc_job_spec_follow_dir("/logs/train", small, sizeof small, &p), PSC_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_data_errors),      cmocka_unit_test(test_feature_errors),
         cmocka_unit_test(test_loss_errors),      cmocka_unit_test(test_lookup_errors),
-        cmocka_unit_test(test_structure_errors),
+        cmocka_unit_test(test_structure_errors), cmocka_unit_test(test_follow_spec),
+        cmocka_unit_test(test_follow_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

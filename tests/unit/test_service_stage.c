@@ -28,7 +28,11 @@
  *  - a refusal for the PS's state (another job) leaves a staged checkpoint
  *    as it is and is not counted as rejected; a slot with a NaN is refused;
  *    the checkpoint's step is the global_step staged (57), not the requests'
- *    (10). */
+ *    (10);
+ *  - the replica steps a checkpoint records (online training's exact
+ *    resume): staged ones kept, handed out by Status after the restore; a
+ *    Save records the live counts, or the restored one for a replica that has
+ *    not stepped since; Release forgets them. */
 #include "ckpt.h"
 #include "psc.h"
 #include "psc.pb-c.h"
@@ -734,6 +738,67 @@ static void test_fill_and_base_step(void **state)
     ps_stop();
 }
 
+/* An async step of replica `worker`, its own count replica_step after it. */
+static int step_of(uint32_t worker, int64_t replica_step)
+{
+    Psc__StepRequest r = PSC__STEP_REQUEST__INIT;
+    r.increment = 1;
+    r.worker = worker;
+    r.replica_step = replica_step;
+    uint8_t buf[64];
+    return call(PSC_M_STEP, buf, psc__step_request__pack(&r, buf), NULL, NULL);
+}
+
+/* The replica steps a checkpoint records (online training's exact resume):
+ * a staged checkpoint keeps the Stage's; its restore hands them out in
+ * Status (restored_replica_steps); a Save records the live counts, and for a
+ * replica that has not stepped since the restore the restored one; Release
+ * forgets them. */
+static void test_replica_steps_kept(void **state)
+{
+    (void)state;
+    ps_start(1);
+    shard_fill();
+    assert_int_equal(create_model(JOB), PSC_RPC_OK);
+    int64_t staged[3] = {7, 5, 0};
+    Psc__StageRequest q = PSC__STAGE_REQUEST__INIT;
+    q.id = 7;
+    q.prepare = 1;
+    q.replica_steps = staged;
+    q.n_replica_steps = 3;
+    assert_int_equal(stage_piece(7, "global_step", 0, 8, gstep, 8), PSC_RPC_OK);
+    q.fill = 1;
+    assert_int_equal(stage(&q), PSC_RPC_OK);
+    assert_int_equal(commit(7), PSC_RPC_OK);
+    int64_t step = -1;
+    assert_int_equal(restore(7, &step), PSC_RPC_OK);
+    Psc__StatusReply *s = status();
+    assert_int_equal(s->n_restored_replica_steps, 3);
+    assert_int_equal(s->restored_replica_steps[0], 7);
+    assert_int_equal(s->restored_replica_steps[1], 5);
+    assert_int_equal(s->n_replica_steps, 0); /* nobody stepped since */
+    psc__status_reply__free_unpacked(s, NULL);
+    /* replica 0 steps on from 7; replica 1 does not step before the next Save */
+    assert_int_equal(step_of(0, 8), PSC_RPC_OK);
+    assert_int_equal(step_of(0, 9), PSC_RPC_OK);
+    assert_int_equal(save(8), PSC_RPC_OK);
+    assert_int_equal(commit(8), PSC_RPC_OK);
+    assert_int_equal(release(), PSC_RPC_OK);
+    s = status();
+    assert_int_equal(s->n_restored_replica_steps, 0);
+    psc__status_reply__free_unpacked(s, NULL);
+    assert_int_equal(create_model(JOB), PSC_RPC_OK);
+    assert_int_equal(restore(8, &step), PSC_RPC_OK);
+    assert_int_equal(step, STEP + 2);
+    s = status();
+    assert_int_equal(s->n_restored_replica_steps, 3);
+    assert_int_equal(s->restored_replica_steps[0], 9);
+    assert_int_equal(s->restored_replica_steps[1], 5);
+    assert_int_equal(s->restored_replica_steps[2], 0);
+    psc__status_reply__free_unpacked(s, NULL);
+    ps_stop();
+}
+
 /* Restore of checkpoint id as job `job` with alias (NULL: none). */
 static int restore_as(const char *job, const char *alias, uint64_t id)
 {
@@ -772,10 +837,11 @@ int main(void)
 {
     psc_rpc_hold_for_process();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stage_commit_restore), cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_refused_piece_drops),  cmocka_unit_test(test_restore_checks_staged_rows),
-        cmocka_unit_test(test_release_drops_staged), cmocka_unit_test(test_state_refusal_nan_and_step),
-        cmocka_unit_test(test_fill_and_base_step),   cmocka_unit_test(test_restore_alias_and_shape),
+        cmocka_unit_test(test_stage_commit_restore),    cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refused_piece_drops),     cmocka_unit_test(test_restore_checks_staged_rows),
+        cmocka_unit_test(test_release_drops_staged),    cmocka_unit_test(test_state_refusal_nan_and_step),
+        cmocka_unit_test(test_fill_and_base_step),      cmocka_unit_test(test_replica_steps_kept),
+        cmocka_unit_test(test_restore_alias_and_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,9 @@
 /* ctr_loader.c — see ctr_loader.h. A ring of batches: the prefetch thread
  * takes a free one, reads and maps it, and queues it; the consumer takes the
- * oldest queued one and gives it back with ctr_loader_release. */
+ * oldest queued one and gives it back with ctr_loader_release. A followed
+ * directory's reader may wait long for files: destroy cancels that wait
+ * (the reader's cancel flag), and the consumer's wait ends on the
+ * interrupt flags it was given (ctr_loader_set_interrupt). */
 #include "ctr_loader.h"
 
 #include "log.h"
@@ -9,9 +12,11 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* A slot of the model: the table it reads and the categorical feature whose bags feed it. */
 typedef struct slot_desc {
@@ -48,6 +53,9 @@ struct ctr_loader {
     int rc;
     char err[512];
     int stopping;
+    atomic_int cancel;              /* set at destroy: ends a followed directory's wait in the reader */
+    const atomic_int *interrupt[2]; /* the consumer's wait ends when one is set (NULL: none) */
+    double max_wait;                /* > 0: the consumer's wait ends after this long */
     int64_t skipped; /* the reader's bad records, copied under the lock */
     pthread_t thread;
     int started;
@@ -192,6 +200,7 @@ void ctr_slot_batch_reserve_rows(ctr_slot_batch_t *b, int t, int dim)
 static void slot_batch_free(ctr_slot_batch_t *b)
 {
     data_batch_free(&b->raw);
+    free(b->files_done);
     free(b->off);
     free(b->idx);
     free(b->w);
@@ -206,6 +215,16 @@ static void slot_batch_free(ctr_slot_batch_t *b)
     free(b->rows);
     free(b->row_grads);
     free(b->cap_rows);
+}
+
+static void copy_files_done(ctr_slot_batch_t *b, const char *done)
+{
+    size_t n = strlen(done) + 1;
+    if (n > b->files_done_cap) {
+        b->files_done_cap = PSC_MAX(n, 2 * b->files_done_cap);
+        b->files_done = psc_xrealloc(b->files_done, b->files_done_cap);
+    }
+    memcpy(b->files_done, done, n);
 }
 
 static void *prefetch_main(void *arg)
@@ -225,6 +244,7 @@ static void *prefetch_main(void *arg)
         char err[512] = "";
         int rc = data_reader_next(l->reader, &b->raw, l->batch_size, &b->epoch, err, sizeof err);
         if (rc > 0) rc = map_batch(l, b, err, sizeof err) == 0 ? 1 : PSC_ECORRUPT;
+        if (rc > 0) copy_files_done(b, data_reader_files_done(l->reader));
         pthread_mutex_lock(&l->lock);
         l->skipped = data_reader_skipped(l->reader);
         if (rc > 0) {
@@ -253,6 +273,8 @@ int ctr_loader_create(const psc_job_spec_t *spec, int test, int shard, int num_s
         free(l);
         return rc;
     }
+    atomic_init(&l->cancel, 0);
+    data_reader_set_cancel(l->reader, &l->cancel);
     l->nslots = slot_walk(spec, NULL);
     l->slots = psc_xcalloc((size_t)PSC_MAX(l->nslots, 1), sizeof *l->slots);
     slot_walk(spec, l->slots);
@@ -284,12 +306,68 @@ int ctr_loader_create(const psc_job_spec_t *spec, int test, int shard, int num_s
     return 0;
 }
 
+void ctr_loader_set_interrupt(ctr_loader_t *l, const atomic_int *a, const atomic_int *b, double max_wait_secs)
+{
+    l->interrupt[0] = a;
+    l->interrupt[1] = b;
+    l->max_wait = max_wait_secs;
+}
+
+static int interrupted(const ctr_loader_t *l)
+{
+    for (int i = 0; i < 2; i++)
+        if (l->interrupt[i] && atomic_load(l->interrupt[i])) return 1;
+    return 0;
+}
+
+/* Waits (lock held) until a batch is queued or the reader is done; with
+ * interrupt flags or a longest wait, looks at them every 50 ms. 2 when a
+ * flag ended it, 3 when the longest wait did, else 0. */
+static int wait_batch(ctr_loader_t *l)
+{
+    int watch = l->interrupt[0] || l->interrupt[1] || l->max_wait > 0;
+    double until = l->max_wait > 0 ? psc_now() + l->max_wait : 0;
+    while (l->queued == 0 && !l->done) {
+        if (!watch) {
+            pthread_cond_wait(&l->cond, &l->lock);
+            continue;
+        }
+        if (interrupted(l)) return 2;
+        if (until > 0 && psc_now() >= until) return 3;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&l->cond, &l->lock, &ts);
+    }
+    return 0;
+}
+
+int ctr_loader_try_next(ctr_loader_t *l, ctr_slot_batch_t **b)
+{
+    *b = NULL;
+    pthread_mutex_lock(&l->lock);
+    if (l->queued > 0) {
+        *b = &l->ring[l->queue[l->head]];
+        l->head = (l->head + 1) % l->nring;
+        l->queued--;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return *b ? 0 : 1;
+}
+
 int ctr_loader_next(ctr_loader_t *l, ctr_slot_batch_t **b, char *err, size_t errlen)
 {
     *b = NULL;
     pthread_mutex_lock(&l->lock);
-    while (l->queued == 0 && !l->done) pthread_cond_wait(&l->cond, &l->lock);
-    int rc = 0;
+    int rc = wait_batch(l);
+    if (rc) {
+        pthread_mutex_unlock(&l->lock);
+        return rc;
+    }
     if (l->queued > 0) {
         *b = &l->ring[l->queue[l->head]];
         l->head = (l->head + 1) % l->nring;
@@ -324,6 +402,7 @@ void ctr_loader_destroy(ctr_loader_t *l)
 {
     if (!l) return;
     if (l->started) {
+        atomic_store(&l->cancel, 1);
         pthread_mutex_lock(&l->lock);
         l->stopping = 1;
         pthread_cond_broadcast(&l->cond);

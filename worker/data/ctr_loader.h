@@ -19,6 +19,7 @@
 #include "job_spec.h"
 #include "tower_ctr.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,8 @@ typedef struct ctr_slot_batch {
     float **rows;      /* per table (nuids, dim): filled by the caller (the PS's rows) */
     float **row_grads; /* per table (nuids, dim): filled by the caller (the tower's gradients) */
     int *cap_rows;     /* rows allocated per table, in rows */
+    char *files_done;  /* the files whose last example is in this batch: data_reader_files_done's lines */
+    size_t files_done_cap;
 } ctr_slot_batch_t;
 
 typedef struct ctr_loader ctr_loader_t;
@@ -48,8 +51,19 @@ typedef struct ctr_loader ctr_loader_t;
 int ctr_loader_create(const psc_job_spec_t *spec, int test, int shard, int num_shards, int batch_size, uint64_t seed,
                       int shuffle, int prefetch, ctr_loader_t **out, char *err, size_t errlen);
 /* The next batch: 0 and *b (owned by the loader until ctr_loader_release),
- * 1 when the data is done, or the reader's or the mapping's error (err). */
+ * 1 when the data is done, 2 when an interrupt flag (ctr_loader_set_interrupt)
+ * was set while it waited, 3 when it waited the longest wait for nothing yet,
+ * or the reader's or the mapping's error (err). */
 int ctr_loader_next(ctr_loader_t *l, ctr_slot_batch_t **b, char *err, size_t errlen);
+/* The next batch if one is ready now: 0 and *b as ctr_loader_next, else 1
+ * (none yet, the data is done, or it failed: ctr_loader_next says which). */
+int ctr_loader_try_next(ctr_loader_t *l, ctr_slot_batch_t **b);
+/* A followed directory's job, whose next batch may be long in coming:
+ * ctr_loader_next stops waiting, returning 2, when *a or *b (either may be
+ * NULL; the caller's, outliving l) becomes non-zero, and returning 3 after
+ * max_wait_secs (> 0; 0: no bound) without a batch. Call before the first
+ * next. */
+void ctr_loader_set_interrupt(ctr_loader_t *l, const atomic_int *a, const atomic_int *b, double max_wait_secs);
 void ctr_loader_release(ctr_loader_t *l, ctr_slot_batch_t *b);
 /* Bad records the reader skipped (data.bad_record_limit). */
 int64_t ctr_loader_skipped(ctr_loader_t *l);

@@ -192,6 +192,15 @@ ssize_t data_file_line(data_file_t *f, char **line, int64_t *lineno, char *err, 
     }
 }
 
+int data_file_at_end(data_file_t *f, char *err, size_t errlen)
+{
+    while (f->pos == f->end && !f->eof) {
+        int rc = fill(f, err, errlen);
+        if (rc < 0) return rc;
+    }
+    return f->pos == f->end;
+}
+
 int data_file_read(data_file_t *f, void *buf, size_t n, char *err, size_t errlen)
 {
     unsigned char *dst = buf;

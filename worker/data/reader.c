@@ -16,19 +16,33 @@
  * bad_record_limit per epoch (each pass meets the same bad lines again), the
  * total in data_reader_skipped; the first few are logged.
  *
- * State machine: `cur` is the open file at order[fi] of epoch `epoch`; a batch
- * ends at the end of an epoch; after a hard error every call returns it again.
+ * Followed directory (data.follow, training only): the files come one by one
+ * from follow.h (this replica's share of the directory's complete files, in
+ * name order, waiting for more as they appear); one epoch, no shuffle, file
+ * sharding. A batch may span files; at the idle end an incomplete last batch
+ * is dropped (a later run of the job, resuming after the full batches,
+ * trains it). A file that vanishes before it is opened is skipped (WARN,
+ * counted). With data.follow a data.test that is a directory is read as its
+ * newest data.test_files complete files (the rolling window).
+ *
+ * State machine: `cur` is the open file at order[fi] of epoch `epoch` (a
+ * followed directory: the file it handed out last); a batch ends at the end
+ * of an epoch; after a hard error every call returns it again.
  */
 #include "reader_internal.h"
 
+#include "follow.h"
 #include "log.h"
 #include "psc.h"
 #include "rng.h"
 
+#include <errno.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define DATA_BAD_LOGGED 10 /* bad records logged as WARN, then only counted */
 
@@ -52,6 +66,12 @@ struct data_reader {
     int failed; /* a hard error's code, returned again */
     char fail_msg[1024];
     char msg[1024]; /* a format's message before the reader prefixes it */
+    data_follow_t *follow;    /* data.follow (training): the files come from the followed directory */
+    const atomic_int *cancel; /* ends the follower's wait (data_reader_set_cancel) */
+    int64_t file_examples;    /* examples taken from cur */
+    int64_t vanished;         /* followed files gone before they were opened */
+    char *done;               /* files finished by the last data_reader_next: "PATH\tN\n" lines */
+    size_t done_len, done_cap;
 };
 
 static const struct {
@@ -165,10 +185,20 @@ static int check_spec(const psc_job_spec_t *spec, int test, const data_format_t 
     return psc_seterr(err, errlen, PSC_ECONFIG, "data.format: the reader reads idx, criteo, libsvm and tfrecord files");
 }
 
-/* The data set's files: the patterns' matches, or idx's images file. */
+/* Is path a directory? */
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The data set's files: the patterns' matches, a rolling data.test
+ * directory's newest files (data.follow), or idx's images file. */
 static int list_files(const psc_job_spec_t *spec, int test, char ***files, int *nfiles, char *err, size_t errlen)
 {
     const char *key = test ? "data.test" : "data.train";
+    if (test && spec->follow && spec->num_test_files == 1 && is_dir(spec->test_files[0]))
+        return data_follow_newest(spec->test_files[0], spec->test_window, files, nfiles, err, errlen);
     if (spec->data_format != PSC_DATA_IDX)
         return expand(test ? spec->test_files : spec->train_files, test ? spec->num_test_files : spec->num_train_files,
                       key, files, nfiles, err, errlen);
@@ -210,7 +240,11 @@ int data_reader_open(const psc_job_spec_t *spec, int test, int shard, int num_sh
     if (rc < 0) return rc;
     data_reader_t *r = psc_xcalloc(1, sizeof *r);
     const char *key = test ? "data.test" : "data.train";
-    rc = list_files(spec, test, &r->files, &r->nfiles, err, errlen);
+    if (!test && spec->follow)
+        rc = data_follow_create(spec->train_files[0], shard, num_shards, spec->follow_idle_secs, spec->follow_poll_secs,
+                                &r->follow, err, errlen);
+    else
+        rc = list_files(spec, test, &r->files, &r->nfiles, err, errlen);
     if (rc < 0) {
         free(r);
         return rc;
@@ -221,8 +255,9 @@ int data_reader_open(const psc_job_spec_t *spec, int test, int shard, int num_sh
     r->num_shards = num_shards;
     r->by_record = spec->shard == PSC_SHARD_RECORD || (spec->shard == PSC_SHARD_AUTO && r->nfiles < num_shards);
     int total = r->nfiles;
-    if (!r->by_record) keep_shard(r);
-    if (r->nfiles == 0) {
+    if (r->follow) r->by_record = 0; /* file sharding, by follow.h */
+    if (!r->by_record && !r->follow) keep_shard(r);
+    if (r->nfiles == 0 && !r->follow) {
         rc = psc_seterr(err, errlen, PSC_ECONFIG,
                         "%s: %d file(s) for %d replicas: replica %d has none under data.shard \"file\" "
                         "(give at least one file per replica, or use \"record\" or \"auto\")",
@@ -230,10 +265,10 @@ int data_reader_open(const psc_job_spec_t *spec, int test, int shard, int num_sh
         data_reader_close(r);
         return rc;
     }
-    r->order = psc_xmalloc((size_t)r->nfiles * sizeof *r->order);
-    r->epochs = test ? 1 : spec->epochs > 0 ? spec->epochs : 1;
+    r->order = psc_xmalloc((size_t)PSC_MAX(r->nfiles, 1) * sizeof *r->order);
+    r->epochs = test || r->follow ? 1 : spec->epochs > 0 ? spec->epochs : 1;
     r->seed = seed;
-    r->shuffle = shuffle;
+    r->shuffle = shuffle && !r->follow;
     int64_t limit = test ? spec->test_examples : spec->train_examples;
     r->cap = limit > 0 ? (limit + num_shards - 1) / num_shards : 0;
     r->bad_limit = spec->bad_record_limit > 0 ? spec->bad_record_limit : 0;
@@ -311,27 +346,69 @@ static int skip_others(data_reader_t *r, char *err, size_t errlen)
     return 1;
 }
 
+/* Opens the next file into r->cur: 1, 0 when there is none (the epoch's
+ * files are done; a followed directory went idle), or an error. */
+static int open_next(data_reader_t *r, char *err, size_t errlen)
+{
+    if (!r->follow) {
+        if (r->fi >= r->nfiles) return 0;
+        int rc = open_file(r, r->files[r->order[r->fi]], &r->cur, err, errlen);
+        return rc < 0 ? rc : 1;
+    }
+    for (;;) {
+        char *path;
+        int rc = data_follow_next(r->follow, r->cancel, &path);
+        if (rc == PSC_ECANCELLED) return psc_seterr(err, errlen, rc, "reading the followed directory was cancelled");
+        if (rc <= 0) return rc;
+        rc = data_file_open(path, &r->cur, err, errlen);
+        if (rc < 0 && access(path, F_OK) != 0 && errno == ENOENT) { /* deleted (or renamed) since it was listed */
+            r->vanished++;
+            PSC_WARN("followed file %s vanished before it was read: skipped (%lld so far)", path,
+                     (long long)r->vanished);
+            free(path);
+            continue;
+        }
+        free(path);
+        return rc < 0 ? rc : 1;
+    }
+}
+
+/* The current file is read to its end: noted in r->done, closed. */
+static void end_file(data_reader_t *r)
+{
+    const char *path = data_file_path(r->cur);
+    size_t need = strlen(path) + 32;
+    if (r->done_len + need > r->done_cap) {
+        r->done_cap = PSC_MAX(2 * r->done_cap, r->done_len + need);
+        r->done = psc_xrealloc(r->done, r->done_cap);
+    }
+    r->done_len += (size_t)snprintf(r->done + r->done_len, r->done_cap - r->done_len, "%s\t%lld\n", path,
+                                    (long long)r->file_examples);
+    data_file_close(r->cur);
+    r->cur = NULL;
+    r->fi++;
+    r->file_examples = 0;
+}
+
 /* One example into b: 1, 0 at the end of the epoch, or an error. */
 static int read_one(data_reader_t *r, data_batch_t *b, char *err, size_t errlen)
 {
     for (;;) {
         if (r->cap > 0 && r->yielded >= r->cap) return 0;
         if (!r->cur) {
-            if (r->fi >= r->nfiles) return 0;
-            int rc = open_file(r, r->files[r->order[r->fi]], &r->cur, err, errlen);
-            if (rc < 0) return rc;
+            int rc = open_next(r, err, errlen);
+            if (rc <= 0) return rc;
         }
         int rc = r->by_record ? skip_others(r, err, errlen) : 1;
         if (rc == 1) rc = r->fmt->next(r->cur, r->spec, b, r->msg, sizeof r->msg);
         if (rc == 1) {
             r->stream++;
             r->yielded++;
+            r->file_examples++;
             return 1;
         }
         if (rc == 0) {
-            data_file_close(r->cur);
-            r->cur = NULL;
-            r->fi++;
+            end_file(r);
             continue;
         }
         if (rc != PSC_ECORRUPT) return hard_error(r, rc, err, errlen);
@@ -342,9 +419,30 @@ static int read_one(data_reader_t *r, data_batch_t *b, char *err, size_t errlen)
     }
 }
 
+/* A followed directory went idle with b holding what was read since the
+ * last full batch: b is dropped (a later run of the job trains it first). */
+static int follow_end(data_reader_t *r, data_batch_t *b)
+{
+    data_follow_stats_t st;
+    data_follow_stats(r->follow, &st);
+    PSC_INFO("followed directory: no new file for %g s: this replica's stream ends after %lld file%s of the %lld "
+             "taken (late files never read: %lld; vanished: %lld)",
+             r->spec->follow_idle_secs, (long long)st.mine, st.mine == 1 ? "" : "s", (long long)st.taken,
+             (long long)st.late, (long long)r->vanished);
+    if (b->n > 0)
+        PSC_INFO("the last %d example%s read (an incomplete batch) %s not trained now: a later run of this job "
+                 "trains %s first",
+                 b->n, b->n == 1 ? "" : "s", b->n == 1 ? "is" : "are", b->n == 1 ? "it" : "them");
+    data_batch_reset(b, r->num_dense, r->num_cat);
+    r->epoch = r->epochs;
+    return 0;
+}
+
 int data_reader_next(data_reader_t *r, data_batch_t *b, int max_n, int *epoch, char *err, size_t errlen)
 {
     PSC_ASSERT(max_n > 0);
+    r->done_len = 0;
+    if (r->done) r->done[0] = '\0';
     if (r->failed) return psc_seterr(err, errlen, r->failed, "%s", r->fail_msg);
     data_batch_reset(b, r->num_dense, r->num_cat);
     while (r->epoch < r->epochs) {
@@ -360,9 +458,12 @@ int data_reader_next(data_reader_t *r, data_batch_t *b, int max_n, int *epoch, c
             if (rc == 0) break;
         }
         if (b->n == max_n) {
+            if (r->follow && r->cur && data_file_at_end(r->cur, r->msg, sizeof r->msg) == 1)
+                end_file(r); /* its last example is in this batch: say so with it */
             if (epoch) *epoch = e;
             return b->n;
         }
+        if (r->follow) return follow_end(r, b);
         start_epoch(r, e + 1); /* this epoch is over */
         if (b->n > 0) {
             if (epoch) *epoch = e;
@@ -375,6 +476,8 @@ int data_reader_next(data_reader_t *r, data_batch_t *b, int max_n, int *epoch, c
 }
 
 int64_t data_reader_skipped(const data_reader_t *r) { return r->bad_total; }
+void data_reader_set_cancel(data_reader_t *r, const atomic_int *cancel) { r->cancel = cancel; }
+const char *data_reader_files_done(const data_reader_t *r) { return r->done ? r->done : ""; }
 int data_reader_num_files(const data_reader_t *r) { return r->nfiles; }
 int data_reader_num_dense(const data_reader_t *r) { return r->num_dense; }
 
@@ -382,7 +485,9 @@ void data_reader_close(data_reader_t *r)
 {
     if (!r) return;
     data_file_close(r->cur);
+    data_follow_destroy(r->follow);
     free_list(r->files, r->nfiles);
     free(r->order);
+    free(r->done);
     free(r);
 }

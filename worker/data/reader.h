@@ -23,6 +23,12 @@
  * records r, r+W, ...; auto — file when there are at least W files, else record
  * (tf.data's AUTO policy). A test set is read whole (shard 0 of 1).
  *
+ * Online training (data.follow): data.train is a directory followed as files
+ * appear (follow.h: the complete-file rule, name order, replica r's files r,
+ * r+W, ...), one epoch whose batches may span files; it ends when no new
+ * file came for data.follow.idle_secs, dropping an incomplete last batch.
+ * A data.test directory is read as its newest data.test_files files.
+ *
  * Bad input: a malformed line or record stops the read with an error naming
  * the file and line (text) or record index and byte offset (binary); with
  * data.bad_record_limit L > 0 up to L of them are skipped and counted
@@ -35,6 +41,7 @@
 
 #include "job_spec.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,6 +83,15 @@ int data_reader_open(const psc_job_spec_t *spec, int test, int shard, int num_sh
 int data_reader_next(data_reader_t *r, data_batch_t *b, int max_n, int *epoch, char *err, size_t errlen);
 /* Bad records skipped so far (data.bad_record_limit). */
 int64_t data_reader_skipped(const data_reader_t *r);
+/* A followed directory (data.follow): its wait for files ends as soon as
+ * *cancel (the caller's, outliving r) is non-zero; data_reader_next then
+ * fails with PSC_ECANCELLED. */
+void data_reader_set_cancel(data_reader_t *r, const atomic_int *cancel);
+/* The files the last data_reader_next read to their end: one line "PATH\tN\n"
+ * each, N the examples this reader took from it ("" when none). A file whose
+ * last example ends a batch is listed with that batch. Valid until the next
+ * call; the reader's. */
+const char *data_reader_files_done(const data_reader_t *r);
 /* Files this reader reads per epoch. */
 int data_reader_num_files(const data_reader_t *r);
 /* Floats in an example's dense row (idx: the files' rows * cols). */

@@ -30,6 +30,9 @@ ssize_t data_file_line(data_file_t *f, char **line, int64_t *lineno, char *err, 
  * no byte was left, PSC_ECORRUPT when it ends inside them ("truncated"), or
  * PSC_EIO. */
 int data_file_read(data_file_t *f, void *buf, size_t n, char *err, size_t errlen);
+/* 1 when no byte is left to read (it reads ahead to know), 0 when some is,
+ * or PSC_EIO. */
+int data_file_at_end(data_file_t *f, char *err, size_t errlen);
 /* Bytes consumed so far (of the uncompressed stream). */
 int64_t data_file_offset(const data_file_t *f);
 /* The record last started, for error messages: text, the line number

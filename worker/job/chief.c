@@ -474,6 +474,8 @@ void chief_checkpoint_as_is(chief_t *c, int64_t global_step, const char *why)
 
 int chief_keeps_ps(const chief_t *c) { return c && c->final_failed; }
 
+uint64_t chief_last_checkpoint(const chief_t *c) { return c->last_id; }
+
 int chief_finish(chief_t *c, int64_t global_step, chief_eval_fn eval, void *eval_ctx, float *params,
                  trainer_result_t *res, char *err, size_t errlen)
 {

@@ -85,6 +85,9 @@ int chief_wait_workers(chief_t *c, float *params, int self_rank, char *err, size
  * one whose spec asks for it), unless the newest committed one is at that
  * step or checkpoints are off; a failure is logged and counted. */
 void chief_checkpoint_as_is(chief_t *c, int64_t global_step, const char *why);
+/* The id of the last checkpoint this chief took (0: none yet): a change
+ * after chief_after_step means it committed one. */
+uint64_t chief_last_checkpoint(const chief_t *c);
 /* 1 when the final checkpoint failed: the PS then keep the only copy of the
  * trained model and must not be told to exit. NULL: 0. */
 int chief_keeps_ps(const chief_t *c);

@@ -269,7 +269,7 @@ static void h_cancel(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     if (no_standalone(c, call)) return;
     runner_status_t st;
     runner_status(c->runner, &st);
-    int was = runner_cancel(c->runner);
+    int was = failed ? runner_cancel_now(c->runner) : runner_cancel(c->runner);
     if (was && !failed) PSC_INFO("job %s: cancel requested by %s", st.job_id, psc_rpc_call_peer(call));
     if (c->is_chief && !failed) cancel_others(c);
     Psc__CancelReply rep = PSC__CANCEL_REPLY__INIT;

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define CTR_JOB_WAIT_SECS 0.5 /* data.follow: the longest wait for a batch before the loop gets control back */
+
 struct ctr_job {
     model_job_t base; /* first: the job behind model_job.h */
     ctr_job_opts_t o;
@@ -83,6 +85,8 @@ int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t e
     if (o->train && (rc = ctr_loader_create(spec, 0, o->rank, o->replicas, spec->batch_size, spec->seed, spec->shuffle,
                                             o->prefetch, &j->loader, err, errlen)))
         goto fail;
+    /* a followed directory: the training loop gets control back while files are awaited (model_step_t.waiting) */
+    if (j->loader && spec->follow) ctr_loader_set_interrupt(j->loader, o->stop, o->finish, CTR_JOB_WAIT_SECS);
     *out = j;
     return 0;
 fail:
@@ -136,7 +140,7 @@ int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t syn
     ctr_slot_batch_t *b = j->next;
     int rc, pulled = b && j->next_pulled;
     j->next = NULL;
-    if (!b && (rc = ctr_loader_next(j->loader, &b, err, errlen))) return rc;
+    if (!b && (rc = ctr_loader_next(j->loader, &b, err, errlen))) return rc == 2 || rc == 3 ? 2 : rc;
     j->cur = b;
     if (!pulled && (rc = pull_rows(j, b, sync_step, 0, 0, err, errlen))) return rc;
     if ((rc = ensure_tower(j, b, err, errlen))) return rc;
@@ -174,7 +178,10 @@ void ctr_job_push_async(ctr_job_t *j)
     char err[16];
     ctr_slot_batch_t *b;
     j->next_pulled = 0;
-    if (ctr_loader_next(j->loader, &b, err, sizeof err) == 0) {
+    /* a followed directory may have no next batch for a long time: this
+     * step's push does not wait for one */
+    int got = j->spec->follow ? ctr_loader_try_next(j->loader, &b) : ctr_loader_next(j->loader, &b, err, sizeof err);
+    if (got == 0) {
         j->next = b;
         for (int t = 0; t < n; t++) {
             ctr_slot_batch_reserve_rows(b, t, j->spec->tables[t].dim);
@@ -197,9 +204,25 @@ int ctr_job_push_sync(ctr_job_t *j, int64_t local_step, int *stale, char *err, s
     return rc;
 }
 
+/* data.follow: a line per file whose last example was in b ("PATH\tN\n" lines). */
+static void log_files_done(const ctr_slot_batch_t *b, int skipped)
+{
+    for (const char *p = b->files_done; p && *p;) {
+        const char *tab = strchr(p, '\t'), *nl = tab ? strchr(tab, '\n') : NULL;
+        if (!nl) break;
+        long long n = strtoll(tab + 1, NULL, 10);
+        if (skipped)
+            PSC_INFO("skipped file %.*s (%lld examples): trained before this replica restarted", (int)(tab - p), p, n);
+        else
+            PSC_INFO("finished file %.*s (%lld examples)", (int)(tab - p), p, n);
+        p = nl + 1;
+    }
+}
+
 void ctr_job_step_done(ctr_job_t *j, int ok)
 {
     if (j->next) j->next_pulled = ok;
+    if (j->spec->follow && j->cur) log_files_done(j->cur, 0);
     ctr_loader_release(j->loader, j->cur);
     j->cur = NULL;
 }
@@ -208,8 +231,10 @@ int ctr_job_skip(ctr_job_t *j, int64_t batches, char *err, size_t errlen)
 {
     for (int64_t k = 0; k < batches; k++) {
         ctr_slot_batch_t *b;
-        int rc = ctr_loader_next(j->loader, &b, err, errlen);
-        if (rc) return rc == 1 ? 0 : rc;
+        int rc;
+        while ((rc = ctr_loader_next(j->loader, &b, err, errlen)) == 3) {} /* files to come: wait on */
+        if (rc) return rc == 1 || rc == 2 ? 0 : rc;
+        if (j->spec->follow) log_files_done(b, 1);
         ctr_loader_release(j->loader, b);
     }
     return 0;
@@ -308,6 +333,13 @@ static int cm_start(model_job_t *jb, int64_t *max_steps, char *err, size_t errle
     const psc_job_spec_t *spec = j->spec;
     (void)err, (void)errlen;
     *max_steps = spec->steps > 0 ? spec->steps : 0; /* streamed files: until their epochs end */
+    if (spec->follow) {
+        PSC_INFO("following %s (replica %d of %d: its files %d, %d + %d, ... in name order), batch %d, %s; the "
+                 "stream ends after %g s without a new file",
+                 spec->train_files[0], j->o.rank, j->o.replicas, j->o.rank, j->o.rank, j->o.replicas, spec->batch_size,
+                 psc_optim_name(spec->optimizer.kind), spec->follow_idle_secs);
+        return 0;
+    }
     PSC_INFO("training on %d data file pattern%s (replica %d of %d), %d epoch%s, batch %d, %s", spec->num_train_files,
              spec->num_train_files == 1 ? "" : "s", j->o.rank, j->o.replicas, spec->epochs,
              spec->epochs == 1 ? "" : "s", spec->batch_size, psc_optim_name(spec->optimizer.kind));
@@ -328,6 +360,8 @@ static int cm_compute(model_job_t *jb, const float *params, float *grads, int64_
     int epoch = 0;
     int rc = ctr_job_compute(ctr(jb), params, grads, sync_step, &out->examples, &out->loss_sum, &epoch, err, errlen);
     if (rc == 1) return 0; /* the data ran out */
+    out->waiting = rc == 2;
+    if (rc == 2) return 0; /* a followed directory: no batch yet */
     if (rc) return rc;
     out->batches = 1;
     out->epoch = epoch + 1;
@@ -403,7 +437,9 @@ int ctr_job_model_create(const model_job_opts_t *o, model_job_t **out, char *err
                          .replicas = o->replicas,
                          .prefetch = o->prefetch,
                          .train = o->train,
-                         .eval_batch = o->eval_batch};
+                         .eval_batch = o->eval_batch,
+                         .stop = o->stop,
+                         .finish = o->finish};
     ctr_job_t *j;
     int rc = ctr_job_create(&co, &j, err, errlen);
     if (rc) return rc;

@@ -23,6 +23,7 @@
 #include "ps_client.h"
 #include "trainer.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,7 @@ typedef struct ctr_job_opts {
     int prefetch;
     int train;            /* 0: evaluation only (no training files opened) */
     int eval_batch;       /* examples per evaluation batch */
+    const atomic_int *stop, *finish; /* data.follow: the wait for the next batch ends when either is set */
 } ctr_job_opts_t;
 
 int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t errlen);
@@ -48,7 +50,9 @@ void ctr_job_destroy(ctr_job_t *j); /* NULL ok */
  * at that local step, the rows then include every step before it), runs the
  * tower with the dense weights params: grads gets the dense gradient, the
  * rows' gradients wait for ctr_job_push_*. Returns 0 (examples, loss_sum,
- * epoch set), 1 when the data ran out, or an error (err). */
+ * epoch set), 1 when the data ran out, 2 (data.follow) when no batch came
+ * within half a second or the stop or finish flag ended the wait (the caller
+ * does its other duties and calls again), or an error (err). */
 int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t sync_step, int *examples,
                     double *loss_sum, int *epoch, char *err, size_t errlen);
 /* Async: the step's row gradients ride on the next dense round
@@ -59,9 +63,13 @@ void ctr_job_push_async(ctr_job_t *j);
  * local_step on every table part (stale ones counted in *stale). */
 int ctr_job_push_sync(ctr_job_t *j, int64_t local_step, int *stale, char *err, size_t errlen);
 /* The step's exchange is over, its batch goes back to the loader; ok 0: the
- * round failed (even if recovered), so the next batch's rows are pulled again. */
+ * round failed (even if recovered), so the next batch's rows are pulled again.
+ * data.follow: logs "finished file F (N examples)" for each file whose last
+ * example was in the step's batch. */
 void ctr_job_step_done(ctr_job_t *j, int ok);
-/* Skips `batches` training batches without running them (a resumed replica). */
+/* Skips `batches` training batches without running them (a resumed replica;
+ * data.follow: waiting for files as needed, and logging each file it passes
+ * whole). Stops early, returning 0, when the data ends or a flag is set. */
 int ctr_job_skip(ctr_job_t *j, int64_t batches, char *err, size_t errlen);
 /* The training AUC of the batches since the last call (NAN when one class
  * only), and resets it. */

@@ -24,7 +24,9 @@ model_job_opts_t model_job_opts_of(const trainer_opts_t *o, const psc_var_desc_t
                               .blas_threads = o->blas_threads,
                               .replicas = 1,
                               .per_step = 1,
-                              .eval_batch = PSC_MAX(o->spec->batch_size, 256)};
+                              .eval_batch = PSC_MAX(o->spec->batch_size, 256),
+                              .stop = o->stop,
+                              .finish = o->finish};
 }
 
 void model_job_destroy(model_job_t *j)

@@ -28,6 +28,7 @@
 #include "tf_config.h"
 #include "trainer.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,11 +50,14 @@ typedef struct model_job_opts {
     int train;                  /* this task trains (reads its shard of the training data) */
     int test;                   /* this task evaluates (reads the test data) */
     int eval_batch;             /* examples per evaluation batch */
+    const atomic_int *stop, *finish; /* trainer_opts_t's: a followed directory's wait for files ends on either */
 } model_job_opts_t;
 
-/* What one compute did: batches 0 when the data ran out before it. */
+/* What one compute did: batches 0 when the data ran out before it, or, with
+ * waiting set, when a followed directory's next batch has not come yet. */
 typedef struct model_step {
     int batches, examples;
+    int waiting;     /* data.follow: no batch yet; compute again (after the loop's other duties) */
     double loss_sum; /* summed over the examples */
     int epoch;       /* 1-based epoch of the last batch */
 } model_step_t;

@@ -24,6 +24,7 @@ struct runner {
     int have_spec;
     char *spec_json; /* its text (psctl eval parses a private copy) */
     atomic_int stop; /* the job's trainer_opts_t.stop: set by runner_cancel, read by the job thread */
+    atomic_int finish; /* the job's trainer_opts_t.finish: runner_cancel on a followed directory's job */
     double started, ended;
     trainer_progress_t progress;
     trainer_result_t result;
@@ -72,6 +73,7 @@ static void *job_main(void *arg)
     trainer_opts_t o = r->base;
     o.spec = &r->spec;
     o.stop = &r->stop;
+    o.finish = &r->finish;
     o.progress = &r->progress;
     o.shutdown_ps = 0; /* standalone: the cluster outlives the job */
     o.checkpoint_on_cancel = 1;
@@ -131,6 +133,7 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
     r->spec_json = psc_xstrdup(spec_json);
     r->state = RUNNER_RUNNING;
     atomic_store(&r->stop, 0);
+    atomic_store(&r->finish, 0);
     r->started = psc_now();
     r->ended = 0;
     r->error[0] = '\0';
@@ -158,7 +161,7 @@ int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, si
     return 0;
 }
 
-int runner_cancel(runner_t *r)
+int runner_cancel_now(runner_t *r)
 {
     pthread_mutex_lock(&r->lock);
     int running = r->state == RUNNER_RUNNING;
@@ -166,6 +169,23 @@ int runner_cancel(runner_t *r)
     pthread_mutex_unlock(&r->lock);
     if (running) PSC_INFO("cancelling job %s at its next step", r->spec.job_id);
     return running;
+}
+
+int runner_cancel(runner_t *r)
+{
+    pthread_mutex_lock(&r->lock);
+    /* a followed directory's training job has no end of its own but the idle
+     * limit: it finishes as if its files had ended (the evaluator has nothing
+     * to finish; a second stop cancels) */
+    int finish = r->state == RUNNER_RUNNING && r->spec.follow && r->base.task.type != PSC_JOB_EVALUATOR &&
+                 !atomic_load(&r->finish);
+    if (finish) atomic_store(&r->finish, 1);
+    pthread_mutex_unlock(&r->lock);
+    if (!finish) return runner_cancel_now(r);
+    PSC_INFO("finishing job %s at its next step: a followed directory's job ends with its final checkpoint and "
+             "evaluation (another stop cancels it)",
+             r->spec.job_id);
+    return 1;
 }
 
 void runner_status(runner_t *r, runner_status_t *out)
@@ -244,7 +264,7 @@ void runner_wait(runner_t *r)
 void runner_destroy(runner_t *r)
 {
     if (!r) return;
-    runner_cancel(r);
+    runner_cancel_now(r);
     runner_wait(r);
     if (r->have_spec) psc_job_spec_deinit(&r->spec);
     free(r->spec_json);

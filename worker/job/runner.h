@@ -36,9 +36,14 @@ void runner_destroy(runner_t *r);
  * PSC_ECONFIG when the spec is bad (err names the key). *job_id (17 bytes,
  * may be NULL) gets the new job's id. */
 int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, size_t errlen);
-/* Asks the running job to stop at its next step (no-op when none); returns
- * 1 if one was running. */
+/* psctl stop: asks the running job to stop at its next step (no-op when
+ * none); returns 1 if one was running. A followed directory's training job
+ * (data.follow) is asked to finish instead, as if its files had ended (final
+ * checkpoint, evaluation, "succeeded"); a second call cancels it. */
 int runner_cancel(runner_t *r);
+/* Cancels the running job at its next step whatever it is (a failed job, the
+ * daemon stopping); 1 if one was running. */
+int runner_cancel_now(runner_t *r);
 /* A snapshot of the current (or last) job. */
 void runner_status(runner_t *r, runner_status_t *out);
 /* Evaluates the current weights of the running or last job (ckpt 0), or its

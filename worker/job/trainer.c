@@ -41,6 +41,8 @@ void trainer_opts_defaults(trainer_opts_t *o)
 }
 
 static int stopped(const trainer_opts_t *o) { return o->stop && atomic_load(o->stop); }
+/* A followed directory's job asked to end as if its data had ended (psctl stop). */
+static int finishing(const trainer_opts_t *o) { return o->finish && atomic_load(o->finish); }
 
 /* Publishes progress (phase < 0: keep; loss < 0: only the counters). */
 static void report(const trainer_opts_t *o, int phase, int epoch, int64_t step, int64_t max_steps, int64_t global_step,
@@ -96,6 +98,7 @@ typedef struct run {
     int64_t *expected_steps;   /* (replicas) chief: the steps of each replica's share (0: not known ahead) */
     int64_t recoveries;        /* recover() calls that succeeded (a round's pulls were lost) */
     int more, epoch;           /* the data has batches; the epoch of the last one (1-based) */
+    uint64_t evaluated_ckpt;   /* chief, data.follow: the checkpoint last followed by an evaluation */
     /* the progress period */
     double t0, t_log;
     int64_t gs_log, loss_n, examples_acc, examples_total, stale_acc;
@@ -236,7 +239,9 @@ static int join_model(run_t *r, char *err, size_t errlen)
  * StopAtStepHook does (async: one global step per replica step; sync: one per
  * step of every replica); the steps since the job's start (base_step: a warm
  * start that carried global_step over starts there). A replica joining a job that trains from initial
- * values starts at 0, whatever global_step the others reached. */
+ * values starts at 0, whatever global_step the others reached. A followed directory's asynchronous job
+ * (data.follow) resumes exactly instead: after the steps the restored checkpoint recorded for this
+ * replica at its cut (docs/online-training.md). */
 /* The steps this replica runs at most: streamed data without "steps" runs until it ends (max_steps 0). */
 static int64_t step_cap(const run_t *r) { return r->max_steps > 0 ? r->max_steps : INT64_MAX; }
 
@@ -254,6 +259,13 @@ static void resume(run_t *r)
         done = PSC_MIN(st.replica_steps[r->rank], step_cap(r));
         PSC_INFO("this replica ran %lld steps before it restarted: resuming at step %lld %s (global_step %lld)",
                  (long long)st.replica_steps[r->rank], (long long)done, of, (long long)r->global_step);
+    } else if (st.restored_step > st.base_step && r->spec->follow && !r->spec->sync && st.has_restored_replica_steps) {
+        /* a followed directory resumes exactly: the checkpoint recorded each replica's steps at its cut */
+        done = PSC_MIN(st.restored_replica_steps[r->rank], step_cap(r));
+        PSC_INFO("the model was restored at global_step %lld, whose checkpoint records %lld step%s of this replica: "
+                 "resuming at step %lld %s",
+                 (long long)st.restored_step, (long long)st.restored_replica_steps[r->rank],
+                 st.restored_replica_steps[r->rank] == 1 ? "" : "s", (long long)done, of);
     } else if (st.restored_step > st.base_step) {
         int64_t ran = st.restored_step - st.base_step; /* this job's steps (a warm start may carry global_step) */
         int64_t share = r->spec->sync ? ran : ran / r->replicas;
@@ -273,16 +285,18 @@ static void resume(run_t *r)
 
 /* Forward and backward on the step's batches (the job's kind decides how
  * many and from where): the step's gradient in r->grads. *batches 0: the
- * data ran out. */
+ * data ran out (r->more 0), or a followed directory's next batch has not
+ * come yet (r->more stays 1). */
 static int compute(run_t *r, int *batches, int *examples, char *err, size_t errlen)
 {
     model_step_t st;
+    memset(&st, 0, sizeof st);
     int rc = r->job->ops->compute(r->job, r->params, r->grads, r->spec->sync ? r->global_step : -1, &st, err, errlen);
     *batches = st.batches;
     *examples = st.examples;
     if (rc) return rc;
     if (st.batches == 0) {
-        r->more = 0;
+        r->more = st.waiting;
         return 0;
     }
     r->epoch = st.epoch;
@@ -367,13 +381,14 @@ static int exchange(run_t *r, int batches, int examples, double t_step, char *er
     return 0;
 }
 
-/* One step. Returns 0, 1 when the data ran out before it, or an error. */
+/* One step. Returns 0, 1 when the data ran out before it, 2 when a followed
+ * directory's next batch has not come yet (no step), or an error. */
 static int train_step(run_t *r, char *err, size_t errlen)
 {
     double t_step = psc_now();
     int batches, examples, rc;
     if ((rc = compute(r, &batches, &examples, err, errlen))) return rc;
-    if (batches == 0) return 1;
+    if (batches == 0) return r->more ? 2 : 1;
     if (r->o->debug_step_delay_ms > 0) {
         int ms = r->o->debug_step_delay_ms;
         struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -418,6 +433,33 @@ static void log_progress(run_t *r, int last)
     r->t_log = now;
     r->loss_acc = 0;
     r->loss_n = r->examples_acc = r->stale_acc = 0;
+}
+
+/* Chief, data.follow with data.test: after each checkpoint it commits, an
+ * evaluation of the current weights (a rolling data.test directory: its
+ * newest data.test_files files), logged and in TensorBoard. */
+static void eval_after_checkpoint(run_t *r)
+{
+    uint64_t id = chief_last_checkpoint(r->chief);
+    if (id == r->evaluated_ckpt) return;
+    r->evaluated_ckpt = id;
+    trainer_result_t res;
+    memset(&res, 0, sizeof res);
+    char err[512];
+    int rc = r->job->ops->evaluate(r->job, r->params, 0, &res, err, sizeof err);
+    if (rc) {
+        PSC_INFO("no evaluation after checkpoint %llu: %s", (unsigned long long)id, err);
+        return;
+    }
+    PSC_INFO("evaluation after checkpoint %llu on %lld test examples at global_step %lld: AUC %.4f log loss %.4f "
+             "accuracy %.4f",
+             (unsigned long long)id, (long long)res.test_examples, (long long)r->global_step, res.test_auc,
+             res.test_loss, res.test_accuracy);
+    if (!r->tb) return;
+    psc_tfevents_scalar(r->tb, r->global_step, "test/auc", res.test_auc);
+    psc_tfevents_scalar(r->tb, r->global_step, "test/loss", res.test_loss);
+    psc_tfevents_scalar(r->tb, r->global_step, "test/accuracy", res.test_accuracy);
+    psc_tfevents_flush(r->tb);
 }
 
 /* ---- the end ---- */
@@ -542,10 +584,17 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
 
     r.t0 = r.t_log = psc_now();
     r.gs_log = r.global_step;
+    int follow_eval = r.chief && r.spec->follow && r.spec->num_test_files > 0;
+    if (r.chief) r.evaluated_ckpt = chief_last_checkpoint(r.chief);
     while (r.more && res->steps < step_cap(&r)) {
         if (stopped(o)) {
             rc = psc_seterr(err, errlen, PSC_ECANCELLED, "stopped at step %lld", (long long)res->steps);
             goto out;
+        }
+        if (finishing(o)) {
+            PSC_INFO("asked to finish (psctl stop): the followed directory's job ends at step %lld",
+                     (long long)res->steps);
+            break;
         }
         char why[1024];
         if (r.chief && failures_replica(o->failures, why, sizeof why)) {
@@ -553,8 +602,19 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
             goto out;
         }
         if ((rc = train_step(&r, err, errlen)) == 1) break; /* the data ran out */
-        if (rc) goto out;
-        log_progress(&r, res->steps == r.max_steps || !r.more);
+        if (rc == 2) { /* a followed directory: files to come; the chief's duties go on meanwhile */
+            if (r.chief) chief_after_step(r.chief, r.global_step);
+            rc = 0;
+        } else if (rc) {
+            goto out;
+        } else {
+            log_progress(&r, res->steps == r.max_steps || !r.more);
+        }
+        if (follow_eval) eval_after_checkpoint(&r);
+    }
+    if (r.spec->follow && stopped(o)) { /* the stop ended the wait for files: not the data's end */
+        rc = psc_seterr(err, errlen, PSC_ECANCELLED, "stopped at step %lld", (long long)res->steps);
+        goto out;
     }
     log_progress(&r, 1); /* streamed data: the period the data's end cut short */
     rc = push_pull_collect(&r, err, errlen); /* overlap: the last step's push-pull */

@@ -49,6 +49,8 @@ typedef struct trainer_opts {
     int batch_bytes;          /* ps_client_set_batch_bytes (-1: the default, PSC_BATCH_TENSOR_BYTES) */
     int shutdown_ps;          /* chief: tell every PS to exit at the end (in-cluster mode) */
     atomic_int *stop;         /* set to non-zero (any thread) to stop early (SIGTERM, a cancel); may be NULL */
+    atomic_int *finish;       /* a followed directory's job (data.follow): non-zero ends it at the next step as
+                                 if its data had ended (psctl stop: final checkpoint, evaluation); may be NULL */
     struct chief_mailbox *chief_mailbox; /* chief: psctl checkpoint requests (chief_mailbox.h); may be NULL */
     trainer_progress_t *progress; /* may be NULL */
     const char *logdir;       /* chief and evaluator: TensorBoard event files here (NULL: none) */

@@ -48,6 +48,9 @@ typedef struct ps_status {
     int64_t replica_steps[PSC_MAX_REPLICAS]; /* (the global_step PS) steps each replica rank reported */
     int64_t restored_step;      /* (the global_step PS) the step of the checkpoint the model was restored from, 0: none */
     int64_t base_step;          /* the global_step the job started at (a warm start that carried it), else 0 */
+    /* (the global_step PS) the replica steps the restored checkpoint recorded (at its cut), when it did */
+    int has_restored_replica_steps;
+    int64_t restored_replica_steps[PSC_MAX_REPLICAS];
     int ntables;                /* sparse table parts this PS holds (the first 64) */
     struct {
         char name[128];

@@ -615,6 +615,9 @@ static int status_parse(const psc_rpc_op_t *op, int ps, ps_status_t *st, char *e
     st->base_step = r->base_step;
     for (size_t i = 0; i < r->n_replica_steps && i < PSC_ARRAY_LEN(st->replica_steps); i++)
         st->replica_steps[i] = r->replica_steps[i];
+    st->has_restored_replica_steps = r->n_restored_replica_steps > 0;
+    for (size_t i = 0; i < r->n_restored_replica_steps && i < PSC_ARRAY_LEN(st->restored_replica_steps); i++)
+        st->restored_replica_steps[i] = r->restored_replica_steps[i];
     for (size_t i = 0; i < r->n_done_workers; i++)
         if (r->done_workers[i] < sizeof st->done) st->done[r->done_workers[i]] = 1;
     st->ntables = (int)PSC_MIN(r->n_tables, PSC_ARRAY_LEN(st->tables));

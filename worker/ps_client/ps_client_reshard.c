@@ -525,7 +525,12 @@ static int prepare_all(rs_t *r, char *err, size_t errlen)
     q.prepare = 1;
     q.fill = r->warm != NULL;
     q.base_step = r->warm && r->warm->carry_step ? r->step : 0;
-    uint8_t buf[96];
+    for (int s = 0; s < r->n && !r->warm; s++) /* a restore keeps the replica steps its checkpoint recorded */
+        if (r->desc[s]->has_global_step && r->desc[s]->n_replica_steps <= PSC_MAX_REPLICAS) {
+            q.n_replica_steps = r->desc[s]->n_replica_steps;
+            q.replica_steps = r->desc[s]->replica_steps;
+        }
+    uint8_t *buf = psc_xmalloc(psc__stage_request__get_packed_size(&q) + 1);
     size_t len = psc__stage_request__pack(&q, buf);
     psc_rpc_op_t *ops = psc_xcalloc((size_t)P, sizeof *ops);
     for (int i = 0; i < P; i++) {
@@ -538,6 +543,7 @@ static int prepare_all(rs_t *r, char *err, size_t errlen)
     if (rc) rc = pcl_op_error(ops, (size_t)P, "prepare staged checkpoint", err, errlen);
     pcl_clear_ops(ops, (size_t)P);
     free(ops);
+    free(buf);
     return rc;
 }
 
