@@ -28,6 +28,7 @@ python3 -c 'import torch' 2>/dev/null || { [ -x /usr/bin/python3 ] && py=/usr/bi
 "$here/bench_predict.sh" "$PSC_BIN" # psctl predict's examples/s against psctl eval and the training step
 "$here/bench_many.sh" "$PSC_BIN" # 2 ps + 2 workers against 8 ps + 64 workers (README "Many workers")
 "$here/bench_online.sh" "$PSC_BIN" # drifting ids: no eviction, TTL, TTL + admission (issue 31)
+"$PSC_BIN/bench_ckpt" "${BENCH_CKPT_ROWS:-1000000}" # a table's checkpoints against write + fsync (issue 32 item 4)
 "$here/bench_link.sh" "$PSC_BIN" || [ $? = 77 ] # needs root (network namespaces)
 # PyTorch beside psc (bench_peers.sh; peers/setup.sh installs python3-torch; 77: skipped)
 { "$here/peers/setup.sh" && "$here/bench_peers.sh" "$PSC_BIN"; } || [ $? = 77 ]
