@@ -94,6 +94,16 @@ double psc_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void psc_abstime_in(struct timespec *ts, double secs)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_nsec += (long)(secs * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 static void tune_malloc_once(void)
 {
     mallopt(M_MMAP_THRESHOLD, 64 << 20);

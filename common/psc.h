@@ -127,6 +127,9 @@ int psc_iov_float_runs(const psc_iov_t *g, int ng, size_t n, psc_float_run_fn fn
 
 /* Monotonic clock in seconds. */
 double psc_now(void);
+struct timespec;
+/* *ts = CLOCK_REALTIME now plus secs (>= 0, < 1): a deadline for pthread_cond_timedwait. */
+void psc_abstime_in(struct timespec *ts, double secs);
 
 #define PSC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define PSC_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -248,12 +248,7 @@ static void *reaper_main(void *arg)
     pthread_mutex_lock(&svc->reaper_lock);
     while (!svc->reaper_stop) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        psc_abstime_in(&ts, 0.05);
         if (!svc->reaper_kick) pthread_cond_timedwait(&svc->reaper_cond, &svc->reaper_lock, &ts);
         svc->reaper_kick = 0;
         if (svc->reaper_stop) break;

@@ -85,12 +85,7 @@ static void *evictor_main(void *arg)
     pthread_mutex_lock(&s->evict_lock);
     while (!s->evict_stop) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(EVICT_TICK * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        psc_abstime_in(&ts, EVICT_TICK);
         int rc = pthread_cond_timedwait(&s->evict_cond, &s->evict_lock, &ts);
         if (s->evict_stop) break;
         if (rc != ETIMEDOUT && rc != 0) continue;

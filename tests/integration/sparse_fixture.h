@@ -140,4 +140,25 @@ __attribute__((unused)) static psc_table_spec_t table(const char *name, int64_t 
 
 static const psc_optim_config_t sgd1 = {.kind = PSC_OPT_SGD, .learning_rate = 1.0f};
 
+/* n more ps_servers, each with a --checkpoint_dir of its own under /tmp (dirs[i]). */
+__attribute__((unused)) static void start_ckpt_ps(it_proc_t *cp, char (*dirs)[64], int n)
+{
+    for (int i = 0; i < n; i++) {
+        snprintf(dirs[i], sizeof dirs[i], "/tmp/psc-sparse-ckpt-XXXXXX");
+        assert_non_null(mkdtemp(dirs[i]));
+        assert_int_equal(it_start_ps_ex(&cp[i], 0, dirs[i]), 0);
+    }
+}
+
+/* Stops them (their logs shown if one fails) and removes their folders. */
+__attribute__((unused)) static void stop_ckpt_ps(it_proc_t *cp, char (*dirs)[64], int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (it_stop(&cp[i]) != 0) it_dump_log(&cp[i]);
+        char cmd[96];
+        snprintf(cmd, sizeof cmd, "rm -rf %.64s", dirs[i]);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 #endif

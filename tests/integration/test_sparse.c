@@ -511,11 +511,7 @@ static void test_checkpoint_kill9(void **state)
     (void)state;
     it_proc_t cp[2];
     char dirs[2][64];
-    for (int i = 0; i < 2; i++) {
-        snprintf(dirs[i], sizeof dirs[i], "/tmp/psc-sparse-ckpt-XXXXXX");
-        assert_non_null(mkdtemp(dirs[i]));
-        assert_int_equal(it_start_ps_ex(&cp[i], 0, dirs[i]), 0);
-    }
+    start_ckpt_ps(cp, dirs, 2);
     psc_optim_config_t adagrad = {.kind = PSC_OPT_ADAGRAD, .learning_rate = 0.1f, .initial_accumulator_value = 0.1f};
     psc_table_spec_t t = table("ck", ROWS, CK_DIM, PSC_PART_MOD, &adagrad);
     job_t j;
@@ -582,12 +578,7 @@ static void test_checkpoint_kill9(void **state)
         assert_int_equal(rows, on_part(all, NALL, p));
     }
     job_close(&j);
-    for (int i = 0; i < 2; i++) {
-        if (it_stop(&cp[i]) != 0) it_dump_log(&cp[i]);
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dirs[i]);
-        assert_int_equal(system(cmd), 0);
-    }
+    stop_ckpt_ps(cp, dirs, 2);
 }
 
 int main(void)

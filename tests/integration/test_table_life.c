@@ -91,11 +91,7 @@ static void test_ttl_checkpoint_kill9(void **state)
     (void)state;
     it_proc_t cp[2];
     char dirs[2][64];
-    for (int i = 0; i < 2; i++) {
-        snprintf(dirs[i], sizeof dirs[i], "/tmp/psc-life-XXXXXX");
-        assert_non_null(mkdtemp(dirs[i]));
-        assert_int_equal(it_start_ps_ex(&cp[i], 0, dirs[i]), 0);
-    }
+    start_ckpt_ps(cp, dirs, 2);
     psc_table_spec_t t = table("life", ROWS, DIM, PSC_PART_MOD, &sgd1);
     t.ttl_steps = 5;
     job_t j;
@@ -156,12 +152,7 @@ static void test_ttl_checkpoint_kill9(void **state)
     pull_rows(&j, B, NB, got, 1);
     for (int i = 0; i < NB; i++) expect_row(got + i * DIM, B[i], 11.0f, "kept (11 pushes of 1)");
     job_close(&j);
-    for (int i = 0; i < 2; i++) {
-        if (it_stop(&cp[i]) != 0) it_dump_log(&cp[i]);
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dirs[i]);
-        assert_int_equal(system(cmd), 0);
-    }
+    stop_ckpt_ps(cp, dirs, 2);
 }
 
 static void test_cap_holds(void **state)

@@ -335,12 +335,7 @@ static int wait_batch(ctr_loader_t *l)
         if (interrupted(l)) return 2;
         if (until > 0 && psc_now() >= until) return 3;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        psc_abstime_in(&ts, 0.05);
         pthread_cond_timedwait(&l->cond, &l->lock, &ts);
     }
     return 0;
