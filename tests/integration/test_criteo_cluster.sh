@@ -107,7 +107,7 @@ echo "standalone: test AUC $auc"
 last=$(sed -n 's/.*checkpoint \([0-9]*\) (.*) committed on every ps.*/\1/p' "$TMP/sa-worker0.log" | tail -1)
 [ -n "$last" ] || fail "the chief logged no committed checkpoint"
 ids=""
-for _ in $(seq 300); do # the evaluator goes through the checkpoints in order, up to the final one
+for _ in $(seq 900); do # the evaluator goes through the checkpoints in order, up to the final one (180 s: ~20 s a checkpoint under ASan on a busy 2-core machine)
     ids=$(sed -n 's/.*evaluator: checkpoint \([0-9]*\) (step [0-9]*): test AUC .*/\1/p' "$TMP/evaluator.log")
     echo "$ids" | grep -qx "$last" && break
     sleep 0.2
