@@ -4,7 +4,8 @@
 # bench_apply 1, bench_scaling 1); BENCH_STEP_SECS: seconds per training run of
 # bench_step.sh (10); BENCH_CTR_SECS: the same for bench_ctr.sh (10); bench_link.sh's
 # BENCH_LINK_MBIT, BENCH_LINK_STEPS; bench_peers.sh's BENCH_PEERS_ROUNDS, BENCH_PEERS_MLP_STEPS,
-# BENCH_PEERS_CNN_STEPS (4-5 minutes more); BENCH_ONLINE_ROWS: bench_online.sh's stream (8000000 rows,
+# BENCH_PEERS_CNN_STEPS (4-5 minutes more); bench_ctr_peers.sh's BENCH_CTR_PEERS_ROWS, BENCH_CTR_PEERS_ROUNDS
+# (3-4 minutes more); BENCH_ONLINE_ROWS: bench_online.sh's stream (8000000 rows,
 # about 5 minutes; 600000: 15 s). About 13 minutes on the 2-core development VM.
 set -eu
 build=${1:-build}
@@ -32,4 +33,6 @@ python3 -c 'import torch' 2>/dev/null || { [ -x /usr/bin/python3 ] && py=/usr/bi
 "$here/bench_link.sh" "$PSC_BIN" || [ $? = 77 ] # needs root (network namespaces)
 # PyTorch beside psc (bench_peers.sh; peers/setup.sh installs python3-torch; 77: skipped)
 { "$here/peers/setup.sh" && "$here/bench_peers.sh" "$PSC_BIN"; } || [ $? = 77 ]
+# the same for the recommendation job (bench_ctr_peers.sh, issue 32: deploy/jobs/ctr.json)
+{ "$here/peers/setup.sh" && "$here/bench_ctr_peers.sh" "$PSC_BIN"; } || [ $? = 77 ]
 echo "run.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
