@@ -616,7 +616,9 @@ const sparse_table_cfg_t *sparse_table_config(const sparse_table_t *t) { return 
 
 void sparse_table_set_step(sparse_table_t *t, int64_t step)
 {
-    atomic_store_explicit(&t->now_step, step, memory_order_relaxed);
+    /* only a part whose rows keep their age reads it: every other part's
+     * requests leave this shared line alone */
+    if (t->meta_off) atomic_store_explicit(&t->now_step, step, memory_order_relaxed);
 }
 
 size_t sparse_table_record_bytes(const sparse_table_t *t) { return t->rec_bytes; }
