@@ -273,6 +273,10 @@ static int parse_sections(const jspec_ctx_t *c, const json_t *root, psc_job_spec
         return jspec_fail(c, "overlap_push_pull",
                           "needs asynchronous training: a sync replica computes each step at the step the PS are at");
 
+    int64_t pf = 1;
+    if ((rc = jspec_get_int_in(c, root, "prefetch_rows", "", 0, 0, 1, &pf))) return rc;
+    s->prefetch_rows = (int)pf;
+
     static const char *const dtypes[] = {"float32", "bfloat16"}; /* indexed by PSC_ENC_* */
     if ((rc = jspec_get_enum(c, root, "gradient_dtype", "", 0, dtypes, 2, &s->gradient_dtype))) return rc;
     s->error_feedback = s->gradient_dtype == PSC_ENC_BFLOAT16;
@@ -463,9 +467,24 @@ static int parse_with(const jspec_ctx_t *c, const char *json, size_t len, psc_jo
         return psc_seterr(c->err, c->errlen, PSC_ECONFIG, "%sinvalid JSON at line %d column %d: %s", c->pfx, je.line,
                           je.column, je.text);
 
-    static const char *const keys[] = {"model", "optimizer", "data", "batch_size_per_replica", "epochs", "steps",
-                                       "sync", "placement", "checkpoint", "seed", "overlap_push_pull", "gradient_dtype",
-                                       "error_feedback", "tables", "allow_partial", "warm_start", NULL};
+    static const char *const keys[] = {"model",
+                                       "optimizer",
+                                       "data",
+                                       "batch_size_per_replica",
+                                       "epochs",
+                                       "steps",
+                                       "sync",
+                                       "placement",
+                                       "checkpoint",
+                                       "seed",
+                                       "overlap_push_pull",
+                                       "gradient_dtype",
+                                       "error_feedback",
+                                       "prefetch_rows",
+                                       "tables",
+                                       "allow_partial",
+                                       "warm_start",
+                                       NULL};
     psc_job_spec_t *s = out;
     snprintf(s->train_path, sizeof s->train_path, "%s", DEFAULT_TRAIN);
     snprintf(s->test_path, sizeof s->test_path, "%s", DEFAULT_TEST);

@@ -12,6 +12,9 @@
 #        number is the one the worker logs: "finished N steps in S s (E
 #        examples/s)". (b1)/(a) is the like-for-like ratio: one worker against
 #        one tower (target >= 0.8, as for the dense jobs);
+#   (b1s) as (b1) on the serial path ("prefetch_rows": 0: a step's push and the
+#        next batch's pull in one round the step waits for; the default, 1,
+#        waits only for the rows the next batch shares: ctr_prefetch.h);
 #   (b1') as (b1) with the worker's --blas_threads 1 (OpenBLAS's idle threads
 #        spin on sched_yield, on cores the PS needs), against (a') the tower
 #        alone with 1 BLAS thread (also measured before and after);
@@ -19,6 +22,7 @@
 #        training file; the per-worker mean, the sum, and the mean over (a).
 #        On a machine with fewer cores than processes (the 2-core development
 #        VM runs 4 processes here) (b)/(a) mostly says how the cores are shared;
+#   (bs) as (b) on the serial path ("prefetch_rows": 0);
 #   (c)  (b1) as the declared rows of both tables ("emb" and "wide") grow:
 #        10^5 .. 10^9, run up and then down again (the mean of the two cancels
 #        a steady drift; both shown); each size's examples/s and its ratio to
@@ -32,7 +36,8 @@
 # process fails).
 #
 # usage: tests/bench/bench_ctr.sh [BUILD_DIR]
-#        BENCH_CTR_SECS (default 10), BENCH_CTR_ROWS (default 600000), BENCH_CTR_PERF (unset)
+#        BENCH_CTR_SECS (default 10), BENCH_CTR_ROWS (default 600000), BENCH_CTR_PERF (unset),
+#        BENCH_CTR_SIZES (default "100000 1000000 10000000 100000000 1000000000": (c)'s sizes; "" skips (c))
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:-${PSC_BIN:-$here/build}}" && pwd)
@@ -48,13 +53,14 @@ src="$work/ctr.json"
 sed "s#@DATA@#$work/data#g" "$here/deploy/jobs/ctr.json" >"$src"
 batch=$(sed -n 's/.*"batch_size_per_replica": *\([0-9]*\).*/\1/p' "$src")
 
-# spec_for DST STEPS [ROWS]: the demo's spec with "steps", enough epochs, a
+# spec_for DST STEPS [ROWS [EXTRA]]: the demo's spec with "steps", enough epochs, a
 # small test set (the chief evaluates it after training; not part of the
-# timing) and, given ROWS, both tables declared with ROWS rows.
+# timing), given ROWS (may be ""), both tables declared with ROWS rows, and
+# EXTRA (e.g. '"prefetch_rows": 0, ') spliced in as more top-level keys.
 spec_for() {
     local rows_re='s/\("name": *"\(emb\|wide\)", *"rows": *\)[0-9]*/\1'"${3:-}"'/'
     [ -n "${3:-}" ] || rows_re=""
-    sed -e "0,/{/s//{\"steps\": $2, /" -e 's/"epochs": *[0-9]*/"epochs": 1000/' \
+    sed -e "0,/{/s//{\"steps\": $2, ${4:-}/" -e 's/"epochs": *[0-9]*/"epochs": 1000/' \
         -e 's/"data": *{/"data": {"test_examples": 1000, /' -e "$rows_re" "$src" >"$1"
 }
 
@@ -168,12 +174,17 @@ a1=$(tower 0)
 a1t=$(tower 1)
 spec_for "$work/one.json" "$(steps_for "$a1")"
 PERF_THIS_RUN=1 train "$work/one.json" 1 1 >"$work/res_b1"
+spec_for "$work/one-s.json" "$(steps_for "$a1")" "" '"prefetch_rows": 0, '
+train "$work/one-s.json" 1 1 >"$work/res_b1s"
 spec_for "$work/one-t.json" "$(steps_for "$a1t")"
 train "$work/one-t.json" 1 1 --blas_threads 1 >"$work/res_b1t"
 read -r b1 _ _ _ _ _ <"$work/res_b1"
 # each of the 2 workers gets about half of (b1)'s share of the machine
 spec_for "$work/two.json" "$(steps_for $((b1 / 2)))"
 train "$work/two.json" 2 2 >"$work/res_b"
+spec_for "$work/two-s.json" "$(steps_for $((b1 / 2)))" "" '"prefetch_rows": 0, '
+train "$work/two-s.json" 2 2 >"$work/res_bs"
+read -r _ bseach _ _ _ _ <"$work/res_bs"
 read -r _ beach _ _ _ _ <"$work/res_b"
 a2=$(tower 0)
 a2t=$(tower 1)
@@ -181,7 +192,7 @@ a=$(((a1 + a2) / 2))
 at=$(((a1t + a2t) / 2))
 
 # (c): up and down; per size the mean examples/s, the largest peak RSS, the mean CPU ms/step
-sizes="100000 1000000 10000000 100000000 1000000000"
+sizes=${BENCH_CTR_SIZES-100000 1000000 10000000 100000000 1000000000}
 declare -A crate cruns cps cw cpc cwc
 csteps=$(steps_for "$b1")
 for r in $sizes $(echo "$sizes" | tr ' ' '\n' | tac); do
@@ -196,6 +207,7 @@ for r in $sizes $(echo "$sizes" | tr ' ' '\n' | tac); do
     cwc[$r]=$(awk -v x="${cwc[$r]:-0}" -v y="$wc" 'BEGIN {print x + y / 2}')
 done
 for r in $sizes; do crate[$r]=$((crate[$r] / 2)); done
+base=${sizes%% *}
 
 row() { printf '%-42s %10s %10s %6s %7s %7s %8s %8s\n' "$@"; }
 # res_row LABEL RESULT_FILE NWORKERS REFERENCE
@@ -210,11 +222,13 @@ row run examples/s "per worker" ratio "ps MiB" "w MiB" "ps ms" "w ms"
 row "(a) tower alone, mean of $a1/$a2" "$a" "$a"
 row "(a') 1 BLAS thread, mean of $a1t/$a2t" "$at" "$at"
 res_row "(b1) 1 ps + 1 worker" "$work/res_b1" 1 "$a"
+res_row "(b1s) as (b1), prefetch_rows 0" "$work/res_b1s" 1 "$a"
 res_row "(b1') as (b1), --blas_threads 1" "$work/res_b1t" 1 "$at"
 res_row "(b) 2 ps + 2 workers ($beach)" "$work/res_b" 2 "$a"
+res_row "(bs) as (b), prefetch_rows 0 ($bseach)" "$work/res_bs" 2 "$a"
 for r in $sizes; do
     row "(c) rows 10^$((${#r} - 1)), mean of ${cruns[$r]}" "${crate[$r]}" "${crate[$r]}" \
-        "$(ratio "${crate[$r]}" "${crate[100000]}")" "${cps[$r]}" "${cw[$r]}" "$(printf %.2f "${cpc[$r]}")" \
+        "$(ratio "${crate[$r]}" "${crate[$base]}")" "${cps[$r]}" "${cw[$r]}" "$(printf %.2f "${cpc[$r]}")" \
         "$(printf %.2f "${cwc[$r]}")"
 done
 echo "(ratio: (b1) and (b) per worker over (a), (b1') over (a'), target >= 0.8; (c) over the 10^5 runs, target"

@@ -5,6 +5,7 @@
  * (the reader's cancel flag), and the consumer's wait ends on the
  * interrupt flags it was given (ctr_loader_set_interrupt). */
 #include "ctr_loader.h"
+#include "idmap.h"
 
 #include "log.h"
 #include "psc.h"
@@ -27,23 +28,17 @@ typedef struct slot_desc {
     const char *name;
 } slot_desc_t;
 
-/* A per-table map from id to its index among the batch's unique ids: open
- * addressing, cleared by a generation stamp instead of memset. */
-typedef struct idmap {
-    int64_t *keys;
-    int32_t *vals;
-    uint32_t *stamp;
-    uint32_t gen;
-    size_t cap; /* a power of two */
-} idmap_t;
-
 struct ctr_loader {
     const psc_job_spec_t *spec;
     data_reader_t *reader;
     int batch_size;
     slot_desc_t *slots;
     int nslots;
-    idmap_t *maps; /* per table */
+    idmap_t *maps; /* per table, two: this batch's and the one before's (by parity of seq) */
+    int64_t seq;   /* batches mapped */
+    int64_t *ids;  /* (cap_ids) a batch's ids in bag order, before the maps */
+    int32_t *tab;  /* (cap_ids) their tables */
+    size_t cap_ids;
     ctr_slot_batch_t *ring;
     int nring;
     int *queue; /* ring indexes in order, head .. head + queued */
@@ -89,42 +84,46 @@ static int slot_walk(const psc_job_spec_t *spec, slot_desc_t *out)
     return n;
 }
 
-static void idmap_reset(idmap_t *m, size_t need)
-{
-    size_t cap = 64;
-    while (cap < 2 * need) cap <<= 1;
-    if (cap > m->cap) {
-        free(m->keys);
-        free(m->vals);
-        free(m->stamp);
-        m->keys = psc_xmalloc(cap * sizeof *m->keys);
-        m->vals = psc_xmalloc(cap * sizeof *m->vals);
-        m->stamp = psc_xcalloc(cap, sizeof *m->stamp);
-        m->cap = cap;
-        m->gen = 0;
-    }
-    if (++m->gen == 0) { /* wrapped: clear the stamps once every 2^32 batches */
-        memset(m->stamp, 0, m->cap * sizeof *m->stamp);
-        m->gen = 1;
-    }
-}
+/* The index of id among b's unique ids of table t, adding it when new. */
+#define CTR_LOADER_AHEAD 16 /* map probes prefetched this many ids ahead */
 
 /* The index of id among b's unique ids of table t, adding it when new. */
 static int32_t idmap_get(idmap_t *m, ctr_slot_batch_t *b, int t, int64_t id)
 {
-    size_t mask = m->cap - 1, h = (size_t)psc_feature_id_hash((uint64_t)id, 0, INT64_MAX) & mask;
-    for (;; h = (h + 1) & mask) {
-        if (m->stamp[h] != m->gen) {
-            m->stamp[h] = m->gen;
-            m->keys[h] = id;
-            if (b->nuids[t] == b->cap_uids[t]) {
-                b->cap_uids[t] = b->cap_uids[t] ? 2 * b->cap_uids[t] : 1024;
-                b->uids[t] = psc_xrealloc(b->uids[t], (size_t)b->cap_uids[t] * sizeof *b->uids[t]);
+    int found;
+    size_t h = idmap_slot(m, id, &found);
+    if (found) return m->slots[h].val;
+    if (b->nuids[t] == b->cap_uids[t]) {
+        b->cap_uids[t] = b->cap_uids[t] ? 2 * b->cap_uids[t] : 1024;
+        b->uids[t] = psc_xrealloc(b->uids[t], (size_t)b->cap_uids[t] * sizeof *b->uids[t]);
+        b->prev[t] = psc_xrealloc(b->prev[t], (size_t)b->cap_uids[t] * sizeof *b->prev[t]);
+    }
+    b->uids[t][b->nuids[t]] = id;
+    idmap_set(m, h, id, b->nuids[t]);
+    return b->nuids[t]++;
+}
+
+/* The batch's ids (l->ids, l->tab) into each table's unique ids (b->idx),
+ * then each unique id's index in the batch before (b->prev); the maps'
+ * probes are prefetched ahead: a batch's ids fill more than the caches. */
+static void map_ids(ctr_loader_t *l, ctr_slot_batch_t *b, int64_t nnz)
+{
+    int cur = (int)(l->seq & 1);
+    for (int64_t k = 0; k < nnz; k++) {
+        if (k + CTR_LOADER_AHEAD < nnz)
+            idmap_prefetch(&l->maps[2 * l->tab[k + CTR_LOADER_AHEAD] + cur], l->ids[k + CTR_LOADER_AHEAD]);
+        b->idx[k] = idmap_get(&l->maps[2 * l->tab[k] + cur], b, l->tab[k], l->ids[k]);
+    }
+    for (int t = 0; t < b->ntables; t++) {
+        const idmap_t *before = &l->maps[2 * t + !cur];
+        for (int32_t u = 0; u < b->nuids[t]; u++) {
+            if (l->seq == 0) {
+                b->prev[t][u] = -1;
+                continue;
             }
-            b->uids[t][b->nuids[t]] = id;
-            return m->vals[h] = b->nuids[t]++;
+            if (u + CTR_LOADER_AHEAD < b->nuids[t]) idmap_prefetch(before, b->uids[t][u + CTR_LOADER_AHEAD]);
+            b->prev[t][u] = idmap_find(before, b->uids[t][u]);
         }
-        if (m->keys[h] == id) return m->vals[h];
     }
 }
 
@@ -157,7 +156,12 @@ static int map_batch(ctr_loader_t *l, ctr_slot_batch_t *b, char *err, size_t err
     b->nslots = S;
     for (int t = 0; t < b->ntables; t++) {
         b->nuids[t] = 0;
-        idmap_reset(&l->maps[t], (size_t)nnz);
+        idmap_reset(&l->maps[2 * t + (l->seq & 1)], (size_t)nnz);
+    }
+    if ((size_t)nnz > l->cap_ids) {
+        l->cap_ids = PSC_MAX((size_t)nnz, 2 * l->cap_ids);
+        l->ids = psc_xrealloc(l->ids, l->cap_ids * sizeof *l->ids);
+        l->tab = psc_xrealloc(l->tab, l->cap_ids * sizeof *l->tab);
     }
     int64_t k = 0;
     b->off[0] = 0;
@@ -178,11 +182,13 @@ static int map_batch(ctr_loader_t *l, ctr_slot_batch_t *b, char *err, size_t err
                                       sd->name, (unsigned long long)key, T->name, (long long)T->rows);
                 else
                     id = (int64_t)key;
-                b->idx[k] = idmap_get(&l->maps[sd->table], b, sd->table, id);
+                l->ids[k] = id;
+                l->tab[k] = sd->table;
                 b->w[k] = r->weights[q] * scale;
             }
             b->off[(int64_t)i * S + s + 1] = (int32_t)k;
         }
+    map_ids(l, b, nnz);
     return 0;
 }
 
@@ -206,10 +212,12 @@ static void slot_batch_free(ctr_slot_batch_t *b)
     free(b->w);
     for (int t = 0; t < b->ntables; t++) {
         free(b->uids[t]);
+        free(b->prev[t]);
         free(b->rows[t]);
         free(b->row_grads[t]);
     }
     free(b->uids);
+    free(b->prev);
     free(b->nuids);
     free(b->cap_uids);
     free(b->rows);
@@ -244,6 +252,7 @@ static void *prefetch_main(void *arg)
         char err[512] = "";
         int rc = data_reader_next(l->reader, &b->raw, l->batch_size, &b->epoch, err, sizeof err);
         if (rc > 0) rc = map_batch(l, b, err, sizeof err) == 0 ? 1 : PSC_ECORRUPT;
+        if (rc > 0) b->seq = l->seq++;
         if (rc > 0) copy_files_done(b, data_reader_files_done(l->reader));
         pthread_mutex_lock(&l->lock);
         l->skipped = data_reader_skipped(l->reader);
@@ -278,8 +287,8 @@ int ctr_loader_create(const psc_job_spec_t *spec, int test, int shard, int num_s
     l->nslots = slot_walk(spec, NULL);
     l->slots = psc_xcalloc((size_t)PSC_MAX(l->nslots, 1), sizeof *l->slots);
     slot_walk(spec, l->slots);
-    l->maps = psc_xcalloc((size_t)PSC_MAX(spec->num_tables, 1), sizeof *l->maps);
-    l->nring = PSC_MAX(prefetch, 1) + 2; /* prefetched + the step's + the one the step pipelines */
+    l->maps = psc_xcalloc((size_t)PSC_MAX(2 * spec->num_tables, 1), sizeof *l->maps);
+    l->nring = PSC_MAX(prefetch, 1) + 3; /* prefetched + the step's + the two the step pipelines (prefetch_rows) */
     l->ring = psc_xcalloc((size_t)l->nring, sizeof *l->ring);
     l->queue = psc_xcalloc((size_t)l->nring, sizeof *l->queue);
     l->free_list = psc_xcalloc((size_t)l->nring, sizeof *l->free_list);
@@ -288,6 +297,7 @@ int ctr_loader_create(const psc_job_spec_t *spec, int test, int shard, int num_s
         int T = spec->num_tables;
         b->ntables = T;
         b->uids = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *b->uids);
+        b->prev = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *b->prev);
         b->nuids = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *b->nuids);
         b->cap_uids = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *b->cap_uids);
         b->rows = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *b->rows);
@@ -408,12 +418,10 @@ void ctr_loader_destroy(ctr_loader_t *l)
     pthread_cond_destroy(&l->cond);
     data_reader_close(l->reader);
     for (int i = 0; i < l->nring; i++) slot_batch_free(&l->ring[i]);
-    for (int t = 0; t < l->spec->num_tables; t++) {
-        free(l->maps[t].keys);
-        free(l->maps[t].vals);
-        free(l->maps[t].stamp);
-    }
+    for (int t = 0; t < 2 * l->spec->num_tables; t++) idmap_free(&l->maps[t]);
     free(l->maps);
+    free(l->ids);
+    free(l->tab);
     free(l->ring);
     free(l->queue);
     free(l->free_list);

@@ -34,6 +34,8 @@ typedef struct ctr_slot_batch {
     int64_t nnz;
     int ntables;       /* spec->num_tables */
     int64_t **uids;    /* per table: the batch's unique ids, in first-seen order */
+    int32_t **prev;    /* per table (nuids): the id's index among the unique ids of the batch before (seq - 1), or -1 */
+    int64_t seq;       /* the batch's place in the loader's order (0, 1, ...) */
     int *nuids;        /* per table */
     int *cap_uids;
     float **rows;      /* per table (nuids, dim): filled by the caller (the PS's rows) */

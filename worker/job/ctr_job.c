@@ -4,6 +4,7 @@
 
 #include "ctr_loader.h"
 #include "ctr_eval.h"
+#include "ctr_prefetch.h"
 #include "log.h"
 #include "psc.h"
 #include "tower.h"
@@ -32,6 +33,11 @@ struct ctr_job {
     ctr_slot_batch_t *cur;  /* the step's batch, until ctr_job_step_done */
     ctr_slot_batch_t *next; /* async: the next step's batch, its rows pulled in the step's round */
     int next_pulled;        /* that round succeeded: next's rows are there */
+    /* prefetch_rows (ctr_prefetch.h): the batch after next, its rows outside next pulled by the bulk in flight
+     * (next2_pulled: asked; the bulk's outcome is known at its wait) */
+    ctr_pf_t *pf;
+    ctr_slot_batch_t *next2;
+    int next2_pulled;
     ps_sparse_op_t *ops;    /* per table */
     float *logits;          /* (max_batch) */
     ctr_eval_t period;      /* the training examples since the last period_auc */
@@ -85,6 +91,8 @@ int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t e
     if (o->train && (rc = ctr_loader_create(spec, 0, o->rank, o->replicas, spec->batch_size, spec->seed, spec->shuffle,
                                             o->prefetch, &j->loader, err, errlen)))
         goto fail;
+    if (j->loader && !spec->sync && spec->prefetch_rows && (rc = ctr_pf_create(o->pc, spec, &j->pf, err, errlen)))
+        goto fail;
     /* a followed directory: the training loop gets control back while files are awaited (model_step_t.waiting) */
     if (j->loader && spec->follow) ctr_loader_set_interrupt(j->loader, o->stop, o->finish, CTR_JOB_WAIT_SECS);
     *out = j;
@@ -97,8 +105,18 @@ fail:
 void ctr_job_destroy(ctr_job_t *j)
 {
     if (!j) return;
+    ctr_pf_destroy(j->pf); /* first: its bulk writes into next2's rows */
+    if (j->pf) {
+        int64_t pushed, crit;
+        ctr_pf_counts(j->pf, &pushed, &crit);
+        if (pushed)
+            PSC_INFO("prefetch_rows: %.1f%% of the %lld rows pushed were on the steps' critical path (shared with "
+                     "the next batch)",
+                     100.0 * (double)crit / (double)pushed, (long long)pushed);
+    }
     if (j->cur) ctr_loader_release(j->loader, j->cur);
     if (j->next) ctr_loader_release(j->loader, j->next);
+    if (j->next2) ctr_loader_release(j->loader, j->next2);
     if (j->pred_cur) ctr_loader_release(j->pred, j->pred_cur);
     ctr_loader_destroy(j->pred);
     free(j->pred_probs);
@@ -127,11 +145,21 @@ static int pull_rows(ctr_job_t *j, ctr_slot_batch_t *b, int64_t sync_step, int r
                                           .pull_rows = b->rows[t],
                                           .npull = (size_t)b->nuids[t],
                                           .read_only = read_only,
-                                          .checkpoint = ckpt};
+                                          .checkpoint = ckpt,
+                                          .unique = 1}; /* a batch's unique ids */
     }
     if (nops == 0) return 0;
     if (sync_step >= 0) return ps_client_sparse_sync(j->o.pc, j->ops, nops, sync_step, 1, sync_step, err, errlen);
     return ps_client_sparse(j->o.pc, j->ops, nops, err, errlen);
+}
+
+/* prefetch_rows: waits for the bulk in flight (its failure: next lacks rows). */
+static void pf_drain(ctr_job_t *j)
+{
+    char err[512];
+    if (!j->pf || !ctr_pf_wait(j->pf, err, sizeof err)) return;
+    PSC_WARN("a prefetch round failed (its row gradients are lost; the rows are pulled again): %s", err);
+    j->next_pulled = 0;
 }
 
 int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t sync_step, int *examples, double *loss_sum,
@@ -139,9 +167,16 @@ int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t syn
 {
     ctr_slot_batch_t *b = j->next;
     int rc, pulled = b && j->next_pulled;
-    j->next = NULL;
-    if (!b && (rc = ctr_loader_next(j->loader, &b, err, errlen))) return rc == 2 || rc == 3 ? 2 : rc;
+    j->next = j->next2; /* prefetch_rows: the batch after moves up */
+    j->next_pulled = j->next2_pulled;
+    j->next2 = NULL;
+    j->next2_pulled = 0;
+    if (!b && (rc = ctr_loader_next(j->loader, &b, err, errlen))) {
+        if (rc == 1) pf_drain(j); /* the data ran out: the last step's bulk lands before the replica is done */
+        return rc == 2 || rc == 3 ? 2 : rc;
+    }
     j->cur = b;
+    if (!pulled) pf_drain(j); /* the rows read below include every push of this worker's */
     if (!pulled && (rc = pull_rows(j, b, sync_step, 0, 0, err, errlen))) return rc;
     if ((rc = ensure_tower(j, b, err, errlen))) return rc;
     tower_ctr_batch_t tb = ctr_slot_batch_view(b);
@@ -166,22 +201,52 @@ static int push_ops(ctr_job_t *j)
         j->ops[t] = (ps_sparse_op_t){.table = t,
                                      .push_ids = b->uids[t],
                                      .push_grads = b->nuids[t] ? b->row_grads[t] : none,
-                                     .npush = (size_t)b->nuids[t]};
+                                     .npush = (size_t)b->nuids[t],
+                                     .unique = 1};
     return j->spec->num_tables;
+}
+
+/* The next batch if the loader has one (a followed directory's may be long in coming: the step does not wait). */
+static int next_batch(ctr_job_t *j, ctr_slot_batch_t **b)
+{
+    char err[16];
+    return j->spec->follow ? ctr_loader_try_next(j->loader, b) : ctr_loader_next(j->loader, b, err, sizeof err);
+}
+
+/* prefetch_rows: the step's exchange split into its critical round, riding on
+ * the dense one, and its bulk (ctr_prefetch.h). */
+static void pf_push_async(ctr_job_t *j)
+{
+    pf_drain(j); /* the step before's bulk: the rest of its pushes, next's rows outside this batch */
+    ctr_slot_batch_t *b;
+    if (!j->next && next_batch(j, &b) == 0) {
+        j->next = b;
+        j->next_pulled = 0; /* none of its rows asked for yet: its step pulls them */
+    }
+    if (j->next && !j->next2 && next_batch(j, &b) == 0) j->next2 = b;
+    for (int t = 0; t < j->spec->num_tables; t++) {
+        if (j->next) ctr_slot_batch_reserve_rows(j->next, t, j->spec->tables[t].dim);
+        if (j->next2) ctr_slot_batch_reserve_rows(j->next2, t, j->spec->tables[t].dim);
+    }
+    const ps_sparse_op_t *crit;
+    int n;
+    ctr_pf_start(j->pf, j->cur, j->next, j->next2, &crit, &n);
+    j->next2_pulled = j->next2 != NULL;
+    if (n) ps_client_round_sparse(j->o.pc, crit, n);
 }
 
 void ctr_job_push_async(ctr_job_t *j)
 {
+    if (j->pf) {
+        pf_push_async(j);
+        return;
+    }
     int n = push_ops(j);
     /* the next batch's rows travel back in the same round, pulled after this
      * step's push on each PS: one round trip a step instead of two */
-    char err[16];
     ctr_slot_batch_t *b;
     j->next_pulled = 0;
-    /* a followed directory may have no next batch for a long time: this
-     * step's push does not wait for one */
-    int got = j->spec->follow ? ctr_loader_try_next(j->loader, &b) : ctr_loader_next(j->loader, &b, err, sizeof err);
-    if (got == 0) {
+    if (next_batch(j, &b) == 0) {
         j->next = b;
         for (int t = 0; t < n; t++) {
             ctr_slot_batch_reserve_rows(b, t, j->spec->tables[t].dim);
@@ -221,7 +286,13 @@ static void log_files_done(const ctr_slot_batch_t *b, int skipped)
 
 void ctr_job_step_done(ctr_job_t *j, int ok)
 {
-    if (j->next) j->next_pulled = ok;
+    if (j->pf) ctr_pf_kick(j->pf); /* the bulk, after the critical round: they would contend on the PS */
+    if (j->pf && j->next && ok)
+        ctr_pf_crit_done(j->pf, j->next); /* the rows next shares with this batch */
+    else if (j->pf && j->next)
+        j->next_pulled = 0;
+    else if (j->next)
+        j->next_pulled = ok;
     if (j->spec->follow && j->cur) log_files_done(j->cur, 0);
     ctr_loader_release(j->loader, j->cur);
     j->cur = NULL;
@@ -373,6 +444,7 @@ static int cm_push_sync(model_job_t *jb, int64_t local_step, int *stale, char *e
     return ctr_job_push_sync(ctr(jb), local_step, stale, err, errlen);
 }
 static void cm_push_async(model_job_t *jb) { ctr_job_push_async(ctr(jb)); }
+static void cm_drain(model_job_t *jb) { pf_drain(ctr(jb)); }
 static void cm_step_done(model_job_t *jb, int ok) { ctr_job_step_done(ctr(jb), ok); }
 static int cm_skip(model_job_t *jb, int64_t steps, char *err, size_t errlen)
 {
@@ -405,6 +477,7 @@ static const model_job_ops_t ctr_ops = {
     .push_sync = cm_push_sync,
     .push_async = cm_push_async,
     .step_done = cm_step_done,
+    .drain = cm_drain,
     .skip = cm_skip,
     .period_metric = cm_period_metric,
     .bad_records = cm_bad_records,

@@ -78,6 +78,9 @@ typedef struct model_job_ops {
     void (*push_async)(model_job_t *j);
     /* The step's exchange is over; ok 0: its round failed (even if recovered). NULL: nothing to do. */
     void (*step_done)(model_job_t *j, int ok);
+    /* Async: waits for what the job still sends beside the steps (pushes of a step already done), before
+     * the replica reports it is done or the chief checkpoints a job that ends. NULL: nothing to wait for. */
+    void (*drain)(model_job_t *j);
     /* Passes over `steps` steps' batches without running them (a resumed replica). */
     int (*skip)(model_job_t *j, int64_t steps, char *err, size_t errlen);
     /* The training metric since the last call (NAN when not measurable), and resets it. */

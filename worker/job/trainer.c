@@ -516,6 +516,7 @@ static void end_unfinished(run_t *r, int rc, const char *err)
     if (r->chief && (rc == PSC_ECANCELLED ? o->checkpoint_on_cancel : r->spec->ckpt_on_failure)) {
         char e2[256];
         push_pull_collect(r, e2, sizeof e2); /* overlap: the last step's push-pull */
+        if (r->job->ops->drain) r->job->ops->drain(r->job);
         chief_checkpoint_as_is(r->chief, r->global_step, rc == PSC_ECANCELLED ? "cancelled" : "on failure");
     }
     if (rc != PSC_ECANCELLED && o->shutdown_ps && !chief_keeps_ps(r->chief))
@@ -529,6 +530,7 @@ static void teardown(run_t *r, int rc)
              rc == 0 ? "finished" : rc == PSC_ECANCELLED ? "was cancelled" : "failed");
     chief_destroy(r->chief, why);
     psc_tfevents_close(r->tb);
+    if (r->job && r->job->ops->drain) r->job->ops->drain(r->job); /* its rounds use the ps_client */
     ps_client_destroy(r->pc); /* after a push-pull in flight ends, before its buffers are freed */
     model_job_destroy(r->job);
     free(r->params);
@@ -618,6 +620,7 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
     }
     log_progress(&r, 1); /* streamed data: the period the data's end cut short */
     rc = push_pull_collect(&r, err, errlen); /* overlap: the last step's push-pull */
+    if (r.job->ops->drain) r.job->ops->drain(r.job); /* prefetch_rows: the last step's other pushes */
     if (rc == 0) rc = finish(&r, err, errlen);
 out:
     if (r.is_chief && rc) end_unfinished(&r, rc, err);

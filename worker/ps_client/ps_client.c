@@ -317,7 +317,8 @@ static void fill_batch_op(ps_client_t *pc, ps_batch_t *bt, psc_rpc_op_t *op, enu
         req.n_pull = bt->n;
         req.pull = bt->pull_p;
     }
-    req.global_step = pc->last_global_step; /* learning-rate schedules on a PS without global_step */
+    req.global_step = __atomic_load_n(&pc->last_global_step,
+                                      __ATOMIC_RELAXED); /* learning-rate schedules on a PS without global_step */
     pcl_sparse_merge(pc, sr, bt->ps, &req);  /* sr: the round's sparse items for this PS ride along */
     Psc__StepRequest step = PSC__STEP_REQUEST__INIT;
     if (bt->step) {
@@ -427,7 +428,7 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
             h.total = (uint64_t)pv->numel * 4;
             h.worker = (uint32_t)pc->rank;
             h.encoding = (uint32_t)pc->encoding;
-            h.global_step = pc->last_global_step;
+            h.global_step = __atomic_load_n(&pc->last_global_step, __ATOMIC_RELAXED);
             if (rd->sync) {
                 h.local_step = rd->local_step;
                 h.count = rd->count;
@@ -480,7 +481,7 @@ static int run_round(ps_client_t *pc, enum round_kind kind, uint64_t ckpt, const
     pcl_clear_ops(pc->ops, n);
     if (rc == 0 && gs != INT64_MIN) {
         if (global_step) *global_step = gs;
-        if (gs > pc->last_global_step) pc->last_global_step = gs;
+        if (gs > pc->last_global_step) __atomic_store_n(&pc->last_global_step, gs, __ATOMIC_RELAXED);
     }
     return rc;
 }

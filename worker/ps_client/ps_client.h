@@ -13,7 +13,11 @@
  *
  * Not thread-safe: one thread uses a ps_client at a time, and not at all
  * between ps_client_push_pull_start and ps_client_push_pull_wait (except for
- * that wait, and ps_client_destroy).
+ * that wait, and ps_client_destroy). One exception: asynchronous sparse
+ * rounds (ps_client_sparse) may run on a second thread beside the owner's
+ * rounds (the rows' prefetch, worker/job/ctr_prefetch.h); they only read the
+ * client's tables and channels, and the newest global_step (atomic), so the
+ * owner must not change the tables meanwhile.
  */
 #ifndef PSC_PS_CLIENT_H
 #define PSC_PS_CLIENT_H
@@ -323,6 +327,8 @@ typedef struct ps_sparse_op {
     ps_sparse_stats_t *stats; /* optional */
     int read_only;    /* pulls create no row: one without a row reads its initial values (evaluation) */
     uint64_t checkpoint; /* > 0: pulls read committed checkpoint `checkpoint`'s rows (read_only implied) */
+    int unique;          /* the caller's promise: push_ids hold no id twice, nor do pull_ids (no deduplication, fewer
+                   copies; the ids and rows are used in place until the round ends) */
 } ps_sparse_op_t;
 
 /* One sparse round: every op's ids checked (table known, 0 <= id < rows, at

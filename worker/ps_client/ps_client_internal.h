@@ -68,7 +68,9 @@ struct ps_client {
     int sync_r, sync_n;
     double sync_timeout;
     int64_t replica_step; /* this replica's steps, sent with every Step (ps_client_set_progress) */
-    int64_t last_global_step; /* newest global_step a reply carried: sent with pushes (learning-rate schedules) */
+    /* newest global_step a reply carried: sent with pushes (learning-rate
+     * schedules); atomic: a sparse round on another thread reads it */
+    int64_t last_global_step;
     psc_rpc_channel_t **src_ch; /* ps_client_set_restore_sources: PS outside the cluster to restore from */
     int nsrc;
     ps_client_init_hook_fn init_hook; /* ps_client_set_init_hook */

@@ -143,6 +143,7 @@ typedef struct sop {
     float *push_gw;                              /* gradients grouped by PS */
     uint32_t *pull_back;                         /* wire position -> index into pull_u */
     float *pull_rows;                            /* (nlu * dim) */
+    int borrowed; /* op->unique: push_u, pull_u and pull_rows are the op's own (pull_pos NULL: the identity) */
 } sop_t;
 
 static int part_ps(const ps_client_t *pc, int table, int64_t id)
@@ -160,6 +161,13 @@ static void group(const ps_client_t *pc, int table, const int64_t *ids, size_t n
                   int64_t *out, uint32_t *src)
 {
     int P = pc->num_ps;
+    if (P == 1) { /* one PS holds every part: the order stays */
+        at[0] = 0;
+        cnt[0] = n;
+        if (n) memcpy(out, ids, n * sizeof *out);
+        for (size_t i = 0; i < n; i++) src[i] = (uint32_t)i;
+        return;
+    }
     int *ps = psc_xmalloc((n ? n : 1) * sizeof *ps);
     memset(cnt, 0, (size_t)P * sizeof *cnt);
     for (size_t i = 0; i < n; i++) cnt[ps[i] = part_ps(pc, table, ids[i])]++;
@@ -229,8 +237,11 @@ int ps_client_table_assign(ps_client_t *pc, int table, const int64_t *ids, const
 
 static void sop_free(sop_t *s)
 {
-    free(s->push_u);
-    free(s->pull_u);
+    if (!s->borrowed) {
+        free(s->push_u);
+        free(s->pull_u);
+        free(s->pull_rows);
+    }
     free(s->push_sum);
     free(s->pull_pos);
     free(s->push_at);
@@ -241,7 +252,28 @@ static void sop_free(sop_t *s)
     free(s->pull_w);
     free(s->push_gw);
     free(s->pull_back);
-    free(s->pull_rows);
+}
+
+/* Prepares an op of unique ids: no dedup and no sum; the ids and the pulled
+ * rows stay the op's, the gradients are copied once, into wire order. */
+static void sop_prepare_unique(const ps_client_t *pc, const ps_sparse_op_t *op, sop_t *s)
+{
+    size_t d = (size_t)s->dim;
+    s->borrowed = 1;
+    s->push_u = (int64_t *)op->push_ids;
+    s->npu = op->npush;
+    s->push_w = psc_xmalloc((s->npu ? s->npu : 1) * sizeof *s->push_w);
+    uint32_t *psrc = psc_xmalloc((s->npu ? s->npu : 1) * sizeof *psrc);
+    group(pc, op->table, s->push_u, s->npu, s->push_at, s->push_n, s->push_w, psrc);
+    s->push_gw = psc_xmalloc((s->npu ? s->npu : 1) * d * sizeof(float));
+    for (size_t w = 0; w < s->npu; w++) memcpy(s->push_gw + w * d, op->push_grads + (size_t)psrc[w] * d, d * 4);
+    free(psrc);
+    s->pull_u = (int64_t *)op->pull_ids;
+    s->nlu = op->npull;
+    s->pull_rows = op->pull_rows; /* the replies' rows go straight to their places */
+    s->pull_w = psc_xmalloc((s->nlu ? s->nlu : 1) * sizeof *s->pull_w);
+    s->pull_back = psc_xmalloc((s->nlu ? s->nlu : 1) * sizeof *s->pull_back);
+    group(pc, op->table, s->pull_u, s->nlu, s->pull_at, s->pull_n, s->pull_w, s->pull_back);
 }
 
 /* Prepares one op: dedup, sum, group per PS. */
@@ -255,6 +287,10 @@ static void sop_prepare(const ps_client_t *pc, const ps_sparse_op_t *op, sop_t *
     s->push_n = psc_xcalloc(P, sizeof(size_t));
     s->pull_at = psc_xcalloc(P, sizeof(size_t));
     s->pull_n = psc_xcalloc(P, sizeof(size_t));
+    if (op->unique) {
+        sop_prepare_unique(pc, op, s);
+        return;
+    }
     size_t np = op->npush ? op->npush : 1, nl = op->npull ? op->npull : 1;
     s->push_u = psc_xmalloc(np * sizeof *s->push_u);
     uint32_t *ppos = psc_xmalloc(np * sizeof *ppos);
@@ -454,7 +490,7 @@ static size_t pack_batch(const ps_client_t *pc, const sop_t *s, const sbatch_t *
     items_fill(pc, s, x, sy, &it);
     Psc__BatchRequest req = PSC__BATCH_REQUEST__INIT;
     items_into(&it, &req);
-    req.global_step = pc->last_global_step;
+    req.global_step = __atomic_load_n(&pc->last_global_step, __ATOMIC_RELAXED);
     size_t len = psc__batch_request__get_packed_size(&req);
     *buf = psc_xmalloc(len ? len : 1);
     psc__batch_request__pack(&req, *buf);
@@ -587,7 +623,7 @@ int pcl_sparse_finish(ps_client_t *pc, pcl_sparse_t *r, const psc_rpc_op_t *cons
     }
     for (int i = 0; rc == 0 && i < r->nops; i++) { /* each pulled position gets its unique id's row */
         size_t d = (size_t)r->s[i].dim;
-        for (size_t k = 0; k < r->ops[i].npull; k++)
+        for (size_t k = 0; !r->s[i].borrowed && k < r->ops[i].npull; k++)
             memcpy(r->ops[i].pull_rows + k * d, r->s[i].pull_rows + (size_t)r->s[i].pull_pos[k] * d, d * 4);
     }
     for (int i = 0; i < r->nops; i++)
