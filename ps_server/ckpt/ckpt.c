@@ -5,19 +5,22 @@
  * Design:
  * - A writer accumulates the tensors in a rocksdb WriteBatch (each value: header
  *   + bytes, put as two slices so the bytes are copied once), and remembers each
- *   tensor's name, length and CRC for the manifest; rows go to the same batch
- *   (ckpt_rows.c). ckpt_prepare appends the manifest to the same batch and
- *   writes it with sync=true: RocksDB applies a batch atomically, so after a
- *   crash either the whole checkpoint is there or none of it is.
+ *   tensor's name, length and CRC for the manifest; rows go to per-table
+ *   buffers (ckpt_rows.c, ckpt_sst.c). ckpt_prepare writes the rows as table
+ *   files and ingests them (ckpt_sst.c: no WAL, no memtable), then appends the
+ *   manifest to the batch and writes it with sync=true: RocksDB applies a
+ *   batch atomically, so after a crash either the manifest and its tensors are
+ *   there or none of them is; rows without their manifest are never read, and
+ *   the next open deletes them (ckpt_sst_cleanup).
  * - Deleting a checkpoint is one Delete of its manifest plus one DeleteRange of
  *   its tensor key range and one of its row key range, in one batch;
- *   CompactRange over the ranges afterwards turns the tombstones into freed disk
- *   space.
+ *   CompactRange over the ranges, on the store's background thread
+ *   (ckpt_bg.c), turns the tombstones into freed disk space.
  * - Readers take a RocksDB snapshot per call, so a manifest and the tensors and
  *   rows they check come from one point in time even while a commit deletes.
  * - Writers hold db->wlock across their check-then-write (the id's existence or
- *   state, the parent, the chain and the keep-last-K scan), never across
- *   compaction.
+ *   state, the parent, the chain and the keep-last-K scan, the rows' ingest),
+ *   never across compaction.
  * - Chains are computed over one scan of every manifest (ckpt_format.c): a
  *   store holds tens of checkpoints, and the scan reads only their manifests.
  * - A full disk: each write is refused unless the disk holds what it and the
@@ -26,7 +29,7 @@
  *   room reopens the store (reopen), no restart.
  *
  * Invariants: a "m/<id>" key exists iff its tensors and rows were written with
- * it; the tensor entries of a manifest are exactly the "t/<id>/" keys of that
+ * it (rows first); the tensor entries of a manifest are exactly the "t/<id>/" keys of that
  * id, its table entries count exactly the "r/<id>/" keys; the chain of a
  * committed checkpoint is committed (ckpt_commit checks it, keep-last-K keeps
  * it).
@@ -86,8 +89,7 @@ static int store_closed(const ckpt_db_t *db, char *err, size_t errlen)
 }
 
 /* Gets key; *out is NULL when absent (returns 0). */
-int ckpt_view_get(ckpt_view_t *v, const char *key, size_t klen, rocksdb_pinnableslice_t **out, char *err,
-                  size_t errlen)
+int ckpt_view_get(ckpt_view_t *v, const char *key, size_t klen, rocksdb_pinnableslice_t **out, char *err, size_t errlen)
 {
     char *e = NULL;
     *out = NULL;
@@ -103,7 +105,7 @@ int ckpt_view_get(ckpt_view_t *v, const char *key, size_t klen, rocksdb_pinnable
 }
 
 /* Loads the manifest of id: PSC_ENOTFOUND when there is none. */
-static int manifest_load(ckpt_view_t *v, uint64_t id, ckpt_manifest_t *m, char *err, size_t errlen)
+int ckpt_manifest_load(ckpt_view_t *v, uint64_t id, ckpt_manifest_t *m, char *err, size_t errlen)
 {
     char key[CKPT_KEY_MAX];
     size_t kl = ckpt_key_manifest(key, id);
@@ -241,6 +243,10 @@ int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
     db->rplain = rocksdb_readoptions_create();
     pthread_mutex_init(&db->wlock, NULL);
     pthread_rwlock_init(&db->life, NULL);
+    ckpt_bg_start(db);
+    char why[320];
+    if (ckpt_sst_cleanup(db, why, sizeof why)) /* invisible to readers: a warning, not a failure */
+        PSC_WARN("checkpoint store %s: %s", dir, why);
     *out = db;
     return 0;
 }
@@ -248,6 +254,7 @@ int ckpt_open(const char *dir, ckpt_db_t **out, char *err, size_t errlen)
 void ckpt_close(ckpt_db_t *db)
 {
     if (!db) return;
+    ckpt_bg_stop(db);
     if (db->rdb) rocksdb_close(db->rdb);
     rocksdb_writeoptions_destroy(db->wsync);
     rocksdb_readoptions_destroy(db->rplain);
@@ -271,8 +278,8 @@ static uint64_t free_bytes(const ckpt_db_t *db)
  * that failed: a full disk) are logged here, where the PS's log shows them
  * (RocksDB's own LOG takes no warnings: CKPT_ROCKSDB_LOG_LEVEL), and make the
  * store reopen before its next write (a RocksDB that hit one takes no more
- * writes). Called before each write, after each flush and after the
- * compaction of deleted checkpoints. */
+ * writes). Called before each write and after each flush (a failed
+ * compaction of deleted checkpoints, ckpt_bg.c, shows at the next write). */
 static void check_background(ckpt_db_t *db)
 {
     uint64_t n = 0;
@@ -312,11 +319,18 @@ static uint64_t space_wanted(uint64_t need, uint64_t live)
 static int check_space(ckpt_db_t *db, size_t need, int compacts, const char *what, uint64_t id, char *err,
                        size_t errlen)
 {
-    uint64_t avail = free_bytes(db), live = 0;
+    uint64_t avail = free_bytes(db), live = 0, want = 0;
     if (db->no_space_check || avail == UINT64_MAX) return 0;
-    if (compacts && db->rdb && rocksdb_property_int(db->rdb, "rocksdb.live-sst-files-size", &live) != 0) live = 0;
-    uint64_t want = space_wanted(need, compacts ? live : 0);
-    if (avail >= want) return 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) { /* short: the space of deleted checkpoints may be what is missing */
+            ckpt_bg_drain(db);
+            avail = free_bytes(db);
+        }
+        live = 0;
+        if (compacts && db->rdb && rocksdb_property_int(db->rdb, "rocksdb.live-sst-files-size", &live) != 0) live = 0;
+        want = space_wanted(need, compacts ? live : 0);
+        if (avail >= want) return 0;
+    }
     return psc_seterr(err, errlen, PSC_EIO,
                       "checkpoint %" PRIu64 ": %s needs about %" PRIu64 " KiB in %s (%s), which has %" PRIu64
                       " KiB free (no space left on device): free space there or give this ps_server a "
@@ -349,6 +363,8 @@ static int reopen(ckpt_db_t *db, char *err, size_t errlen)
         free(db->write_failed);
         db->write_failed = NULL;
         db->bg_errors = 0;
+        char why[320];
+        if (ckpt_sst_cleanup(db, why, sizeof why)) PSC_WARN("checkpoint store %s: %s", db->dir, why);
     } else {
         rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint store %s: reopening it after a failed write (%s) failed: %s",
                         db->dir, db->write_failed, e ? e : "unknown error");
@@ -364,26 +380,43 @@ static int reopen(ckpt_db_t *db, char *err, size_t errlen)
 
 void ckpt_debug_skip_space_check(ckpt_db_t *db) { db->no_space_check = 1; }
 
-/* Under wlock: writes b synced. A full disk is refused before RocksDB sees
- * it; a write that fails anyway is logged, and the store reopens before the
- * next write, once the disk has room again. */
-static int write_batch(ckpt_db_t *db, rocksdb_writebatch_t *b, int compacts, const char *what, uint64_t id,
-                       char *err, size_t errlen)
+void ckpt_debug_stop_after_ingest(ckpt_db_t *db, int on) { db->stop_after_ingest = on; }
+
+/* Under wlock, before a write of `need` bytes: RocksDB's background errors
+ * logged, a full disk refused before RocksDB sees it, and the store reopened
+ * when a write failed before (once the disk has room again). */
+static int write_begin(ckpt_db_t *db, uint64_t need, int compacts, const char *what, uint64_t id, char *err,
+                       size_t errlen)
 {
-    size_t need = 0;
-    rocksdb_writebatch_data(b, &need);
     check_background(db);
     int rc = check_space(db, need, compacts, what, id, err, errlen);
     if (rc) return rc;
     if (db->write_failed && (rc = reopen(db, err, errlen))) return rc;
+    return 0;
+}
+
+/* Under wlock, after write_begin: writes b synced. A write that fails is
+ * logged, and the store reopens before the next write. */
+static int write_raw(ckpt_db_t *db, rocksdb_writebatch_t *b, const char *what, uint64_t id, char *err, size_t errlen)
+{
     char *e = NULL;
     rocksdb_write(db->rdb, db->wsync, b, &e);
     if (!e) return 0;
-    rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint %" PRIu64 ": %s in %s failed: %s", id, what, db->dir, e);
+    int rc = psc_seterr(err, errlen, PSC_EIO, "checkpoint %" PRIu64 ": %s in %s failed: %s", id, what, db->dir, e);
     PSC_ERROR("%s; the next checkpoint reopens the store once there is room", err);
     db->write_failed = psc_xstrdup(e);
     rocksdb_free(e);
     return rc;
+}
+
+/* Under wlock: writes b synced (write_begin, write_raw). */
+static int write_batch(ckpt_db_t *db, rocksdb_writebatch_t *b, int compacts, const char *what, uint64_t id, char *err,
+                       size_t errlen)
+{
+    size_t need = 0;
+    rocksdb_writebatch_data(b, &need);
+    int rc = write_begin(db, need, compacts, what, id, err, errlen);
+    return rc ? rc : write_raw(db, b, what, id, err, errlen);
 }
 
 /* Under wlock, after a checkpoint's batch: its memtable goes to a table file
@@ -417,28 +450,6 @@ static void batch_delete_ckpt(rocksdb_writebatch_t *b, uint64_t id)
     rocksdb_writebatch_delete_range(b, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
     ckpt_key_row_range(lo, hi, id);
     rocksdb_writebatch_delete_range(b, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
-}
-
-/* Returns the space of deleted checkpoints to the file system: CompactRange drops
- * the files the tombstones cover. Not under wlock: it may take a while. */
-static void compact_deleted(ckpt_db_t *db, const uint64_t *ids, int n)
-{
-    if (n == 0) return;
-    pthread_rwlock_rdlock(&db->life);
-    for (int i = 0; i < n && db->rdb; i++) {
-        char lo[CKPT_RANGE_KEY_LEN + 1], hi[CKPT_RANGE_KEY_LEN + 1];
-        ckpt_key_tensor_range(lo, hi, ids[i]);
-        rocksdb_compact_range(db->rdb, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
-        ckpt_key_row_range(lo, hi, ids[i]);
-        rocksdb_compact_range(db->rdb, lo, CKPT_RANGE_KEY_LEN, hi, CKPT_RANGE_KEY_LEN);
-    }
-    pthread_rwlock_unlock(&db->life);
-    /* the C API's compaction returns no status: a failed one (a full disk)
-     * shows in RocksDB's background error count. wlock after life, never
-     * inside it: a writer holds wlock while it waits for life (reopen). */
-    pthread_mutex_lock(&db->wlock);
-    check_background(db);
-    pthread_mutex_unlock(&db->wlock);
 }
 
 static uint32_t name_hash(const char *s)
@@ -556,10 +567,7 @@ void ckpt_abort(ckpt_writer_t *w)
     for (uint32_t i = 0; i < w->n; i++) free(w->e[i].name);
     free(w->e);
     free(w->slots);
-    for (uint32_t i = 0; i < w->ntab; i++) {
-        free(w->tab[i].t.name);
-        free(w->tab[i].ids);
-    }
+    for (uint32_t i = 0; i < w->ntab; i++) ckpt_wtable_free(&w->tab[i]);
     free(w->tab);
     rocksdb_writebatch_destroy(w->batch);
     free(w);
@@ -572,27 +580,37 @@ static double wall_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmp_i64(const void *a, const void *b)
+/* Orders, checks and seals every table's rows (ckpt_sst_seal): before the
+ * manifest, which records their digests. */
+static int writer_seal_rows(ckpt_writer_t *w)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
+    for (uint32_t i = 0; i < w->ntab && !w->rc; i++) {
+        char why[320];
+        int rc = ckpt_sst_seal(&w->tab[i], w->id, why, sizeof why);
+        if (rc) ckpt_writer_fail(w, rc, "%s", why);
+    }
+    return w->rc;
 }
 
-/* Refuses a row added twice to a table whose rows came out of order (in order,
- * ckpt_add_row did). */
-static int writer_check_rows(ckpt_writer_t *w)
+/* Under wlock, the checks passed: the rows (ingested as table files) then the
+ * batch of tensors and manifest, the commit point, then the flush. */
+static int prepare_write(ckpt_writer_t *w, char *err, size_t errlen)
 {
-    for (uint32_t i = 0; i < w->ntab; i++) {
-        ckpt_wtable_t *t = &w->tab[i];
-        if (t->sorted) continue;
-        qsort(t->ids, (size_t)t->t.rows, sizeof *t->ids, cmp_i64);
-        for (uint64_t k = 1; k < t->t.rows; k++)
-            if (t->ids[k] == t->ids[k - 1])
-                return ckpt_writer_fail(w, PSC_EEXISTS,
-                                        "checkpoint %" PRIu64 ": table \"%s\": row %" PRId64 " added twice", w->id,
-                                        t->t.name, t->ids[k]);
-    }
-    return 0;
+    ckpt_db_t *db = w->db;
+    size_t need = 0;
+    rocksdb_writebatch_data(w->batch, &need);
+    uint64_t rows = 0;
+    for (uint32_t i = 0; i < w->ntab; i++) rows += ckpt_sst_bytes(&w->tab[i]);
+    int ingested = 0;
+    int rc = write_begin(db, need + rows, 1, "prepare", w->id, err, errlen);
+    if (!rc) rc = ckpt_sst_ingest(db, w, &ingested, err, errlen);
+    if (!rc && db->stop_after_ingest)
+        return psc_seterr(err, errlen, PSC_EIO, "checkpoint %" PRIu64 ": stopped after its rows (tests)", w->id);
+    if (!rc) rc = write_raw(db, w->batch, "prepare", w->id, err, errlen);
+    /* A failure after the ingest leaves rows without a manifest: never read,
+     * deleted by the reopen the failure calls for or by the next open. */
+    if (!rc) rc = flush_now(db, w->id, err, errlen);
+    return rc;
 }
 
 /* Under wlock: refuses an id that exists (key, kl: its manifest key). */
@@ -627,7 +645,7 @@ static int check_parent(ckpt_writer_t *w, ckpt_view_t *v, char *err, size_t errl
                           w->parent);
     ckpt_manifest_t pm;
     char why[256];
-    int rc = manifest_load(v, w->parent, &pm, why, sizeof why);
+    int rc = ckpt_manifest_load(v, w->parent, &pm, why, sizeof why);
     if (rc == PSC_ENOTFOUND)
         return psc_seterr(err, errlen, rc,
                           "checkpoint %" PRIu64 ": parent %" PRIu64
@@ -654,7 +672,7 @@ int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen)
     PSC_ASSERT(w);
     ckpt_db_t *db = w->db;
     int rc = 0;
-    if (!w->rc) writer_check_rows(w);
+    if (!w->rc) writer_seal_rows(w);
     if (w->rc) {
         rc = psc_seterr(err, errlen, w->rc, "%s", w->msg);
         goto done;
@@ -683,8 +701,7 @@ int ckpt_prepare(ckpt_writer_t *w, char *err, size_t errlen)
     view_latest(db, &v);
     rc = check_new_id(w, &v, key, kl, err, errlen);
     if (!rc) rc = check_parent(w, &v, err, errlen);
-    if (!rc) rc = write_batch(db, w->batch, 1, "prepare", w->id, err, errlen);
-    if (!rc) rc = flush_now(db, w->id, err, errlen);
+    if (!rc) rc = prepare_write(w, err, errlen);
     pthread_mutex_unlock(&db->wlock);
 done:
     ckpt_abort(w);
@@ -816,7 +833,7 @@ int ckpt_commit(ckpt_db_t *db, uint64_t id, int keep, char *err, size_t errlen)
     ckpt_scan_free(items, n);
 unlock:
     pthread_mutex_unlock(&db->wlock);
-    compact_deleted(db, deleted, ndeleted);
+    ckpt_bg_compact(db, deleted, ndeleted); /* their disk space, in the background */
     free(deleted);
     return rc;
 }
@@ -829,7 +846,7 @@ int ckpt_discard(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
     view_latest(db, &v);
     ckpt_manifest_t m;
     char why[256];
-    int rc = manifest_load(&v, id, &m, why, sizeof why);
+    int rc = ckpt_manifest_load(&v, id, &m, why, sizeof why);
     if (rc == PSC_ENOTFOUND || rc == PSC_EIO || rc == PSC_EUNSUPPORTED) {
         psc_seterr(err, errlen, rc, "%s", why);
         goto unlock;
@@ -848,7 +865,7 @@ int ckpt_discard(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
     rocksdb_writebatch_destroy(b);
 unlock:
     pthread_mutex_unlock(&db->wlock);
-    if (rc == 0) compact_deleted(db, &id, 1);
+    if (rc == 0) ckpt_bg_compact(db, &id, 1);
     return rc;
 }
 
@@ -913,7 +930,7 @@ int ckpt_read(ckpt_db_t *db, uint64_t id, const char *name, void **data, size_t 
     ckpt_view_t v;
     ckpt_view_open(db, &v);
     ckpt_manifest_t m;
-    int rc = manifest_load(&v, id, &m, err, errlen);
+    int rc = ckpt_manifest_load(&v, id, &m, err, errlen);
     if (rc) goto out;
     const ckpt_entry_t *e = ckpt_manifest_find(&m, name);
     if (!e) {
@@ -936,7 +953,7 @@ int ckpt_names(ckpt_db_t *db, uint64_t id, char ***names, int *n, char *err, siz
     ckpt_view_t v;
     ckpt_view_open(db, &v);
     ckpt_manifest_t m;
-    int rc = manifest_load(&v, id, &m, err, errlen);
+    int rc = ckpt_manifest_load(&v, id, &m, err, errlen);
     ckpt_view_close(&v);
     if (rc) return rc;
     if (m.info.ntensors > INT32_MAX) {
@@ -959,27 +976,4 @@ void ckpt_free_names(char **names, int n)
     if (!names) return;
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
-}
-
-int ckpt_tables(ckpt_db_t *db, uint64_t id, ckpt_table_info_t **out, int *n, char *err, size_t errlen)
-{
-    PSC_ASSERT(db && out && n);
-    *out = NULL;
-    *n = 0;
-    ckpt_view_t v;
-    ckpt_view_open(db, &v);
-    ckpt_manifest_t m;
-    int rc = manifest_load(&v, id, &m, err, errlen);
-    ckpt_view_close(&v);
-    if (rc) return rc;
-    ckpt_table_info_t *a = m.info.ntables ? psc_xcalloc(m.info.ntables, sizeof *a) : NULL;
-    for (uint32_t i = 0; i < m.info.ntables; i++) {
-        snprintf(a[i].name, sizeof a[i].name, "%s", m.t[i].name);
-        a[i].record_len = m.t[i].record_len;
-        a[i].rows = m.t[i].rows;
-    }
-    *out = a;
-    *n = (int)m.info.ntables; /* <= CKPT_MAX_TABLES: decoding checked it */
-    ckpt_manifest_free(&m);
-    return 0;
 }

@@ -1,13 +1,18 @@
 /* ckpt.h — a PS shard's checkpoints in its own RocksDB (--checkpoint_dir).
  *
  * Two-phase checkpoints (DESIGN.md, "Chief: init, checkpoint, recovery"):
- *   phase 1  ckpt_begin / ckpt_add... / ckpt_prepare: every tensor of the shard,
- *            the changed rows of its sparse tables and the manifest go to RocksDB
- *            in ONE atomic, synced write. A crash before it leaves nothing; after
- *            it, a *prepared* checkpoint that restore ignores until it is committed.
+ *   phase 1  ckpt_begin / ckpt_add... / ckpt_prepare: the changed rows of the
+ *            shard's sparse tables go to RocksDB as table files, ingested in
+ *            one atomic step; then every tensor of the shard and the manifest
+ *            in ONE atomic, synced write, the commit point of phase 1. A crash
+ *            before it leaves nothing that counts (rows without a manifest are
+ *            never read, and the next open deletes them); after it, a
+ *            *prepared* checkpoint that restore ignores until it is committed.
  *   phase 2  ckpt_commit: flips the manifest's state to committed (one synced
  *            write), then deletes what keep-last-K no longer needs (one atomic
- *            write; see "Deltas and keep-last-K").
+ *            write; see "Deltas and keep-last-K"); the disk space of what it
+ *            deleted returns a moment later (a compaction on the store's own
+ *            thread), so a commit costs the same whatever it deletes.
  *   restore  ckpt_latest_good: the newest committed checkpoint of the job that
  *            verifies (every tensor, and every row version its tables read, pass
  *            their length and CRC32C checks; its chain is whole); older committed
@@ -149,8 +154,8 @@
 #include <stdint.h>
 
 #define CKPT_FORMAT_VERSION 3 /* the newest manifest version this psc reads and writes */
-#define CKPT_MAX_NAME 200   /* bytes of a tensor or table name */
-#define CKPT_MAX_JOB_ID 16  /* bytes of a job id */
+#define CKPT_MAX_NAME 200     /* bytes of a tensor or table name */
+#define CKPT_MAX_JOB_ID 16    /* bytes of a job id */
 /* A tensor is one RocksDB value: at most 4 GiB minus the header. Larger
  * variables are split into name/part_i by placement already. */
 #define CKPT_MAX_TENSOR_BYTES ((uint64_t)UINT32_MAX - 16)
@@ -162,10 +167,10 @@
 typedef struct ckpt_db ckpt_db_t;
 
 typedef struct ckpt_info {
-    uint64_t id;         /* chosen by the chief, increasing */
-    int64_t step;        /* global_step the checkpoint holds */
+    uint64_t id;  /* chosen by the chief, increasing */
+    int64_t step; /* global_step the checkpoint holds */
     char job_id[17];
-    int committed;       /* 0 = prepared (phase 1 done), 1 = committed (phase 2) */
+    int committed; /* 0 = prepared (phase 1 done), 1 = committed (phase 2) */
     uint32_t ntensors;
     uint64_t bytes;      /* tensor bytes */
     double created_unix; /* wall-clock seconds when prepared */
@@ -236,17 +241,21 @@ int ckpt_add_table(ckpt_writer_t *w, const char *table, uint32_t record_len);
 
 /* Adds the record of row `row` (0..INT64_MAX) of declared table `table`: a row
  * written since the parent (in a base: every row); rec NULL and len 0: a
- * tombstone, the row deleted since the parent (manifest version 3). Copies rec (len bytes, the
- * table's record_len) into the writer's RocksDB batch at once: no other copy is
- * kept, only the row id (8 bytes) to refuse a row added twice. Rows may come in
- * any order; ascending order is cheapest (a duplicate is then refused here, else
- * by ckpt_prepare after sorting the ids). PSC_EINVAL (undeclared table, row,
- * len), PSC_EEXISTS (row added twice), or the writer's earlier error; a failure
- * sticks as for ckpt_add. */
+ * tombstone, the row deleted since the parent (manifest version 3). Copies rec
+ * (len bytes, the table's record_len) into the writer's buffer of the table
+ * and does nothing else (a memcpy: the store calls it inside its cut, where
+ * pushes wait); its CRC, its place in row order and its write come at
+ * ckpt_prepare. Rows may come in any order; ascending order is cheapest (no
+ * sort at prepare; a duplicate is then refused here, else by ckpt_prepare
+ * after sorting). PSC_EINVAL (undeclared table, row, len), PSC_EEXISTS (row
+ * added twice), or the writer's earlier error; a failure sticks as for
+ * ckpt_add. */
 int ckpt_add_row(ckpt_writer_t *w, const char *table, int64_t row, const void *rec, size_t len);
 
-/* Writes the checkpoint, prepared, in one atomic synced write, flushes it to
- * a table file, and frees w (whatever the result). PSC_EEXISTS if checkpoint
+/* Writes the checkpoint, prepared, and frees w (whatever the result): each
+ * table's rows, sorted, as one table file (SST) in <dir>/ingest that RocksDB
+ * ingests (a hard link, no copy); then the tensors and the manifest in one
+ * atomic synced write, flushed to a table file. PSC_EEXISTS if checkpoint
  * `id` exists (prepared or committed) or a row was added twice, PSC_ENOTFOUND
  * / PSC_EINVAL / PSC_ECORRUPT for a parent that is missing / unfit
  * (ckpt_set_parent) / damaged, PSC_EIO when the disk lacks the room the write
@@ -266,8 +275,9 @@ void ckpt_abort(ckpt_writer_t *w);
  * committed ones, the prepared ones with an id above `id`, and those the chains
  * of these reach (retained as bases: see "Deltas and keep-last-K" above) — so
  * a prepared one below `id` (a save that never committed) goes too — and
- * compacts the deleted ranges so their disk space is returned. Other jobs'
- * checkpoints are left alone. Committing a committed checkpoint is a no-op
+ * queues the deleted ranges for compaction on the store's thread, so their
+ * disk space is returned soon after the call (a prepare short of room waits
+ * for it; ckpt_close finishes it). Other jobs' checkpoints are left alone. Committing a committed checkpoint is a no-op
  * returning 0 (nothing deleted). keep >= 1 (PSC_EINVAL). PSC_ENOTFOUND if `id`
  * does not exist, PSC_ECORRUPT if its manifest is damaged or its chain broken
  * (naming the missing or damaged checkpoint), PSC_EINVAL if its chain holds a
@@ -328,8 +338,7 @@ int ckpt_tables(ckpt_db_t *db, uint64_t id, ckpt_table_info_t **out, int *n, cha
  * row (or the missing parent of a broken chain), PSC_EUNSUPPORTED, PSC_EIO. fn
  * may call any function of this module but ckpt_close. */
 int ckpt_read_rows(ckpt_db_t *db, uint64_t id, const char *table,
-                   int (*fn)(void *arg, int64_t row, const void *rec, size_t len), void *arg, char *err,
-                   size_t errlen);
+                   int (*fn)(void *arg, int64_t row, const void *rec, size_t len), void *arg, char *err, size_t errlen);
 
 /* A page of ckpt_read_rows: the rows with id > after, at most max (> 0) of
  * them, *more = 1 when rows with larger ids exist (ask again with after =
@@ -364,16 +373,16 @@ int ckpt_verify(ckpt_db_t *db, uint64_t id, char *err, size_t errlen);
  * tensor (if it has one), then `row` as stored for a row of its first table (if
  * it has one). 0 with *info filled (when non-NULL), or PSC_ECORRUPT /
  * PSC_EUNSUPPORTED naming what is wrong. For the fuzzer (tests/fuzz/fuzz_ckpt.c). */
-int ckpt_check_records(uint64_t id, const void *manifest, size_t mlen, const void *tensor, size_t tlen,
-                       const void *row, size_t rlen, ckpt_info_t *info, char *err, size_t errlen);
+int ckpt_check_records(uint64_t id, const void *manifest, size_t mlen, const void *tensor, size_t tlen, const void *row,
+                       size_t rlen, ckpt_info_t *info, char *err, size_t errlen);
 
 /* The newest committed checkpoint of job_id that verifies (ckpt_verify: its
  * tensors, its chain, its tables' row versions). A newer one that fails (or
  * whose manifest is damaged) is skipped with one line through log (may be NULL)
  * naming the checkpoint and the bad tensor or row, and the next older is tried.
  * PSC_ENOTFOUND when none is left (err says how many were tried). */
-int ckpt_latest_good(ckpt_db_t *db, const char *job_id, ckpt_info_t *out, void (*log)(const char *line),
-                     char *err, size_t errlen);
+int ckpt_latest_good(ckpt_db_t *db, const char *job_id, ckpt_info_t *out, void (*log)(const char *line), char *err,
+                     size_t errlen);
 
 /* ---- tests only ---- */
 
@@ -397,5 +406,8 @@ int ckpt_debug_count_keys(ckpt_db_t *db, uint64_t id);
 /* Tests: writes skip the free-space check, so that RocksDB itself meets a
  * full disk (ps_server --debug_no_space_check). */
 void ckpt_debug_skip_space_check(ckpt_db_t *db);
+/* Tests: with on, ckpt_prepare stops right after its rows' ingest, as a
+ * crash there would (PSC_EIO, no manifest written). */
+void ckpt_debug_stop_after_ingest(ckpt_db_t *db, int on);
 
 #endif

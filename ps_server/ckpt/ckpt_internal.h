@@ -1,9 +1,16 @@
-/* ckpt_internal.h — what the three files of the checkpoint module share. The
+/* ckpt_internal.h — what the files of the checkpoint module share. The
  * format itself is documented in ckpt.h. Not for other modules.
  *
  *   ckpt_format.c  the bytes: keys, manifests, tensor and row values, chains.
  *                  Pure: no RocksDB, no I/O, no lock; safe from any thread;
- *                  calls nothing in the other two.
+ *                  calls nothing in the other files.
+ *   ckpt_sst.c     a writer's rows on their way to disk: the per-table row
+ *                  buffers (sorted and sealed at prepare), the table files
+ *                  (SST) they are written to and ingested from, and the
+ *                  clean-up of what a prepare that never wrote its manifest
+ *                  left (rows without a manifest, files in <dir>/ingest).
+ *   ckpt_bg.c      the background thread that compacts deleted checkpoints'
+ *                  key ranges (their disk space), off the commit's path.
  *   ckpt.c         the RocksDB side: open, views and manifest scans, writers
  *                  (tensors, prepare), commit with keep-last-K, discard, list,
  *                  tensor reads.
@@ -11,7 +18,8 @@
  *                  reading a table as of a checkpoint, verification of a
  *                  checkpoint with its chain (verify, latest_good), the
  *                  tests-only helpers.
- * Calls go down only (ckpt_rows.c -> ckpt.c -> ckpt_format.c): no cycle.
+ * Calls go down only (ckpt_rows.c -> ckpt.c -> ckpt_sst.c, ckpt_bg.c ->
+ * ckpt_format.c; ckpt_rows.c -> ckpt_sst.c): no cycle.
  */
 #ifndef PSC_CKPT_INTERNAL_H
 #define PSC_CKPT_INTERNAL_H
@@ -179,20 +187,33 @@ struct ckpt_db {
      * after a failed write. rdb is NULL only when that reopen failed. */
     pthread_rwlock_t life;
     char *dir;
-    char *write_failed; /* under wlock: the failed write's error; no write through this handle after it */
-    uint64_t bg_errors; /* under wlock: RocksDB's background error count last logged */
-    int no_space_check; /* tests: ckpt_debug_skip_space_check */
+    char *write_failed;    /* under wlock: the failed write's error; no write through this handle after it */
+    uint64_t bg_errors;    /* under wlock: RocksDB's background error count last logged */
+    int no_space_check;    /* tests: ckpt_debug_skip_space_check */
+    int stop_after_ingest; /* tests: ckpt_debug_stop_after_ingest */
+    struct ckpt_bg *bg;    /* ckpt_bg.c: the compaction thread */
 };
 
-/* A table the writer declared: its manifest entry (rows and digest counted as
- * rows are added) and what is needed to add a row cheaply. */
+/* An entry of a writer's row buffer (ckpt_wtable_t.buf): the row id (8 bytes,
+ * host order), then the row's stored value — the 12-byte header (its CRC
+ * filled by ckpt_sst_seal) and the record (record_len bytes; none used for a
+ * tombstone, whose header says len 0) — so the value goes to the table file
+ * as it lies. */
+#define CKPT_WROW_ID 8
+
+/* A table the writer declared: its manifest entry (rows and dead counted as
+ * rows are added, digest by ckpt_sst_seal) and its rows, copied as they come
+ * (ckpt_add_row: one memcpy, nothing else: it runs inside the store's cut)
+ * and written at prepare as one table file, in row order. */
 typedef struct ckpt_wtable {
     ckpt_table_t t;
     char key[CKPT_ROW_KEY_MAX]; /* the row key prefix; the row's 8 bytes go after it */
     size_t plen;
-    int64_t *ids; /* t.rows added ids, to refuse duplicates */
-    size_t idcap;
-    int sorted; /* ids strictly ascending so far */
+    unsigned char *buf; /* t.rows entries (ckpt_wtable_stride bytes each), in the order added */
+    uint64_t cap;       /* entries buf has room for */
+    uint64_t *order;    /* after ckpt_sst_seal: entry indexes in ascending row order; NULL = as added */
+    int64_t last;       /* the row of the last entry */
+    int sorted;         /* rows strictly ascending so far */
 } ckpt_wtable_t;
 
 struct ckpt_writer {
@@ -234,9 +255,56 @@ int ckpt_view_get(ckpt_view_t *v, const char *key, size_t klen, struct rocksdb_p
  * iteration is the function's PSC_EIO. */
 int ckpt_scan_manifests(ckpt_view_t *v, ckpt_scan_item_t **out, int *n, char *err, size_t errlen);
 void ckpt_scan_free(ckpt_scan_item_t *items, int n);
+/* The manifest of id in the view into *m (ckpt_manifest_free): PSC_ENOTFOUND
+ * when there is none, PSC_ECORRUPT / PSC_EUNSUPPORTED / PSC_EIO. */
+int ckpt_manifest_load(ckpt_view_t *v, uint64_t id, ckpt_manifest_t *m, char *err, size_t errlen);
 /* Checks every tensor of manifest m in the view. 0 or PSC_ECORRUPT / PSC_EIO. */
 int ckpt_tensors_verify(ckpt_view_t *v, const ckpt_manifest_t *m, char *err, size_t errlen);
 /* Records the writer's first error (later ones are ignored); returns it. */
 int ckpt_writer_fail(ckpt_writer_t *w, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ==== ckpt_sst.c: rows as table files ==== */
+
+/* Bytes of one entry of t's buffer. */
+size_t ckpt_wtable_stride(const ckpt_wtable_t *t);
+/* Appends row (rec NULL and len 0: a tombstone) to t's buffer: checked by the
+ * caller, copied here. */
+void ckpt_wtable_append(ckpt_wtable_t *t, int64_t row, const void *rec, size_t len);
+/* Frees t's buffers (not t). */
+void ckpt_wtable_free(ckpt_wtable_t *t);
+/* Before prepare, no lock: orders t's rows by row id (a radix sort unless
+ * they came in order), refuses a row added twice (PSC_EEXISTS naming it), and
+ * computes each record's CRC and the table's digest. */
+int ckpt_sst_seal(ckpt_wtable_t *t, uint64_t id, char *err, size_t errlen);
+/* Bytes the rows of t take in a table file, about. */
+uint64_t ckpt_sst_bytes(const ckpt_wtable_t *t);
+/* Under wlock, the store open for writes: writes the sealed rows of every
+ * table of w that has rows as table files in <dir>/ingest and ingests them
+ * into the store (moved, not copied: one atomic step, after which the rows
+ * exist, still without a manifest: no reader looks at them). Rows of id left
+ * by an earlier attempt are deleted first. *ingested is set once RocksDB took
+ * the files. PSC_EIO naming the file or RocksDB's error; every file is gone
+ * when it returns. */
+int ckpt_sst_ingest(ckpt_db_t *db, ckpt_writer_t *w, int *ingested, char *err, size_t errlen);
+/* Under wlock (or at open): deletes the rows of every id that has no
+ * manifest (a prepare that stopped between its ingest and its manifest: a
+ * crash, a failed write) and every file in <dir>/ingest. PSC_EIO. */
+int ckpt_sst_cleanup(ckpt_db_t *db, char *err, size_t errlen);
+
+/* ==== ckpt_bg.c: compaction of deleted checkpoints, in the background ==== */
+
+/* Starts the thread (at open). */
+void ckpt_bg_start(ckpt_db_t *db);
+/* Queues the key ranges of deleted checkpoints ids[0..n) for compaction:
+ * RocksDB drops the files the range deletions cover and the disk space
+ * returns, a moment later. Never blocks on the compaction. */
+void ckpt_bg_compact(ckpt_db_t *db, const uint64_t *ids, int n);
+/* Waits until every queued compaction is done (a writer short of room: the
+ * deleted checkpoints' space may be what it needs). Any thread; may be called
+ * under wlock (the thread never takes it). */
+void ckpt_bg_drain(ckpt_db_t *db);
+/* Finishes the queued compactions and stops the thread (at close, before
+ * RocksDB closes). */
+void ckpt_bg_stop(ckpt_db_t *db);
 
 #endif

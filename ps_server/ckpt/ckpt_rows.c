@@ -5,10 +5,10 @@
  * scans, tensor checks) and ckpt_format.c (bytes, chains).
  *
  * Design:
- * - ckpt_add_row puts the row straight into the writer's WriteBatch (key: the
- *   table's prefix, kept in the writer, and the row's 8 bytes; value: header
- *   and record as two slices, copied once by RocksDB), and keeps only the row
- *   id (to refuse duplicates), the count and the digest.
+ * - ckpt_add_row checks the row and copies it into its table's buffer, nothing
+ *   more (it runs inside the store's cut, where pushes wait); ckpt_prepare
+ *   orders, checks and seals the buffers and writes them as table files
+ *   (ckpt_sst.c).
  * - A table as of checkpoint c (ckpt_read_rows) is a k-way merge of the
  *   T-chain's checkpoints: each one's rows of the table are one key range,
  *   already in ascending row order, read by one iterator on one snapshot; a
@@ -104,31 +104,12 @@ int ckpt_add_row(ckpt_writer_t *w, const char *table, int64_t row, const void *r
                                 "checkpoint %" PRIu64 ": table \"%s\" row %" PRId64
                                 ": record of %zu bytes%s, the table's have %u",
                                 w->id, t->t.name, row, len, rec ? "" : " at NULL", t->t.record_len);
-    if (t->t.rows) {
-        int64_t last = t->ids[t->t.rows - 1];
-        if (row == last)
-            return ckpt_writer_fail(w, PSC_EEXISTS, "checkpoint %" PRIu64 ": table \"%s\": row %" PRId64 " added twice",
-                                    w->id, t->t.name, row);
-        if (row < last) t->sorted = 0; /* ckpt_prepare sorts and checks */
-    }
-    static const unsigned char none[1];
-    uint32_t mcrc = psc_crc32c_mask(psc_crc32c(0, dead ? none : rec, len));
-    unsigned char hdr[CKPT_ROW_HEADER];
-    ckpt_row_header(hdr, mcrc, (uint32_t)len);
-    ckpt_key_row_set(t->key, t->plen, row);
-    const char *keys[1] = {t->key};
-    const size_t klens[1] = {t->plen + 8};
-    const char *vals[2] = {(const char *)hdr, (const char *)(dead ? none : rec)};
-    const size_t vlens[2] = {CKPT_ROW_HEADER, len};
-    rocksdb_writebatch_putv(w->batch, 1, keys, klens, 2, vals, vlens);
-
-    if (t->t.rows == t->idcap) {
-        t->idcap = t->idcap ? 2 * t->idcap : 1024;
-        t->ids = psc_xrealloc(t->ids, t->idcap * sizeof *t->ids);
-    }
-    t->ids[t->t.rows++] = row;
+    if (t->t.rows && row == t->last)
+        return ckpt_writer_fail(w, PSC_EEXISTS, "checkpoint %" PRIu64 ": table \"%s\": row %" PRId64 " added twice",
+                                w->id, t->t.name, row);
+    /* Copied only: the CRC, the order and the file come at prepare (ckpt_sst.c) */
+    ckpt_wtable_append(t, row, rec, len);
     t->t.dead += (uint64_t)dead;
-    t->t.digest += ckpt_row_digest(row, mcrc);
     return 0;
 }
 
@@ -572,6 +553,31 @@ int ckpt_get_rows(ckpt_db_t *db, uint64_t id, const char *table, const int64_t *
     ckpt_scan_free(items, nitems);
     ckpt_view_close(&v);
     return rc;
+}
+
+/* ---- the tables of a checkpoint ---- */
+
+int ckpt_tables(ckpt_db_t *db, uint64_t id, ckpt_table_info_t **out, int *n, char *err, size_t errlen)
+{
+    PSC_ASSERT(db && out && n);
+    *out = NULL;
+    *n = 0;
+    ckpt_view_t v;
+    ckpt_view_open(db, &v);
+    ckpt_manifest_t m;
+    int rc = ckpt_manifest_load(&v, id, &m, err, errlen);
+    ckpt_view_close(&v);
+    if (rc) return rc;
+    ckpt_table_info_t *a = m.info.ntables ? psc_xcalloc(m.info.ntables, sizeof *a) : NULL;
+    for (uint32_t i = 0; i < m.info.ntables; i++) {
+        snprintf(a[i].name, sizeof a[i].name, "%s", m.t[i].name);
+        a[i].record_len = m.t[i].record_len;
+        a[i].rows = m.t[i].rows;
+    }
+    *out = a;
+    *n = (int)m.info.ntables; /* <= CKPT_MAX_TABLES: decoding checked it */
+    ckpt_manifest_free(&m);
+    return 0;
 }
 
 /* ---- tests only ---- */

@@ -6,8 +6,11 @@
  * ckpt writer, ckpt_prepare, ckpt_commit), while a pusher thread keeps
  * pushing 512 rows at a time and records how long each push took. Printed:
  *   full base   rows/s of the whole checkpoint, and its parts: the export
- *               (the cut: pushes wait for it), prepare (the synced write and
- *               flush), commit;
+ *               (the cut: pushes wait for it; the rows are copied into the
+ *               writer), prepare (the rows sorted and written as table files
+ *               that RocksDB ingests, then the manifest's synced write),
+ *               commit (two small synced writes: keep-last-K's compaction
+ *               runs on the store's thread);
  *   1 % delta   the same for a delta after 1 % of the rows changed (the
  *               pusher stopped);
  *   pushes      the longest a push took during the full base (the pause),
@@ -159,14 +162,18 @@ int main(int argc, char **argv)
     ckpt_db_t *db;
     if (ckpt_open(dir, &db, err, sizeof err)) die("open", err);
 
-    psc_optim_config_t adam = {.kind = PSC_OPT_ADAM, .learning_rate = 0.001f, .beta1 = 0.9f, .beta2 = 0.999f,
-                               .epsilon = 1e-7f};
+    psc_optim_config_t adam = {
+        .kind = PSC_OPT_ADAM, .learning_rate = 0.001f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f};
     store_t *s = store_create();
     static const store_var_spec_t vars[] = {{.name = "global_step", .is_step = 1},
                                             {.name = "dense", .rank = 1, .shape = {1024}}};
     int created;
     if (store_create_vars(s, JOB, &adam, vars, 2, &created, err, sizeof err)) die("vars", err);
-    sparse_table_cfg_t c = {.rows = (int64_t)1 << 40, .nparts = 1, .dim = DIM, .seed = 1, .opt = adam,
+    sparse_table_cfg_t c = {.rows = (int64_t)1 << 40,
+                            .nparts = 1,
+                            .dim = DIM,
+                            .seed = 1,
+                            .opt = adam,
                             .init = {PSC_INIT_UNIFORM, -0.05f, 0.05f}};
     snprintf(c.name, sizeof c.name, "emb");
     if (store_create_tables(s, JOB, &c, 1, err, sizeof err)) die("table", err);

@@ -6,7 +6,9 @@
  * aborting the process, and once the tmpfs is grown the next checkpoint
  * commits through a reopened store, no restart; the committed ones survive a
  * close and an open. RocksDB writes nothing to its own LOG file (a failed LOG
- * write aborted the process on the next line).
+ * write aborted the process on the next line). The same with a table's rows,
+ * which go to disk as a table file (SST) that RocksDB ingests: a file that
+ * cannot be written fails its checkpoint, leaves no file and no row behind.
  */
 #include "ckpt_fixture.h"
 
@@ -115,7 +117,7 @@ static void test_full_disk(void **state)
     char got[256];
     list_ids(f->db, got, sizeof got);
     if (strcmp(got, "1c") != 0 && strcmp(got, "1c 2p") != 0) fail_msg("list \"%s\" while broken", got);
-    disk_expect(f->db, 1); /* readable while the store is broken */
+    disk_expect(f->db, 1);                                            /* readable while the store is broken */
     assert_int_not_equal(disk_prepare(f->db, 3, err, sizeof err), 0); /* still full: an error, no abort */
     print_message("still full: %s\n", err);
     disk_expect(f->db, 1);
@@ -143,10 +145,93 @@ static void test_full_disk(void **state)
     if (st.st_size != 0) fail_msg("RocksDB wrote %lld bytes to %s", (long long)st.st_size, log);
 }
 
+#define DISK_ROWS 8000
+#define DISK_RECORD 1024 /* 8000 rows of 1 KiB: an 8 MiB table file */
+
+/* Prepares checkpoint id: global_step and DISK_ROWS rows of table "emb", in
+ * descending order (sorted at prepare). */
+static int disk_prepare_rows(ckpt_db_t *db, uint64_t id, char *err, size_t errlen)
+{
+    ckpt_writer_t *w = ckpt_begin(db, id, JOB, (int64_t)id);
+    int64_t step = (int64_t)id;
+    assert_int_equal(ckpt_add(w, "global_step", &step, 8), 0);
+    assert_int_equal(ckpt_add_table(w, "emb", DISK_RECORD), 0);
+    static unsigned char rec[DISK_RECORD];
+    for (int64_t r = DISK_ROWS - 1; r >= 0; r--) {
+        uint64_t x = 0x9E3779B97F4A7C15ull ^ ((uint64_t)r * 0xff51afd7ed558ccdull) ^ id;
+        for (size_t i = 0; i < sizeof rec; i++) { /* incompressible */
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            rec[i] = (unsigned char)(x >> 32);
+        }
+        rec[0] = (unsigned char)((r + (int64_t)id) & 0xff);
+        assert_int_equal(ckpt_add_row(w, "emb", r * 3, rec, sizeof rec), 0);
+    }
+    return ckpt_prepare(w, err, errlen);
+}
+
+typedef struct rows_seen {
+    uint64_t id, n;
+    int bad;
+} rows_seen_t;
+
+static int rows_cb(void *arg, int64_t row, const void *rec, size_t len)
+{
+    rows_seen_t *s = arg;
+    const unsigned char *p = rec;
+    if (row != (int64_t)s->n * 3 || len != DISK_RECORD || p[0] != (unsigned char)((row / 3 + (int64_t)s->id) & 0xff))
+        s->bad++;
+    s->n++;
+    return 0;
+}
+
+static void disk_expect_rows(ckpt_db_t *db, uint64_t id)
+{
+    char err[512] = "";
+    if (ckpt_verify(db, id, err, sizeof err)) fail_msg("verify %" PRIu64 ": %s", id, err);
+    rows_seen_t s = {.id = id};
+    if (ckpt_read_rows(db, id, "emb", rows_cb, &s, err, sizeof err)) fail_msg("rows %" PRIu64 ": %s", id, err);
+    assert_int_equal(s.n, DISK_ROWS);
+    assert_int_equal(s.bad, 0);
+}
+
+static void test_full_disk_rows(void **state)
+{
+    disk_fx_t *f = *state;
+    if (!f->mounted) skip();
+    char err[512] = "";
+    if (ckpt_open(f->dir, &f->db, err, sizeof err)) fail_msg("open: %s", err);
+    if (disk_prepare_rows(f->db, 1, err, sizeof err) || ckpt_commit(f->db, 1, 3, err, sizeof err))
+        fail_msg("checkpoint 1 on an empty 48 MiB disk: %s", err);
+    disk_expect_rows(f->db, 1);
+
+    ckpt_debug_skip_space_check(f->db);
+    fill_disk(f->dir, 2 * MiB);
+    EXPECT_ERR(PSC_EIO, "o space left on device", disk_prepare_rows(f->db, 2, err, sizeof err));
+    print_message("rows on a full disk: %s\n", err);
+    EXPECT_LIST(f->db, "1c");
+    assert_int_equal(ckpt_debug_count_keys(f->db, 2), 0);
+    char ingest[160];
+    snprintf(ingest, sizeof ingest, "%s/ingest/0000000000000002-0.sst", f->dir);
+    assert_int_equal(access(ingest, F_OK), -1); /* the half-written file is gone */
+    disk_expect_rows(f->db, 1);
+
+    assert_int_equal(mount("tmpfs", f->top, "tmpfs", MS_REMOUNT, "size=96m"), 0);
+    if (disk_prepare_rows(f->db, 3, err, sizeof err) || ckpt_commit(f->db, 3, 3, err, sizeof err))
+        fail_msg("checkpoint 3 after the disk grew: %s", err);
+    EXPECT_LIST(f->db, "1c 3c");
+    ckpt_close(f->db);
+    f->db = NULL;
+    if (ckpt_open(f->dir, &f->db, err, sizeof err)) fail_msg("open after: %s", err);
+    EXPECT_LIST(f->db, "1c 3c");
+    disk_expect_rows(f->db, 1);
+    disk_expect_rows(f->db, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_disk, setup_disk, teardown_disk),
+        cmocka_unit_test_setup_teardown(test_full_disk_rows, setup_disk, teardown_disk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

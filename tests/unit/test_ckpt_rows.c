@@ -568,6 +568,12 @@ static int crash_child(const char *dir, const char *mode)
         if (ckpt_add_row(w, EMB, rows[i], rec, RL)) return 5;
     }
     if (strcmp(mode, "kill") == 0) raise(SIGKILL);
+    if (strcmp(mode, "kill-after-ingest") == 0) {
+        /* the rows ingested, the manifest not written: as a crash between the two */
+        ckpt_debug_stop_after_ingest(db, 1);
+        if (ckpt_prepare(w, err, sizeof err) != PSC_EIO) return 8;
+        raise(SIGKILL);
+    }
     if (strcmp(mode, "kill-after-prepare") == 0) {
         if (ckpt_prepare(w, err, sizeof err)) {
             fprintf(stderr, "child: %s\n", err);
@@ -634,6 +640,70 @@ static void test_crash_and_prepared_delta(void **state)
     free(m2.who);
 }
 
+/* A prepare that stops between its rows' ingest and its manifest (killed, or
+ * failed) leaves rows no reader sees; the next open deletes them (and table
+ * files a prepare left in <dir>/ingest), and a prepare of the same id after
+ * one that failed in-process writes its own rows only. */
+static void test_crash_after_ingest(void **state)
+{
+    fx_t *f = *state;
+    char err[512] = "";
+    ckpt_info_t good;
+    enum { N = 128 };
+    model_t m1 = model_new(N);
+    size_t n;
+    int64_t *all = range(0, 100, 1, &n);
+    save_emb(f->db, 1, 0, all, n, &m1, 3);
+    ckpt_close(f->db);
+    f->db = NULL;
+
+    run_child(f->dir, "kill-after-ingest");
+    char stray[128];
+    snprintf(stray, sizeof stray, "%s/ingest/00000000000000ff-0.sst", f->dir);
+    FILE *fp = fopen(stray, "w"); /* as a prepare killed while writing its file */
+    assert_non_null(fp);
+    fputs("half a table file", fp);
+    fclose(fp);
+    reopen(f);
+    EXPECT_LIST(f->db, "1c");
+    assert_int_equal(ckpt_debug_count_keys(f->db, 2), 0);
+    assert_int_equal(access(stray, F_OK), -1);
+    OK(ckpt_latest_good(f->db, JOB, &good, NULL, err, sizeof err));
+    assert_int_equal(good.id, 1);
+    /* id 2 again, other rows: only they are there */
+    model_t m2 = model_copy(&m1);
+    int64_t r2[] = {5, 6, 120};
+    save_emb(f->db, 2, 1, r2, 3, &m2, 0);
+    OK(ckpt_verify(f->db, 2, err, sizeof err));
+    expect_table(f->db, 2, EMB, RL, &m2);
+
+    /* in-process: rows ingested, no manifest; invisible, then replaced */
+    ckpt_writer_t *w = ckpt_begin(f->db, 3, JOB, 300);
+    ckpt_set_parent(w, 2);
+    assert_int_equal(ckpt_add_table(w, EMB, RL), 0);
+    int64_t r3[] = {7, 8, 9, 10};
+    add_rows(w, 3, EMB, RL, r3, 4);
+    ckpt_debug_stop_after_ingest(f->db, 1);
+    EXPECT_ERR(PSC_EIO, "stopped after its rows", ckpt_prepare(w, err, sizeof err));
+    ckpt_debug_stop_after_ingest(f->db, 0);
+    assert_int_equal(ckpt_debug_count_keys(f->db, 3), 4);
+    EXPECT_LIST(f->db, "1c<2 2p");
+    model_t m3 = model_copy(&m2);
+    save_emb(f->db, 3, 2, r3 + 2, 2, &m3, 0);
+    assert_int_equal(ckpt_debug_count_keys(f->db, 3), 1 + 1 + 2); /* manifest, global_step, 2 rows */
+    OK(ckpt_verify(f->db, 3, err, sizeof err));
+    expect_table(f->db, 3, EMB, RL, &m3);
+    OK(ckpt_commit(f->db, 2, 3, err, sizeof err));
+    OK(ckpt_commit(f->db, 3, 3, err, sizeof err));
+    reopen(f);
+    EXPECT_LIST(f->db, "1c<3 2c<3 3c");
+    expect_table(f->db, 3, EMB, RL, &m3);
+    free(all);
+    free(m1.who);
+    free(m2.who);
+    free(m3.who);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--crash-child") == 0) return crash_child(argv[2], argv[3]);
@@ -646,6 +716,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_corrupt_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_and_prepared_delta, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash_after_ingest, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
