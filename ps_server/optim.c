@@ -8,7 +8,8 @@
  *   RMSProp  ms += (g*g - ms)*(1-rho)
  *   FTRL     sqrt for lr_power = -0.5, powf otherwise, as TF branches
  * Only Adam's step size lr_t is computed in double (pow of the betas), then
- * rounded to float once per call.
+ * rounded to float once per call (optim_apply_rows: once per distinct t,
+ * through a per-thread memo of the same values).
  *
  * Each inner loop is one plain pass over restrict-qualified float arrays with
  * no calls but sqrtf (which -fno-math-errno turns into sqrtps). The gradient
@@ -125,8 +126,8 @@ OPTIM_KERNEL adagrad_k(float *restrict w, float *restrict acc, const unsigned ch
 
 /* ApplyAdam: m += (g - m) * (1 - b1); v += (g^2 - v) * (1 - b2);
  *            var -= m * lr_t / (sqrt(v) + eps) */
-OPTIM_KERNEL adam_k(float *restrict w, float *restrict m, float *restrict v, const unsigned char *restrict g,
-                    size_t n, float lr_t, float one_minus_b1, float one_minus_b2, float eps)
+OPTIM_KERNEL adam_k(float *restrict w, float *restrict m, float *restrict v, const unsigned char *restrict g, size_t n,
+                    float lr_t, float one_minus_b1, float one_minus_b2, float eps)
 {
     for (size_t i = 0; i < n; i++) {
         float gi = ld(g, i);
@@ -237,16 +238,55 @@ typedef struct coef {
     float l1, l2x2, npow; /* FTRL: l1, 2*l2, -lr_power */
 } coef_t;
 
-/* lr: the learning rate as TF's kernels get it (cast to the variable's float). */
-static coef_t coef_of(const psc_optim_config_t *c, float lr, int64_t t)
+/* Adam's step size at step t >= 1: lr * sqrt(1 - beta2^t) / (1 - beta1^t). */
+static float adam_lr_t(const psc_optim_config_t *c, float lr, int64_t t)
+{
+    PSC_ASSERT(t >= 1);
+    /* TF keeps beta1^t and beta2^t in float variables multiplied once per
+     * step; computing them from t in double gives the exact powers. */
+    double b1t = pow((double)c->beta1, (double)t), b2t = pow((double)c->beta2, (double)t);
+    return (float)((double)lr * sqrt(1.0 - b2t) / (1.0 - b1t));
+}
+
+/* adam_lr_t through a small direct-mapped memo per thread, keyed by all it
+ * depends on (t, lr, beta1, beta2, compared bit for bit): the rows of a
+ * sparse table each have their own t (lazy Adam), so nearly every row of a
+ * push needs another step size, and two pow calls cost more than the update
+ * of a short row; but a push's rows share few values of t (most rows are
+ * young, hot rows come back step after step). Same value, so the same
+ * results bit for bit. */
+#define LR_MEMO 256 /* entries (a power of two), 6 KiB a thread */
+
+typedef struct lr_memo {
+    int64_t t; /* 0: empty (t >= 1) */
+    uint32_t lr, beta1, beta2;
+    float lr_t;
+} lr_memo_t;
+
+static _Thread_local lr_memo_t lr_memo[LR_MEMO];
+
+static inline uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float adam_lr_t_memo(const psc_optim_config_t *c, float lr, int64_t t)
+{
+    lr_memo_t *e = &lr_memo[(uint64_t)t & (LR_MEMO - 1)];
+    uint32_t l = bits_of(lr), b1 = bits_of(c->beta1), b2 = bits_of(c->beta2);
+    if (e->t != t || e->lr != l || e->beta1 != b1 || e->beta2 != b2)
+        *e = (lr_memo_t){.t = t, .lr = l, .beta1 = b1, .beta2 = b2, .lr_t = adam_lr_t(c, lr, t)};
+    return e->lr_t;
+}
+
+/* The constants of an update but Adam's step size (lr_t left 0). lr: the
+ * learning rate as TF's kernels get it (cast to the variable's float). */
+static coef_t coef_base(const psc_optim_config_t *c, float lr)
 {
     coef_t k = {.lr = lr};
     if (c->kind == PSC_OPT_ADAM) {
-        PSC_ASSERT(t >= 1);
-        /* TF keeps beta1^t and beta2^t in float variables multiplied once per
-         * step; computing them from t in double gives the exact powers. */
-        double b1t = pow((double)c->beta1, (double)t), b2t = pow((double)c->beta2, (double)t);
-        k.lr_t = (float)((double)k.lr * sqrt(1.0 - b2t) / (1.0 - b1t));
         k.omb1 = 1.0f - c->beta1;
         k.omb2 = 1.0f - c->beta2;
     }
@@ -256,6 +296,14 @@ static coef_t coef_of(const psc_optim_config_t *c, float lr, int64_t t)
         k.l2x2 = 2.0f * c->l2;
         k.npow = -c->learning_rate_power;
     }
+    return k;
+}
+
+/* All the constants of an update at step t (Adam's step size computed afresh). */
+static coef_t coef_of(const psc_optim_config_t *c, float lr, int64_t t)
+{
+    coef_t k = coef_base(c, lr);
+    if (c->kind == PSC_OPT_ADAM) k.lr_t = adam_lr_t(c, lr, t);
     return k;
 }
 
@@ -346,9 +394,10 @@ void optim_apply_rows(const psc_optim_config_t *c, double lr, float *const *rows
 {
     PSC_ASSERT(dim >= 0);
     /* One ISA choice and one set of constants for all the rows (Adam's step
-     * size again only when a row's t differs from the previous row's); each
-     * row is one call of the ISA's loops: inlined into a loop over rows, GCC
-     * no longer sees their trip counts as multiples of the vector width. */
+     * size again only when a row's t differs from the previous row's, from
+     * the memo); each row is one call of the ISA's loops: inlined into a
+     * loop over rows, GCC no longer sees their trip counts as multiples of
+     * the vector width. */
     apply_fn fn = apply_base;
 #if OPTIM_AVX2
     if (use_avx2()) fn = apply_avx2;
@@ -356,19 +405,19 @@ void optim_apply_rows(const psc_optim_config_t *c, double lr, float *const *rows
     int ns = optim_slot_count(c);
     size_t n = (size_t)dim;
     int64_t kt = m ? t[0] : 1;
-    coef_t k = coef_of(c, (float)lr, kt);
+    coef_t k = coef_base(c, (float)lr);
+    if (c->kind == PSC_OPT_ADAM && m) k.lr_t = adam_lr_t_memo(c, (float)lr, kt);
     for (size_t r = 0; r < m; r++) {
         if (c->kind == PSC_OPT_ADAM && t[r] != kt) {
             kt = t[r];
-            k = coef_of(c, (float)lr, kt);
+            k.lr_t = adam_lr_t_memo(c, (float)lr, kt);
         }
         float *w = rows[r];
         fn(c, &k, w, ns >= 1 ? w + n : NULL, ns >= 2 ? w + 2 * n : NULL, g[r], n);
     }
 }
 
-void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const void *g, size_t n,
-                 int64_t t)
+void optim_apply(const psc_optim_config_t *c, float *w, float *slot0, float *slot1, const void *g, size_t n, int64_t t)
 {
     apply_fn fn = apply_for_cpu(c, slot0, slot1);
     coef_t k = coef_of(c, c->learning_rate, t);

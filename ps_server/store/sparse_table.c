@@ -623,6 +623,12 @@ void sparse_table_set_step(sparse_table_t *t, int64_t step)
 
 size_t sparse_table_record_bytes(const sparse_table_t *t) { return t->rec_bytes; }
 
+uint64_t sparse_table_version(const sparse_table_t *t)
+{
+    sparse_table_t *m = (sparse_table_t *)t; /* C11's atomic_load takes a non-const pointer */
+    return atomic_load_explicit(&m->version, memory_order_relaxed);
+}
+
 void sparse_table_get_stats(const sparse_table_t *t, sparse_table_stats_t *st)
 {
     sparse_table_t *m = (sparse_table_t *)t; /* C11's atomic_load takes a non-const pointer */

@@ -139,6 +139,9 @@ void sparse_table_initial(const sparse_table_t *t, const void *ids, size_t n, fl
 int sparse_table_push(sparse_table_t *t, const void *ids, size_t n, const void *grads, double lr, float *out);
 
 void sparse_table_get_stats(const sparse_table_t *t, sparse_table_stats_t *st);
+/* stats.version alone (pushes applied): what every pull and push reply carries,
+ * without get_stats's other counters (and admission's estimate of the waiting ids). */
+uint64_t sparse_table_version(const sparse_table_t *t);
 
 /* Emits every row whose epoch is > since, in ascending id order when `sorted`
  * (else any order): emit(arg, id, record, record_bytes); a nonzero return

@@ -208,9 +208,7 @@ int store_sparse_pull(store_t *s, const char *table, const void *ids, size_t n, 
         store_table_clock(s, t);
         rc = read_only ? sparse_table_read(t, ids, n, out) : sparse_table_pull(t, ids, n, out);
         if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
-        sparse_table_stats_t st;
-        sparse_table_get_stats(t, &st);
-        if (version) *version = (int64_t)st.version;
+        if (version) *version = (int64_t)sparse_table_version(t);
         if (dim) *dim = sparse_table_config(t)->dim;
         if (!rc) {
             count(&s->pulls, 1);
@@ -251,9 +249,7 @@ int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, 
         store_table_clock(s, t);
         rc = sparse_table_push(t, ids, n, grads, opt.learning_rate, NULL);
         if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
-        sparse_table_stats_t st;
-        sparse_table_get_stats(t, &st);
-        if (version) *version = (int64_t)st.version;
+        if (version) *version = (int64_t)sparse_table_version(t);
         if (!rc) {
             count(&s->applied, 1);
             count(&s->bytes_pushed, glen);

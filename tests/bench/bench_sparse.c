@@ -23,9 +23,26 @@
  *    working sets: 4,096 rows (every push updates the same rows: all in
  *    cache) and 2^18 rows (each push 4,096 random ones of them: the rows of
  *    a real table, mostly cache misses for both).
+ * 4. the PS's CPU per unique id of the recommendation job's step
+ *    (deploy/jobs/ctr.json): two tables of 10^8 declared rows, "emb" (dim 8,
+ *    lazy Adam) and "wide" (dim 1, FTRL); a step is CTR_IDS unique ids (a
+ *    256-example batch's 6,426 in the real job) pushed to both tables (the
+ *    PS's checks: ids in range and unique, gradients finite; then the
+ *    update) and CTR_IDS other ids pulled from both (checked, copied out).
+ *    Against the floor: a plain C loop over the same rows held in a flat
+ *    array (row k of the working set at k * record bytes, the table's
+ *    record layout) that reads each pulled row's floats and applies the
+ *    same optimizer kernel (optim_apply_rows) to each pushed row: no
+ *    lookup, no check, no lock, no prefetch. Alternating steps of each, the
+ *    best of several rounds; working sets of 8,192 ids (in cache) and 2^20
+ *    (the real job's tables hold ~1.2 M rows each: cache and TLB misses).
+ *    Printed: us per unique id (both tables, push + pull) and the table's
+ *    time over the plain loop's (issue 32: <= ~0.15 us an id).
  * A measurement, not a test: it never fails on speed.
  *
- * usage: bench_sparse [seconds-per-point [apply]]   (default 1; `apply`: only table 3, for perf)
+ * usage: bench_sparse [seconds-per-point [apply | ctr [ROWS [table]]]]
+ *        (default 1; `apply`: only table 3, `ctr`: only table 4, ROWS: only
+ *        that working set, `table`: without the plain loop; for perf)
  */
 #include "../integration/it_util.h"
 #include "optim.h"
@@ -102,8 +119,8 @@ static void wire_points(it_proc_t *ps, point_t *pts)
     psc_table_spec_t t[NSIZES];
     int part_ps[2 * NSIZES];
     for (int i = 0; i < NSIZES; i++) {
-        t[i] = (psc_table_spec_t){.rows = (int64_t)1 << size_exp[i], .dim = DIM,
-                                  .init = {PSC_INIT_UNIFORM, -0.05f, 0.05f}, .optimizer = sgd};
+        t[i] = (psc_table_spec_t){
+            .rows = (int64_t)1 << size_exp[i], .dim = DIM, .init = {PSC_INIT_UNIFORM, -0.05f, 0.05f}, .optimizer = sgd};
         snprintf(t[i].name, sizeof t[i].name, "emb%d", size_exp[i]);
         part_ps[2 * i] = 0;
         part_ps[2 * i + 1] = 1;
@@ -119,8 +136,13 @@ static void wire_points(it_proc_t *ps, point_t *pts)
     float *g = malloc((size_t)IDS * DIM * sizeof *g), *rows_out = malloc((size_t)IDS * DIM * sizeof *rows_out);
     for (size_t i = 0; i < (size_t)IDS * DIM; i++) g[i] = 1e-3f * (float)(i % 13);
     ps_sparse_stats_t st = {0};
-    ps_sparse_op_t op = {.push_ids = ids, .push_grads = g, .npush = IDS, .pull_ids = ids,
-                         .pull_rows = rows_out, .npull = IDS, .stats = &st};
+    ps_sparse_op_t op = {.push_ids = ids,
+                         .push_grads = g,
+                         .npush = IDS,
+                         .pull_ids = ids,
+                         .pull_rows = rows_out,
+                         .npull = IDS,
+                         .stats = &st};
     for (int i = 0; i < NSIZES; i++) {
         pts[i] = (point_t){1e30, 0, 0};
         op.table = i;
@@ -195,8 +217,13 @@ static void ref_apply(const psc_optim_config_t *c, ref_rows_t *r, const float *g
 
 static void apply_point(const char *name, psc_optim_config_t c, size_t wset)
 {
-    sparse_table_cfg_t cfg = {.rows = (int64_t)1 << 40, .nparts = 1, .part = 0, .dim = DIM,
-                              .init = {PSC_INIT_UNIFORM, -0.05f, 0.05f}, .seed = 42, .opt = c};
+    sparse_table_cfg_t cfg = {.rows = (int64_t)1 << 40,
+                              .nparts = 1,
+                              .part = 0,
+                              .dim = DIM,
+                              .init = {PSC_INIT_UNIFORM, -0.05f, 0.05f},
+                              .seed = 42,
+                              .opt = c};
     snprintf(cfg.name, sizeof cfg.name, "emb");
     sparse_table_t *t;
     char err[256];
@@ -252,11 +279,153 @@ static void apply_point(const char *name, psc_optim_config_t c, size_t wset)
     free(r.t);
 }
 
+/* ---- the recommendation job's step (table 4) ---- */
+
+#define CTR_IDS 6426 /* unique ids of a step: ctr.json's 256-example batch */
+#define CTR_CHUNK 64 /* rows per optim_apply_rows call of the plain loop */
+
+typedef struct ctr_tab {
+    sparse_table_t *t;
+    psc_optim_config_t opt;
+    int dim;
+    size_t stride;       /* the record rounded up to 8 bytes, as the table stores it */
+    unsigned char *flat; /* (wset, stride) the plain loop's rows, the table's record layout */
+    float *grads;        /* (CTR_IDS, dim) */
+    float *out;          /* (CTR_IDS, dim) */
+} ctr_tab_t;
+
+/* Table `name` with the rows of all[0..wset) created, and the same rows in a flat array. */
+static void ctr_tab_init(ctr_tab_t *c, const char *name, int dim, psc_optim_config_t opt, psc_initializer_t init,
+                         const int64_t *all, size_t wset)
+{
+    sparse_table_cfg_t cfg = {
+        .rows = 100000000, .nparts = 1, .part = 0, .dim = dim, .init = init, .seed = 1, .opt = opt};
+    snprintf(cfg.name, sizeof cfg.name, "%s", name);
+    char err[256];
+    if (sparse_table_create(&cfg, &c->t, err, sizeof err)) {
+        fprintf(stderr, "bench_sparse: %s\n", err);
+        exit(1);
+    }
+    c->opt = opt;
+    c->dim = dim;
+    c->stride = (sparse_table_record_bytes(c->t) + 7) & ~(size_t)7;
+    c->flat = malloc(wset * c->stride);
+    c->grads = malloc((size_t)CTR_IDS * (size_t)dim * sizeof *c->grads);
+    c->out = malloc((size_t)CTR_IDS * (size_t)dim * sizeof *c->out);
+    for (size_t i = 0; i < (size_t)CTR_IDS * (size_t)dim; i++) c->grads[i] = 1e-3f * (float)((int)(i % 13) - 6);
+    for (size_t at = 0; at < wset; at += CTR_IDS) {
+        size_t n = PSC_MIN((size_t)CTR_IDS, wset - at);
+        sparse_table_pull(c->t, all + at, n, c->out);
+        for (size_t i = 0; i < n; i++)
+            sparse_table_assigned_record(c->t, all[at + i], c->out + i * (size_t)dim, c->flat + (at + i) * c->stride);
+    }
+}
+
+static void ctr_tab_free(ctr_tab_t *c)
+{
+    sparse_table_destroy(c->t);
+    free(c->flat);
+    free(c->grads);
+    free(c->out);
+}
+
+/* The PS's work on one table for a step: a push's checks and update, a pull's check and copy. */
+static void ctr_table_step(ctr_tab_t *c, const int64_t *push, const int64_t *pull)
+{
+    char err[256] = "out of memory";
+    if (sparse_table_check_ids(c->t, push, CTR_IDS, 1, err, sizeof err) ||
+        sparse_table_check_grads(c->t, push, c->grads, CTR_IDS, err, sizeof err) ||
+        sparse_table_push(c->t, push, CTR_IDS, c->grads, c->opt.learning_rate, NULL) ||
+        sparse_table_check_ids(c->t, pull, CTR_IDS, 0, err, sizeof err) ||
+        sparse_table_pull(c->t, pull, CTR_IDS, c->out)) {
+        fprintf(stderr, "bench_sparse: ctr: %s\n", err);
+        exit(1);
+    }
+}
+
+/* The floor: the same rows at known places of the flat array, the same kernel. */
+static void ctr_plain_step(ctr_tab_t *c, const size_t *push, const size_t *pull)
+{
+    float *w[CTR_CHUNK];
+    const void *g[CTR_CHUNK];
+    int64_t t[CTR_CHUNK];
+    size_t gb = 4 * (size_t)c->dim;
+    for (size_t i0 = 0; i0 < CTR_IDS; i0 += CTR_CHUNK) {
+        size_t m = PSC_MIN((size_t)CTR_CHUNK, (size_t)CTR_IDS - i0);
+        for (size_t k = 0; k < m; k++) {
+            unsigned char *r = c->flat + push[i0 + k] * c->stride;
+            memcpy(&t[k], r, 8);
+            t[k]++; /* the row's own step (LazyAdam) */
+            memcpy(r, &t[k], 8);
+            w[k] = (float *)(void *)(r + 8);
+            g[k] = (const unsigned char *)c->grads + (i0 + k) * gb;
+        }
+        optim_apply_rows(&c->opt, c->opt.learning_rate, w, g, t, m, c->dim);
+    }
+    for (size_t i = 0; i < CTR_IDS; i++) memcpy(c->out + i * (size_t)c->dim, c->flat + pull[i] * c->stride + 8, gb);
+}
+
+/* CTR_IDS distinct positions of the working set (a stride through it). */
+static void ctr_draw(psc_rng_t *rng, const int64_t *all, size_t wset, size_t *pos, int64_t *ids)
+{
+    size_t lanes = wset / CTR_IDS;
+    for (size_t i = 0; i < CTR_IDS; i++) {
+        pos[i] = (size_t)(psc_rng_next(rng) % lanes) * CTR_IDS + i;
+        ids[i] = all[pos[i]];
+    }
+}
+
+static void ctr_point(size_t wset, int table_only)
+{
+    const psc_optim_config_t adam = {
+        .kind = PSC_OPT_ADAM, .learning_rate = 0.003f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f};
+    const psc_optim_config_t ftrl = {
+        .kind = PSC_OPT_FTRL, .learning_rate = 0.5f, .initial_accumulator_value = 0.1f, .learning_rate_power = -0.5f};
+    int64_t *all = malloc(wset * sizeof *all), *ids[2];
+    size_t *pos[2];
+    for (size_t i = 0; i < wset; i++) all[i] = (int64_t)((uint64_t)i * 2654435761u % 100000000u); /* distinct */
+    for (int k = 0; k < 2; k++) {
+        ids[k] = malloc(CTR_IDS * sizeof *ids[k]);
+        pos[k] = malloc(CTR_IDS * sizeof *pos[k]);
+    }
+    ctr_tab_t tab[2];
+    ctr_tab_init(&tab[0], "emb", 8, adam, (psc_initializer_t){PSC_INIT_UNIFORM, -0.05f, 0.05f}, all, wset);
+    ctr_tab_init(&tab[1], "wide", 1, ftrl, (psc_initializer_t){PSC_INIT_ZEROS, 0, 0}, all, wset);
+    psc_rng_t rng;
+    psc_rng_seed(&rng, 5);
+    double best_table = 1e30, best_plain = 1e30;
+    for (double t0 = psc_now(); psc_now() - t0 < secs;) { /* alternate, the best round of each */
+        double tt = 0, tp = 0;
+        for (int k = 0; k < 8; k++) {
+            ctr_draw(&rng, all, wset, pos[0], ids[0]); /* pushed */
+            ctr_draw(&rng, all, wset, pos[1], ids[1]); /* pulled */
+            double a = psc_now();
+            for (int j = 0; j < 2; j++) ctr_table_step(&tab[j], ids[0], ids[1]);
+            double b = psc_now();
+            for (int j = 0; j < 2 && !table_only; j++) ctr_plain_step(&tab[j], pos[0], pos[1]);
+            double e = psc_now();
+            tt += b - a;
+            tp += e - b;
+        }
+        best_table = fmin(best_table, tt / 8);
+        best_plain = fmin(best_plain, tp / 8);
+    }
+    printf("%10zu %12.3f %12.3f %12.3f %10.2f\n", wset, best_table * 1e3, best_table * 1e6 / CTR_IDS,
+           best_plain * 1e6 / CTR_IDS, best_table / best_plain);
+    for (int k = 0; k < 2; k++) {
+        ctr_tab_free(&tab[k]);
+        free(ids[k]);
+        free(pos[k]);
+    }
+    free(all);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) secs = atof(argv[1]);
-    int apply_only = argc > 2 && strcmp(argv[2], "apply") == 0;
+    int apply_only = argc > 2 && strcmp(argv[2], "apply") == 0, ctr_only = argc > 2 && strcmp(argv[2], "ctr") == 0;
     it_proc_t ps[2];
+    if (ctr_only) goto ctr;
     for (int i = 0; i < 2 && !apply_only; i++)
         if (it_start_ps(&ps[i])) {
             fprintf(stderr, "bench_sparse: cannot start ps_server (PSC_BIN=%s)\n", it_bin());
@@ -264,8 +433,8 @@ int main(int argc, char **argv)
         }
     if (apply_only) goto apply;
     printf("bench_sparse: sparse push-pull of %d unique ids x dim %d a step, 2 PS, 1 client, SGD\n", IDS, DIM);
-    printf("%-8s %10s %8s %14s %14s %10s %10s\n", "rows", "ms/step", "vs 2^16", "bytes out", "bytes in",
-           "out/ideal", "in/ideal");
+    printf("%-8s %10s %8s %14s %14s %10s %10s\n", "rows", "ms/step", "vs 2^16", "bytes out", "bytes in", "out/ideal",
+           "in/ideal");
     double ideal = (double)IDS * (8 + 4 * DIM);
     point_t p[NSIZES];
     wire_points(ps, p);
@@ -274,8 +443,7 @@ int main(int argc, char **argv)
                p[i].in, p[i].out / ideal, p[i].in / ideal);
     for (int i = 0; i < 2; i++) it_stop(&ps[i]);
 apply:
-    printf("\nbench_sparse: rows applied per second, %d unique ids x dim %d of a 2^40-row table, 1 thread\n", IDS,
-           DIM);
+    printf("\nbench_sparse: rows applied per second, %d unique ids x dim %d of a 2^40-row table, 1 thread\n", IDS, DIM);
     printf("%-10s %10s %14s %14s %10s\n", "optimizer", "rows", "table Mrows/s", "plain Mrows/s", "ratio");
     const psc_optim_config_t opts[3] = {
         {.kind = PSC_OPT_SGD, .learning_rate = 0.01f},
@@ -286,5 +454,18 @@ apply:
         apply_point(names[o], opts[o], IDS);
         apply_point(names[o], opts[o], (size_t)1 << 18);
     }
+    if (apply_only) return 0;
+ctr:
+    printf("\nbench_sparse: the recommendation job's step on the PS: %d unique ids pushed (checked, applied) and %d\n"
+           "pulled (checked, copied) in \"emb\" (dim 8, lazy Adam) and \"wide\" (dim 1, FTRL), 1 thread,\n"
+           "against a plain loop over the same rows in a flat array (same kernel, no lookup)\n",
+           CTR_IDS, CTR_IDS);
+    printf("%10s %12s %12s %12s %10s\n", "rows", "ms/step", "us/id", "plain us/id", "x plain");
+    if (argc > 3) { /* one working set; `table`: without the plain loop (for perf) */
+        ctr_point((size_t)atoll(argv[3]), argc > 4 && strcmp(argv[4], "table") == 0);
+        return 0;
+    }
+    ctr_point(8192, 0);
+    ctr_point((size_t)1 << 20, 0);
     return 0;
 }

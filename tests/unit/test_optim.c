@@ -12,7 +12,8 @@
  * powers -0.5 (TF's sqrt special case) and -0.7 (powf). optim_apply_row (a
  * sparse table's row at an explicit learning rate) equals optim_apply with
  * that learning rate in the config, bit for bit, for every row length, and
- * so does optim_apply_rows (many rows, each with its own t).
+ * so does optim_apply_rows (many rows, each with its own t, Adam's step size
+ * through a memo).
  */
 #include "optim.h"
 
@@ -541,6 +542,45 @@ static void test_apply_rows(void **state)
     }
 }
 
+/* Adam's step size comes from a per-thread memo in optim_apply_rows (keyed
+ * by t, lr and the betas): rows whose t collide in it (t and t + 256),
+ * repeat, or come back after other values, rows of dims 1 and 8, and calls
+ * that alternate the learning rate and beta2, all equal optim_apply_row
+ * (which computes it afresh) bit for bit. */
+static void test_apply_rows_lr_memo(void **state)
+{
+    (void)state;
+    enum { ROWS = 96, DIM = 8 };
+    static float rows[ROWS][3 * DIM], want[ROWS][3 * DIM], g[ROWS][DIM];
+    float *w[ROWS];
+    const void *gp[ROWS];
+    int64_t ts[ROWS];
+    psc_optim_config_t cfgs[2] = {cfg_adam(), cfg_adam()};
+    cfgs[1].beta2 = 0.99f;
+    const double lrs[3] = {0.001, 0.003, 0.001};
+    for (int dim = 1; dim <= DIM; dim += DIM - 1)
+        for (int call = 0; call < 6; call++) {
+            const psc_optim_config_t *c = &cfgs[call % 2];
+            double lr = lrs[call % 3];
+            for (int r = 0; r < ROWS; r++) {
+                ts[r] = (int64_t)(1 + (r % 7) + 256 * (r % 3) + (r % 11 == 0 ? 100000 : 0)); /* collisions mod 256 */
+                for (int e = 0; e < dim; e++) {
+                    rows[r][e] = w0_of((size_t)(r * dim + e));
+                    g[r][e] = g_of((size_t)e, r + call);
+                }
+                optim_init_slots(c, rows[r] + dim, rows[r] + 2 * dim, (size_t)dim);
+                rows[r][dim] = 0.01f * (float)(r % 5); /* m, v not zero: lr_t matters */
+                rows[r][2 * dim] = 0.02f * (float)(r % 3);
+                memcpy(want[r], rows[r], sizeof rows[r]);
+                optim_apply_row(c, lr, want[r], want[r] + dim, want[r] + 2 * dim, g[r], dim, ts[r]);
+                w[r] = rows[r];
+                gp[r] = g[r];
+            }
+            optim_apply_rows(c, lr, w, gp, ts, ROWS, dim);
+            for (int r = 0; r < ROWS; r++) assert_memory_equal(rows[r], want[r], 4 * 3 * (size_t)dim);
+        }
+}
+
 static void test_empty_is_noop(void **state)
 {
     (void)state;
@@ -565,6 +605,7 @@ int main(void)
         cmocka_unit_test(test_ftrl),
         cmocka_unit_test(test_apply_row),
         cmocka_unit_test(test_apply_rows),
+        cmocka_unit_test(test_apply_rows_lr_memo),
         cmocka_unit_test(test_empty_is_noop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
