@@ -273,7 +273,7 @@ static int parse_sections(const jspec_ctx_t *c, const json_t *root, psc_job_spec
         return jspec_fail(c, "overlap_push_pull",
                           "needs asynchronous training: a sync replica computes each step at the step the PS are at");
 
-    int64_t pf = 1;
+    int64_t pf = -1; /* absent: the worker decides (ctr_job.c) */
     if ((rc = jspec_get_int_in(c, root, "prefetch_rows", "", 0, 0, 1, &pf))) return rc;
     s->prefetch_rows = (int)pf;
 

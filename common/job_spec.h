@@ -184,7 +184,8 @@ typedef struct psc_job_spec {
     int total_num_replicas;    /* N */
     double sync_timeout_secs;  /* sync.timeout_secs, default 30 */
     int overlap_push_pull;     /* async only: step s's push-pull runs while step s+1 computes (default 0) */
-    int prefetch_rows; /* async recommendation models: rows pulled a batch ahead, 0 or 1 (default 1; ctr_prefetch.h) */
+    int prefetch_rows; /* async recommendation models: rows pulled a batch ahead, 0 or 1; -1 (absent): 1 unless a
+                          PS shares the worker's host (ctr_job.c, ctr_prefetch.h) */
     int gradient_dtype;        /* PSC_ENC_FLOAT32 (default) or PSC_ENC_BFLOAT16: how pushes carry gradients */
     int error_feedback;        /* bfloat16 only: carry each rounding error into the next step (default 1) */
 

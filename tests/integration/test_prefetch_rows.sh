@@ -7,9 +7,11 @@
 #      serial path) and 1: the exported models are byte for byte the same. A row that a batch
 #      shares with the one before must be read after that batch's update of it, and the last
 #      step's pushes must land before the job ends, or the bytes differ. The worker reports which
-#      share of the pushed rows was on the steps' critical path (here more than 10 %).
-#   B: 2 ps + 2 workers, in-cluster, async, prefetch on (the default): every process exits 0,
-#      global_step counts every batch of both replicas and the chief evaluates.
+#      share of the pushed rows was on the steps' critical path (here more than 10 %). Without
+#      the key, a worker whose PS is on its host (127.0.0.1 here) says it takes the serial path,
+#      and trains the same bytes.
+#   B: 2 ps + 2 workers, in-cluster, async, "prefetch_rows": 1: every process exits 0, the
+#      replicas run every batch and the chief evaluates.
 #   C: "prefetch_rows" 2 is refused at start (exit 78 naming the key).
 source "$(dirname "$0")/lib.sh"
 
@@ -36,8 +38,8 @@ JSON
 }
 
 # A
-for pf in 0 1; do
-    spec "$TMP/a$pf.json" ", \"prefetch_rows\": $pf"
+for pf in 0 1 default; do
+    if [ $pf = default ]; then spec "$TMP/a$pf.json" ""; else spec "$TMP/a$pf.json" ", \"prefetch_rows\": $pf"; fi
     cluster 1 1
     start_ps 0
     ps_pid=$LAST_PID
@@ -55,6 +57,9 @@ for pf in 0 1; do
     wait "$w_pid" "$ps_pid" 2>/dev/null || true
 done
 cmp -s "$TMP/a0.st" "$TMP/a1.st" || fail "prefetch_rows 1 trained another model than the serial path"
+cmp -s "$TMP/a0.st" "$TMP/adefault.st" || fail "the default trained another model than the serial path"
+grep -q "prefetch_rows 0 (default: ps 0, ${PS_ADDR[0]}, shares this worker's host)" "$TMP/adefault-worker.log" ||
+    fail "the default's choice is not logged: $(grep prefetch_rows "$TMP/adefault-worker.log")"
 share=$(sed -n 's/.*prefetch_rows: \([0-9.]*\)% of the [0-9]* rows pushed were on the steps. critical path.*/\1/p' \
     "$TMP/a1-worker.log")
 [ -n "$share" ] || fail "the worker did not report the critical path's share: $(tail -5 "$TMP/a1-worker.log")"
@@ -63,7 +68,7 @@ grep -q "prefetch_rows: " "$TMP/a0-worker.log" && fail "prefetch_rows 0 prefetch
 echo "A: the same model bytes with and without prefetching ($share % of the rows on the critical path)"
 
 # B
-spec "$TMP/b.json" ""
+spec "$TMP/b.json" ', "prefetch_rows": 1'
 cluster 2 2
 ps_pids=()
 for i in 0 1; do start_ps "$i"; ps_pids+=("$LAST_PID"); done
@@ -85,7 +90,7 @@ for i in 0 1; do
     steps=$((steps + n))
 done
 [ "$steps" = 100 ] || fail "B: the replicas ran $steps steps, expected 100 (6400 rows / 64)"
-grep -q "prefetch_rows: " "$TMP/worker0.log" || fail "B: the default did not prefetch"
+grep -q "prefetch_rows: " "$TMP/worker0.log" || fail "B: prefetch_rows 1 did not prefetch"
 grep -q "test AUC" "$TMP/worker0.out" "$TMP/worker0.log" || fail "B: the chief did not evaluate"
 
 # C

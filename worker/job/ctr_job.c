@@ -9,6 +9,7 @@
 #include "psc.h"
 #include "tower.h"
 #include "tower_ctr.h"
+#include "cpu_share.h"
 #include "tower_group.h"
 
 #include <math.h>
@@ -65,6 +66,28 @@ static int ensure_tower(ctr_job_t *j, const ctr_slot_batch_t *b, char *err, size
                             j->device, &j->tower, err, errlen);
 }
 
+/* Whether rows are pulled a batch ahead (ctr_prefetch.h): as the spec says,
+ * else (absent) unless a PS runs on this worker's host. Prefetching lets the
+ * PS apply most of a step's rows while the next step computes, for some more
+ * CPU on both sides: a win where the PS have cores of their own (+16-30 % on
+ * 1 ps + 1 worker pinned to a core each), a loss where worker and PS share
+ * the cores (-10-15 % on the 2-core VM, 1 + 1 and 2 + 2): docs/performance.md. */
+static int use_prefetch(const ctr_job_opts_t *o)
+{
+    int pf = o->spec->prefetch_rows;
+    if (pf >= 0) return pf;
+    const char *mine = o->cluster ? psc_cluster_addr(o->cluster, o->task) : NULL;
+    for (int i = 0; mine && i < o->cluster->n[PSC_JOB_PS]; i++) {
+        const char *ps = o->cluster->addr[PSC_JOB_PS][i];
+        if (ps && cpu_share_same_host(mine, ps)) {
+            PSC_INFO("prefetch_rows 0 (default: ps %d, %s, shares this worker's host)", i, ps);
+            return 0;
+        }
+    }
+    PSC_INFO("prefetch_rows 1 (default: no PS on this worker's host)");
+    return 1;
+}
+
 int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -91,7 +114,7 @@ int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t e
     if (o->train && (rc = ctr_loader_create(spec, 0, o->rank, o->replicas, spec->batch_size, spec->seed, spec->shuffle,
                                             o->prefetch, &j->loader, err, errlen)))
         goto fail;
-    if (j->loader && !spec->sync && spec->prefetch_rows && (rc = ctr_pf_create(o->pc, spec, &j->pf, err, errlen)))
+    if (j->loader && !spec->sync && use_prefetch(o) && (rc = ctr_pf_create(o->pc, spec, &j->pf, err, errlen)))
         goto fail;
     /* a followed directory: the training loop gets control back while files are awaited (model_step_t.waiting) */
     if (j->loader && spec->follow) ctr_loader_set_interrupt(j->loader, o->stop, o->finish, CTR_JOB_WAIT_SECS);
@@ -509,6 +532,8 @@ int ctr_job_model_create(const model_job_opts_t *o, model_job_t **out, char *err
                          .rank = o->rank,
                          .replicas = o->replicas,
                          .prefetch = o->prefetch,
+                         .cluster = o->cluster,
+                         .task = o->task,
                          .train = o->train,
                          .eval_batch = o->eval_batch,
                          .stop = o->stop,

@@ -38,6 +38,8 @@ typedef struct ctr_job_opts {
     int blas_threads;
     int rank, replicas;   /* this replica's shard of the training files */
     int prefetch;
+    const psc_cluster_t *cluster; /* with task: where the PS are (prefetch_rows' default) */
+    psc_task_t task;
     int train;            /* 0: evaluation only (no training files opened) */
     int eval_batch;       /* examples per evaluation batch */
     const atomic_int *stop, *finish; /* data.follow: the wait for the next batch ends when either is set */
