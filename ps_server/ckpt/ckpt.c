@@ -121,6 +121,15 @@ int ckpt_manifest_load(ckpt_view_t *v, uint64_t id, ckpt_manifest_t *m, char *er
     return rc;
 }
 
+int ckpt_manifest_read(ckpt_db_t *db, uint64_t id, ckpt_manifest_t *m, char *err, size_t errlen)
+{
+    ckpt_view_t v;
+    ckpt_view_open(db, &v);
+    int rc = ckpt_manifest_load(&v, id, m, err, errlen);
+    ckpt_view_close(&v);
+    return rc;
+}
+
 /* Checks tensor e of checkpoint id in the view: present, and its value right. */
 static int tensor_check(ckpt_view_t *v, uint64_t id, const ckpt_entry_t *e, void **copy, char *err, size_t errlen)
 {
@@ -950,11 +959,8 @@ int ckpt_names(ckpt_db_t *db, uint64_t id, char ***names, int *n, char *err, siz
     PSC_ASSERT(db && names && n);
     *names = NULL;
     *n = 0;
-    ckpt_view_t v;
-    ckpt_view_open(db, &v);
     ckpt_manifest_t m;
-    int rc = ckpt_manifest_load(&v, id, &m, err, errlen);
-    ckpt_view_close(&v);
+    int rc = ckpt_manifest_read(db, id, &m, err, errlen);
     if (rc) return rc;
     if (m.info.ntensors > INT32_MAX) {
         ckpt_manifest_free(&m);

@@ -258,6 +258,8 @@ void ckpt_scan_free(ckpt_scan_item_t *items, int n);
 /* The manifest of id in the view into *m (ckpt_manifest_free): PSC_ENOTFOUND
  * when there is none, PSC_ECORRUPT / PSC_EUNSUPPORTED / PSC_EIO. */
 int ckpt_manifest_load(ckpt_view_t *v, uint64_t id, ckpt_manifest_t *m, char *err, size_t errlen);
+/* ckpt_manifest_load in a view of its own (opened and closed here). */
+int ckpt_manifest_read(ckpt_db_t *db, uint64_t id, ckpt_manifest_t *m, char *err, size_t errlen);
 /* Checks every tensor of manifest m in the view. 0 or PSC_ECORRUPT / PSC_EIO. */
 int ckpt_tensors_verify(ckpt_view_t *v, const ckpt_manifest_t *m, char *err, size_t errlen);
 /* Records the writer's first error (later ones are ignored); returns it. */

@@ -562,11 +562,8 @@ int ckpt_tables(ckpt_db_t *db, uint64_t id, ckpt_table_info_t **out, int *n, cha
     PSC_ASSERT(db && out && n);
     *out = NULL;
     *n = 0;
-    ckpt_view_t v;
-    ckpt_view_open(db, &v);
     ckpt_manifest_t m;
-    int rc = ckpt_manifest_load(&v, id, &m, err, errlen);
-    ckpt_view_close(&v);
+    int rc = ckpt_manifest_read(db, id, &m, err, errlen);
     if (rc) return rc;
     ckpt_table_info_t *a = m.info.ntables ? psc_xcalloc(m.info.ntables, sizeof *a) : NULL;
     for (uint32_t i = 0; i < m.info.ntables; i++) {

@@ -597,18 +597,25 @@ static void run_child(const char *dir, const char *mode)
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) fail_msg("child %s: status 0x%x, want SIGKILL", mode, st);
 }
 
+/* Checkpoint 1, a base of rows 0..99 of a 128-row model, committed; the store closed. */
+static model_t save_base_closed(fx_t *f)
+{
+    model_t m1 = model_new(128);
+    size_t n;
+    int64_t *all = range(0, 100, 1, &n);
+    save_emb(f->db, 1, 0, all, n, &m1, 3);
+    free(all);
+    ckpt_close(f->db);
+    f->db = NULL;
+    return m1;
+}
+
 static void test_crash_and_prepared_delta(void **state)
 {
     fx_t *f = *state;
     char err[512] = "";
     ckpt_info_t good;
-    enum { N = 128 };
-    model_t m1 = model_new(N);
-    size_t n;
-    int64_t *all = range(0, 100, 1, &n);
-    save_emb(f->db, 1, 0, all, n, &m1, 3);
-    ckpt_close(f->db);
-    f->db = NULL;
+    model_t m1 = save_base_closed(f);
 
     run_child(f->dir, "kill");
     reopen(f);
@@ -635,7 +642,6 @@ static void test_crash_and_prepared_delta(void **state)
     assert_int_equal(good.id, 2);
     EXPECT_LIST(f->db, "1c<2 2c"); /* 1 stays: 2 reads it */
     expect_table(f->db, 2, EMB, RL, &m2);
-    free(all);
     free(m1.who);
     free(m2.who);
 }
@@ -649,13 +655,7 @@ static void test_crash_after_ingest(void **state)
     fx_t *f = *state;
     char err[512] = "";
     ckpt_info_t good;
-    enum { N = 128 };
-    model_t m1 = model_new(N);
-    size_t n;
-    int64_t *all = range(0, 100, 1, &n);
-    save_emb(f->db, 1, 0, all, n, &m1, 3);
-    ckpt_close(f->db);
-    f->db = NULL;
+    model_t m1 = save_base_closed(f);
 
     run_child(f->dir, "kill-after-ingest");
     char stray[128];
@@ -698,7 +698,6 @@ static void test_crash_after_ingest(void **state)
     reopen(f);
     EXPECT_LIST(f->db, "1c<3 2c<3 3c");
     expect_table(f->db, 3, EMB, RL, &m3);
-    free(all);
     free(m1.who);
     free(m2.who);
     free(m3.who);
