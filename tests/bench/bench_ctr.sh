@@ -12,9 +12,13 @@
 #        number is the one the worker logs: "finished N steps in S s (E
 #        examples/s)". (b1)/(a) is the like-for-like ratio: one worker against
 #        one tower (target >= 0.8, as for the dense jobs);
-#   (b1s) as (b1) on the serial path ("prefetch_rows": 0: a step's push and the
-#        next batch's pull in one round the step waits for; the default, 1,
-#        waits only for the rows the next batch shares: ctr_prefetch.h);
+#   (b1p) as (b1) with "prefetch_rows": 1 (a step waits only for the rows the
+#        next batch shares, the rest of its exchange runs beside the next step:
+#        ctr_prefetch.h); (b1) takes the default, the serial path, since its PS
+#        runs on the worker's host;
+#   (p0), (p1) as (b1) with the ps_server pinned to CPU 1 and the worker to
+#        CPU 0 (taskset), "prefetch_rows" 0 and 1: a PS with a core of its own,
+#        as on a host of its own, where the default is 1;
 #   (b1') as (b1) with the worker's --blas_threads 1 (OpenBLAS's idle threads
 #        spin on sched_yield, on cores the PS needs), against (a') the tower
 #        alone with 1 BLAS thread (also measured before and after);
@@ -22,7 +26,7 @@
 #        training file; the per-worker mean, the sum, and the mean over (a).
 #        On a machine with fewer cores than processes (the 2-core development
 #        VM runs 4 processes here) (b)/(a) mostly says how the cores are shared;
-#   (bs) as (b) on the serial path ("prefetch_rows": 0);
+#   (bp) as (b) with "prefetch_rows": 1;
 #   (c)  (b1) as the declared rows of both tables ("emb" and "wide") grow:
 #        10^5 .. 10^9, run up and then down again (the mean of the two cancels
 #        a steady drift; both shown); each size's examples/s and its ratio to
@@ -86,7 +90,8 @@ perf_top() {
         2>/dev/null | grep -v '^#' | grep -v '^ *$' | cut -c1-120 >"$perf_dir/$2.txt" || true
 }
 
-# train SPEC NPS NW [WORKER_FLAGS...]: runs NPS ps_servers + NW workers; prints
+# train SPEC NPS NW [WORKER_FLAGS...]: runs NPS ps_servers + NW workers (PIN=1: the
+# ps_servers on CPU 1, the workers on CPU 0); prints
 # "<sum of examples/s> <each worker's, comma-separated> <largest ps peak MiB> <largest worker peak MiB>
 #  <ps CPU ms/step> <worker CPU ms/step>" (CPU: the processes' last sampled utime + stime, from their
 # start, summed over the ps_servers or the workers, over the steps of all workers).
@@ -101,7 +106,7 @@ train() {
     local tf="{\"cluster\": {\"ps\": [$ps_list], \"worker\": [$w_list]}, \"task\": "
     local pspids=() wpids=() p
     for ((i = 0; i < nps; i++)); do
-        TF_CONFIG="$tf{\"type\": \"ps\", \"index\": $i}}" "$bin/ps_server" >"$work/ps$i.log" 2>&1 &
+        TF_CONFIG="$tf{\"type\": \"ps\", \"index\": $i}}" ${PIN:+taskset -c 1} "$bin/ps_server" >"$work/ps$i.log" 2>&1 &
         pspids+=($!)
         pids+=($!)
     done
@@ -109,7 +114,7 @@ train() {
         "$bin/psc_health" "127.0.0.1:${ports[i]}" 20000 || { cat "$work/ps$i.log" >&2; return 1; }
     done
     for ((i = nw - 1; i >= 0; i--)); do
-        TF_CONFIG="$tf{\"type\": \"worker\", \"index\": $i}}" "$bin/worker" --job_spec "$spec" \
+        TF_CONFIG="$tf{\"type\": \"worker\", \"index\": $i}}" ${PIN:+taskset -c 0} "$bin/worker" --job_spec "$spec" \
             --log_every_secs 60 "$@" >"$work/worker$i.out" 2>"$work/worker$i.log" &
         wpids=($! "${wpids[@]}")
         pids+=($!)
@@ -174,17 +179,24 @@ a1=$(tower 0)
 a1t=$(tower 1)
 spec_for "$work/one.json" "$(steps_for "$a1")"
 PERF_THIS_RUN=1 train "$work/one.json" 1 1 >"$work/res_b1"
+spec_for "$work/one-p.json" "$(steps_for "$a1")" "" '"prefetch_rows": 1, '
+train "$work/one-p.json" 1 1 >"$work/res_b1p"
 spec_for "$work/one-s.json" "$(steps_for "$a1")" "" '"prefetch_rows": 0, '
-train "$work/one-s.json" 1 1 >"$work/res_b1s"
+pinned=""
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+    pinned=1
+    PIN=1 train "$work/one-s.json" 1 1 >"$work/res_p0"
+    PIN=1 train "$work/one-p.json" 1 1 >"$work/res_p1"
+fi
 spec_for "$work/one-t.json" "$(steps_for "$a1t")"
 train "$work/one-t.json" 1 1 --blas_threads 1 >"$work/res_b1t"
 read -r b1 _ _ _ _ _ <"$work/res_b1"
 # each of the 2 workers gets about half of (b1)'s share of the machine
 spec_for "$work/two.json" "$(steps_for $((b1 / 2)))"
 train "$work/two.json" 2 2 >"$work/res_b"
-spec_for "$work/two-s.json" "$(steps_for $((b1 / 2)))" "" '"prefetch_rows": 0, '
-train "$work/two-s.json" 2 2 >"$work/res_bs"
-read -r _ bseach _ _ _ _ <"$work/res_bs"
+spec_for "$work/two-p.json" "$(steps_for $((b1 / 2)))" "" '"prefetch_rows": 1, '
+train "$work/two-p.json" 2 2 >"$work/res_bp"
+read -r _ bpeach _ _ _ _ <"$work/res_bp"
 read -r _ beach _ _ _ _ <"$work/res_b"
 a2=$(tower 0)
 a2t=$(tower 1)
@@ -222,10 +234,14 @@ row run examples/s "per worker" ratio "ps MiB" "w MiB" "ps ms" "w ms"
 row "(a) tower alone, mean of $a1/$a2" "$a" "$a"
 row "(a') 1 BLAS thread, mean of $a1t/$a2t" "$at" "$at"
 res_row "(b1) 1 ps + 1 worker" "$work/res_b1" 1 "$a"
-res_row "(b1s) as (b1), prefetch_rows 0" "$work/res_b1s" 1 "$a"
+res_row "(b1p) as (b1), prefetch_rows 1" "$work/res_b1p" 1 "$a"
+if [ -n "$pinned" ]; then
+    res_row "(p0) pinned, prefetch_rows 0" "$work/res_p0" 1 "$a"
+    res_row "(p1) pinned, prefetch_rows 1" "$work/res_p1" 1 "$a"
+fi
 res_row "(b1') as (b1), --blas_threads 1" "$work/res_b1t" 1 "$at"
 res_row "(b) 2 ps + 2 workers ($beach)" "$work/res_b" 2 "$a"
-res_row "(bs) as (b), prefetch_rows 0 ($bseach)" "$work/res_bs" 2 "$a"
+res_row "(bp) as (b), prefetch_rows 1 ($bpeach)" "$work/res_bp" 2 "$a"
 for r in $sizes; do
     row "(c) rows 10^$((${#r} - 1)), mean of ${cruns[$r]}" "${crate[$r]}" "${crate[$r]}" \
         "$(ratio "${crate[$r]}" "${crate[$base]}")" "${cps[$r]}" "${cw[$r]}" "$(printf %.2f "${cpc[$r]}")" \
