@@ -33,8 +33,10 @@
  *     of popular ids more, which are admitted anyway).
  *   - Tombstones: every removal appends (id, epoch) to the shard's list (at
  *     most SPARSE_DEAD_MAX / 256 a shard; past that the epoch is recorded as
- *     lost and the next checkpoint must be a base); a committed checkpoint
- *     drops those it holds.
+ *     lost and the next checkpoint must be a base); a checkpoint's copy
+ *     (sparse_cut.c) takes those of its range; a committed checkpoint drops
+ *     those it holds. A removal first lets a pending cut keep the row
+ *     (cut_keep_row).
  * Invariants: an entry's record has meta.id == entry.id; a free record has
  * meta.id == -1 and is on exactly one free list; n counts the entries.
  */
@@ -167,14 +169,17 @@ static void tomb_add(sparse_table_t *t, shard_t *sh, int64_t id)
     while (epoch > lost && !atomic_compare_exchange_weak(&t->dead_lost, &lost, epoch)) {}
 }
 
-/* Removes the row of record r (live, its id in its meta) from shard sh. */
-static void row_remove(sparse_table_t *t, shard_t *sh, uint32_t r)
+/* Removes the row of record r (live, its id in its meta) from shard sh: 0,
+ * or PSC_ENOMEM when a pending cut could not keep it (the row stays). */
+static int row_remove(sparse_table_t *t, shard_t *sh, uint32_t r)
 {
     unsigned char *rec = rec_at(t, sh, r);
     rec_meta_t *m = rec_meta(t, rec);
     int64_t id = m->id;
     entry_t *e = shard_find(sh, id, psc_mix64((uint64_t)id));
     PSC_ASSERT(e && e->rec == r);
+    int rc = cut_keep_row(t, sh, e);
+    if (rc) return rc;
     index_remove(sh, e);
     m->id = -1;
     memcpy(rec, &sh->free_head, sizeof sh->free_head);
@@ -183,6 +188,7 @@ static void row_remove(sparse_table_t *t, shard_t *sh, uint32_t r)
     atomic_fetch_sub_explicit(&t->rows, 1, memory_order_relaxed);
     count(&t->evicted, 1);
     tomb_add(t, sh, id);
+    return 0;
 }
 
 static void note_pause(sparse_table_t *t, double t0)
@@ -243,7 +249,8 @@ void life_enforce_cap(sparse_table_t *t, shard_t *sh)
     }
     PSC_ASSERT(n == sh->n);
     if (cut < n) select_oldest(a, n, cut);
-    for (size_t i = 0; i < cut && i < n; i++) row_remove(t, sh, a[i].rec);
+    /* a cut that cannot keep a row (no memory): the cap waits for the next request */
+    for (size_t i = 0; i < cut && i < n && !row_remove(t, sh, a[i].rec); i++) {}
     free(a);
     note_pause(t, t0);
 }
@@ -269,10 +276,7 @@ uint64_t sparse_table_expire(sparse_table_t *t, int s)
         if (m->id < 0) continue;
         int old = (ttl_steps > 0 && step > m->step && (int64_t)(step - m->step) > ttl_steps) ||
                   (ttl_secs > 0 && secs > m->secs && (double)(secs - m->secs) > ttl_secs);
-        if (old) {
-            row_remove(t, sh, (uint32_t)r);
-            removed++;
-        }
+        if (old && !row_remove(t, sh, (uint32_t)r)) removed++; /* else the next pass takes it */
     }
     note_pause(t, t0);
     pthread_mutex_unlock(&sh->lock);
@@ -281,39 +285,9 @@ uint64_t sparse_table_expire(sparse_table_t *t, int s)
 
 /* ---- tombstones ---- */
 
-static int id_cmp(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-int life_emit_dead(sparse_table_t *t, uint64_t since, int (*emit)(void *arg, int64_t id, const void *rec, size_t len),
-                   void *arg)
-{
-    /* No pull or push runs now (export's contract): the shards are read unlocked. */
-    size_t n = 0;
-    for (int s = 0; s < SPARSE_TABLE_SHARDS; s++) n += t->shards[s].ndead;
-    if (!n) return 0;
-    int64_t *ids = malloc(n * sizeof *ids);
-    if (!ids) return PSC_ENOMEM;
-    size_t k = 0;
-    for (int s = 0; s < SPARSE_TABLE_SHARDS; s++) {
-        const shard_t *sh = &t->shards[s];
-        for (size_t i = 0; i < sh->ndead; i++) {
-            const dead_t *d = &sh->dead[i];
-            if (d->epoch > since && !shard_find(sh, d->id, psc_mix64((uint64_t)d->id))) ids[k++] = d->id;
-        }
-    }
-    qsort(ids, k, sizeof *ids, id_cmp);
-    int rc = 0;
-    for (size_t i = 0; i < k && !rc; i++)
-        if (i == 0 || ids[i] != ids[i - 1]) rc = emit(arg, ids[i], NULL, 0);
-    free(ids);
-    return rc;
-}
-
 void sparse_table_committed(sparse_table_t *t, uint64_t mark)
 {
+    PSC_ASSERT(t->cut_left == 0);
     for (int s = 0; s < SPARSE_TABLE_SHARDS; s++) {
         shard_t *sh = &t->shards[s];
         size_t k = 0;

@@ -16,8 +16,8 @@
  *     blocks[r >> bshift] + (r & bmask) * stride. Growing the index copies
  *     entries, never records.
  * A record is exactly the header's export form (int64 t, values, slots); its
- * epoch sits in its index entry, so an incremental export scans the index
- * only and the exported bytes are the record itself.
+ * epoch sits in its index entry, so a checkpoint's copy (sparse_cut.c) scans
+ * the index only and the copied bytes are the record itself.
  *
  * A request's ids are grouped by shard with a counting sort on the hash's top
  * byte, ids and hashes copied into shard order (batch_t; batches of at most
@@ -42,8 +42,9 @@
  * Invariants: an entry is inserted only once its record number is valid, and
  * its record is written before the shard lock is released; a record's address
  * never changes; every entry's record number is < the shard's nrec. Counters are
- * relaxed atomics; the epoch changes only in export (no pull or push runs
- * then, sparse_table.h).
+ * relaxed atomics; the epoch changes only at a checkpoint's cut (no pull or
+ * push runs then, sparse_table.h). A row changes only after cut_keep_row
+ * (sparse_cut.c): a pending cut keeps the rows it holds before they change.
  */
 #include "sparse_table.h"
 #include "sparse_table_internal.h"
@@ -267,6 +268,7 @@ static int find_rows(sparse_table_t *t, shard_t *sh, const req_t *q, const batch
         }
         recs[k - c0] = rec_at(t, sh, e->rec);
         if (touch) {
+            if ((rc = cut_keep_row(t, sh, e))) return rc; /* a pending cut's row: kept before it changes */
             e->epoch = epoch;
             if (t->meta_off) meta_touch(t, recs[k - c0], q->clock[0], q->clock[1]);
         }
@@ -605,6 +607,7 @@ void sparse_table_destroy(sparse_table_t *t)
         for (size_t b = 0; b < sh->nblocks; b++) free(sh->blocks[b]);
         free(sh->blocks);
         free(sh->index);
+        free(sh->saved); /* a cut left open (its copy failed or never ran) */
         life_free_shard(sh);
         pthread_mutex_destroy(&sh->lock);
     }
@@ -644,71 +647,7 @@ void sparse_table_get_stats(const sparse_table_t *t, sparse_table_stats_t *st)
     st->waiting = t->cms_w ? life_waiting(t) : 0;
 }
 
-/* ---- export and put ---- */
-
-typedef struct row_ref {
-    int64_t id;
-    const unsigned char *rec;
-} row_ref_t;
-
-static int row_ref_cmp(const void *a, const void *b)
-{
-    int64_t x = ((const row_ref_t *)a)->id, y = ((const row_ref_t *)b)->id;
-    return (x > y) - (x < y);
-}
-
-/* Rows of epoch > since in ascending id order: collected, sorted, emitted. */
-static int export_sorted(sparse_table_t *t, uint64_t since,
-                         int (*emit)(void *arg, int64_t id, const void *rec, size_t len), void *arg)
-{
-    size_t n = 0;
-    for (int s = 0; s < SPARSE_TABLE_SHARDS; s++) {
-        const shard_t *sh = &t->shards[s];
-        for (size_t i = 0; i < sh->cap; i++) n += sh->index[i].id >= 0 && sh->index[i].epoch > since;
-    }
-    row_ref_t *refs = malloc((n ? n : 1) * sizeof *refs);
-    if (!refs) return PSC_ENOMEM;
-    size_t k = 0;
-    for (int s = 0; s < SPARSE_TABLE_SHARDS; s++) {
-        const shard_t *sh = &t->shards[s];
-        for (size_t i = 0; i < sh->cap; i++) {
-            const entry_t *e = &sh->index[i];
-            if (e->id >= 0 && e->epoch > since) refs[k++] = (row_ref_t){e->id, rec_at(t, sh, e->rec)};
-        }
-    }
-    PSC_ASSERT(k == n);
-    qsort(refs, n, sizeof *refs, row_ref_cmp);
-    int rc = 0;
-    for (size_t i = 0; i < n && !rc; i++) rc = emit(arg, refs[i].id, refs[i].rec, t->rec_bytes);
-    free(refs);
-    return rc;
-}
-
-int sparse_table_export(sparse_table_t *t, uint64_t since, int sorted,
-                        int (*emit)(void *arg, int64_t id, const void *rec, size_t len), void *arg, uint64_t *mark)
-{
-    /* No pull or push runs now (sparse_table.h): the shards are read unlocked,
-     * and emit (which may write a checkpoint) runs under no lock of ours. */
-    uint32_t epoch = (uint32_t)atomic_load_explicit(&t->epoch, memory_order_relaxed);
-    int rc = 0;
-    if (sorted) {
-        rc = export_sorted(t, since, emit, arg);
-    } else {
-        for (int s = 0; s < SPARSE_TABLE_SHARDS && !rc; s++) {
-            const shard_t *sh = &t->shards[s];
-            for (size_t i = 0; i < sh->cap && !rc; i++) {
-                const entry_t *e = &sh->index[i];
-                if (e->id >= 0 && e->epoch > since) rc = emit(arg, e->id, rec_at(t, sh, e->rec), t->rec_bytes);
-            }
-        }
-    }
-    if (!rc && since > 0 && t->meta_off) rc = life_emit_dead(t, since, emit, arg);
-    if (rc) return rc;
-    PSC_ASSERT(epoch < UINT32_MAX); /* one epoch an export: 4 billion checkpoints */
-    atomic_store_explicit(&t->epoch, epoch + 1, memory_order_relaxed);
-    *mark = epoch;
-    return 0;
-}
+/* ---- scan and put ---- */
 
 /* Restores the max-heap order of heap[0..n) below position i. */
 static void heap_down(int64_t *heap, size_t n, size_t i)
@@ -800,7 +739,10 @@ int sparse_table_put(sparse_table_t *t, int64_t id, const void *rec, size_t len,
     if (t->meta_off) table_clock(t, &clock[0], &clock[1]); /* a restored row's age starts now */
     pthread_mutex_lock(&sh->lock);
     entry_t *e = shard_find(sh, id, h);
-    if (!e) rc = shard_insert(t, sh, id, h, epoch, clock, &e);
+    if (e)
+        rc = cut_keep_row(t, sh, e);
+    else
+        rc = shard_insert(t, sh, id, h, epoch, clock, &e);
     if (!rc) {
         unsigned char *r = rec_at(t, sh, e->rec);
         memcpy(r, p, len);

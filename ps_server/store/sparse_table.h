@@ -32,15 +32,22 @@
  * Untouched rows never change.
  *
  * Checkpoint marks: the table counts modifications in epochs. Every row
- * created or updated records the current epoch; sparse_table_export(since)
- * emits the rows whose epoch is > since and then starts a new epoch, returning
- * the mark to pass as `since` next time (once that checkpoint is committed).
- * since = 0 emits every row (a full base).
+ * created or updated records the current epoch. A checkpoint's cut
+ * (sparse_table_cut(since)) closes the epoch and returns its mark, the value
+ * to pass as `since` next time (once that checkpoint is committed); the rows
+ * whose epoch is > since as of the cut are then copied shard by shard
+ * (sparse_table_cut_copy) while pulls and pushes go on: a thread that is about
+ * to change or remove a row of the cut in a shard not copied yet keeps the
+ * row's record for the copy first (copy-on-write per row), so the copy is the
+ * table at the cut, and a row changed after the cut has a later epoch (it is
+ * in the next delta). since = 0 copies every row (a full base).
+ * sparse_table_export does the cut and the copy in one call.
  *
  * Thread-safety: every function may be called from any thread, except that
- * export and import-side calls on a table object (sparse_table_put) must not
- * run concurrently with pulls or pushes on the same object (the store's push
- * fence guarantees it for export; import fills a fresh table).
+ * sparse_table_cut, sparse_table_export and import-side calls on a table
+ * object (sparse_table_put into a fresh table) must not run concurrently with
+ * pulls or pushes on the same object (the store's push fence guarantees it for
+ * the cut; import fills a fresh table). sparse_table_cut_copy may.
  */
 #ifndef PSC_SPARSE_TABLE_H
 #define PSC_SPARSE_TABLE_H
@@ -143,13 +150,51 @@ void sparse_table_get_stats(const sparse_table_t *t, sparse_table_stats_t *st);
  * without get_stats's other counters (and admission's estimate of the waiting ids). */
 uint64_t sparse_table_version(const sparse_table_t *t);
 
-/* Emits every row whose epoch is > since, in ascending id order when `sorted`
- * (else any order): emit(arg, id, record, record_bytes); a nonzero return
- * stops and is returned. Then starts a new epoch; *mark = the epoch just
- * closed (pass it as `since` once the rows are safely stored). On an error
- * (emit's, or PSC_ENOMEM for the sorted list: 16 bytes a row) no new epoch
- * starts and *mark is untouched. emit runs under no lock of t. Must not run
- * concurrently with pulls, pushes or puts on t. */
+/* ---- checkpoints: the cut and its copy (sparse_cut.c) ---- */
+
+/* What sparse_table_cut_copy copies out of one shard: memory the caller owns
+ * (zero it before the first use; sparse_cut_buf_free). */
+typedef struct sparse_cut_buf {
+    unsigned char *rows; /* (n, row_bytes): int64 id, then the record (8-byte aligned) */
+    size_t n, cap, row_bytes, rec_bytes;
+    int64_t *dead; /* (ndead) tombstones: ids evicted since `since` without a row at the cut */
+    size_t ndead, dead_cap;
+    int64_t *scratch; /* (cap) the rows' ids, sorted, when tombstones are checked against them */
+} sparse_cut_buf_t;
+
+/* Opens a cut: closes the current epoch (*mark = it) and marks every shard
+ * pending for a copy of the rows whose epoch is in (since, *mark], with the
+ * tombstones of that range when since > 0 (a base has none). O(shards); no
+ * allocation, cannot fail. Must not run concurrently with pulls, pushes,
+ * puts, expiry or another cut on t; a cut must not be open already. */
+void sparse_table_cut(sparse_table_t *t, uint64_t since, uint64_t *mark);
+/* Copies shard s (0..SPARSE_TABLE_SHARDS-1) of the open cut into b (its
+ * previous content dropped), as of the cut, and clears the shard's mark;
+ * each shard exactly once. Holds the shard's lock for one pass over its
+ * index: pushes of that shard wait for it, others go on. PSC_ENOMEM (the
+ * shard stays pending: sparse_table_cut_abort). Thread-safe with pulls,
+ * pushes, puts and expiry; one thread copies a cut. */
+int sparse_table_cut_copy(sparse_table_t *t, int s, sparse_cut_buf_t *b);
+/* Shards of the open cut not copied yet (0: no cut open). Same thread as the copy. */
+int sparse_table_cut_left(const sparse_table_t *t);
+/* Closes the open cut without copying the rest: every pending mark cleared,
+ * the rows kept for it freed. No-op without a cut. Thread-safe like copy. */
+void sparse_table_cut_abort(sparse_table_t *t);
+/* emit(arg, id, record, record_bytes) for b's rows, then emit(arg, id, NULL,
+ * 0) for its tombstones; a nonzero return stops and is returned. No lock. */
+int sparse_cut_buf_emit(const sparse_cut_buf_t *b, int (*emit)(void *arg, int64_t id, const void *rec, size_t len),
+                        void *arg);
+void sparse_cut_buf_free(sparse_cut_buf_t *b);
+
+/* A cut and its whole copy in one call: emits every row whose epoch is >
+ * since, and with since > 0 each id evicted since that has no row now as
+ * emit(arg, id, NULL, 0); in ascending id order when `sorted` (else shard by
+ * shard); a nonzero return of emit stops and is returned. *mark = the epoch
+ * just closed (pass it as `since` once the rows are safely stored). On an
+ * error (emit's, or PSC_ENOMEM) the cut is abandoned and *mark untouched (the
+ * epoch stays closed: a later export since an older mark has its rows again).
+ * emit runs under no lock of t. Must not run concurrently with pulls,
+ * pushes or puts on t (sparse_table_cut). */
 int sparse_table_export(sparse_table_t *t, uint64_t since, int sorted,
                         int (*emit)(void *arg, int64_t id, const void *rec, size_t len), void *arg, uint64_t *mark);
 /* A page of the rows that exist, in ascending id order: the (at most) max
@@ -205,10 +250,10 @@ void sparse_table_set_step(sparse_table_t *t, int64_t step);
 /* 1 when the part has a TTL (the evictor has work). */
 int sparse_table_has_ttl(const sparse_table_t *t);
 /* Removes the rows of shard s (0..SPARSE_TABLE_SHARDS-1) older than a TTL;
- * returns how many. Thread-safe like push; not concurrently with export. */
+ * returns how many. Thread-safe like push (and so with a cut's copy). */
 uint64_t sparse_table_expire(sparse_table_t *t, int s);
-/* Checkpoint `mark` (an export's mark) is committed: its tombstones are no
- * longer needed. Not concurrently with anything else on t. */
+/* Checkpoint `mark` (a cut's mark) is committed: its tombstones are no
+ * longer needed. Not concurrently with anything else on t, nor with a cut open. */
 void sparse_table_committed(sparse_table_t *t, uint64_t mark);
 /* 1 when a delta since `mark` would miss tombstones (more than
  * SPARSE_DEAD_MAX rows evicted since): the next checkpoint must be a base. */

@@ -1,5 +1,6 @@
-/* sparse_table_internal.h — what sparse_table.c (rows, pulls, pushes,
- * export) and sparse_life.c (expiry, the cap, admission, tombstones) share:
+/* sparse_table_internal.h — what sparse_table.c (rows, pulls, pushes),
+ * sparse_life.c (expiry, the cap, admission, tombstones) and sparse_cut.c (a
+ * checkpoint's cut and its copy) share:
  * the shard and table structs and the inline lookups. The design is at the
  * top of sparse_table.c; a row's life at the end of sparse_table.h. Not for
  * other modules. */
@@ -38,12 +39,20 @@ typedef struct dead {
     uint64_t epoch;
 } dead_t;
 
+/* A pending shard's kept rows (sparse_cut.c): n of cap rows of
+ * t->cut_row_bytes, each the id then the record. */
+typedef struct cut_saved {
+    size_t n, cap;
+    unsigned char rows[];
+} cut_saved_t;
+
 typedef struct shard {
     _Alignas(64) pthread_mutex_t lock; /* everything below; 64-byte aligned: no false sharing */
     entry_t *index;                    /* (cap) NULL before the first row */
     size_t cap, n;                     /* n rows (= index entries in use), n * 10 <= cap * 7 */
     size_t nrec;                       /* records handed out (live or on the free list) */
     uint32_t free_head;                /* the first free record (its first 4 bytes: the next), REC_NONE */
+    uint32_t cut_epoch;                /* the open checkpoint cut's epoch; 0: not pending (below) */
     unsigned char **blocks;            /* (nblocks) each 2^bshift records */
     size_t nblocks, blocks_cap;
     /* index and cap - 1 again, for prefetches by a thread that does not hold
@@ -53,6 +62,12 @@ typedef struct shard {
     size_t cap_rows; /* the shard's share of max_rows (0: no cap) */
     dead_t *dead;    /* (ndead) tombstones since the last committed checkpoint */
     size_t ndead, dead_cap;
+    /* The open checkpoint cut (sparse_cut.c): rows with cut_since < epoch <=
+     * cut_epoch belong to it; cut_epoch 0: the shard is not pending (copied,
+     * or no cut open). saved: the cut's rows changed or removed since the
+     * cut, kept for its copy; NULL when none. (The struct stays 192 bytes.) */
+    uint32_t cut_since;
+    struct cut_saved *saved;
     uint8_t *cms;         /* admission: 4 rows of cms_w counters; NULL without admission */
     size_t cms_incs;      /* increments since the last halving */
     atomic_size_t cms_nz; /* nonzero counters of row 0 (the waiting ids' estimate) */
@@ -76,6 +91,8 @@ struct sparse_table {
     atomic_uint_fast64_t evicted, dropped, pause_max_ns;
     atomic_uint_fast64_t dead_lost; /* the newest epoch whose tombstone was not kept (0: none) */
     shard_t *shards;                /* (SPARSE_TABLE_SHARDS) */
+    size_t cut_row_bytes;           /* a copied row: 8 (id) + rec_bytes rounded up to 8 */
+    int cut_left;                   /* shards of the open cut not copied yet (the copying thread's) */
 };
 
 static inline void count(atomic_uint_fast64_t *c, uint64_t n) { atomic_fetch_add_explicit(c, n, memory_order_relaxed); }
@@ -125,6 +142,23 @@ static inline void table_clock(sparse_table_t *t, uint32_t *step, uint32_t *secs
     atomic_store_explicit(&t->now_secs, *secs, memory_order_relaxed);
 }
 
+/* ---- sparse_cut.c, for sparse_table.c and sparse_life.c ---- */
+
+/* Keeps the record of row e (shard sh, locked) for the open cut's copy:
+ * cut_keep_row's slow side. 0 or PSC_ENOMEM. */
+int cut_save_row(sparse_table_t *t, shard_t *sh, const entry_t *e);
+
+/* Before row e of shard sh (locked) changes or goes: when the shard is
+ * pending for a cut that holds the row (its epoch in (cut_since,
+ * cut_epoch]: it was not changed since the cut), its record is kept for the
+ * copy. 0, or PSC_ENOMEM: then the row must not change. Without a pending
+ * cut (cut_epoch 0) this is one compare. */
+static inline int cut_keep_row(sparse_table_t *t, shard_t *sh, const entry_t *e)
+{
+    if (e->epoch > sh->cut_epoch || e->epoch <= sh->cut_since) return 0;
+    return cut_save_row(t, sh, e);
+}
+
 /* ---- sparse_life.c, for sparse_table.c ---- */
 
 /* Sets up a new part's life: meta_off, the shards' caps, the sketch. */
@@ -136,10 +170,6 @@ int life_admit(sparse_table_t *t, shard_t *sh, uint64_t h);
 /* Shard sh (locked) over its cap: its least recently updated rows removed
  * down to 15/16 of the cap. */
 void life_enforce_cap(sparse_table_t *t, shard_t *sh);
-/* The tombstones of an export since `since` (> 0): each evicted id with an
- * epoch > since that has no row now, once, through emit(arg, id, NULL, 0). */
-int life_emit_dead(sparse_table_t *t, uint64_t since, int (*emit)(void *arg, int64_t id, const void *rec, size_t len),
-                   void *arg);
 /* The admission filter's waiting ids (an estimate). */
 uint64_t life_waiting(const sparse_table_t *t);
 

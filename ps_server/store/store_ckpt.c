@@ -1,8 +1,10 @@
 /* store_ckpt.c — a shard's checkpoint export and import (store.h:
  * store_export, store_import): one list of tensors (tensor_list_build: name,
  * variable, part, length) drives both, so they cannot disagree on names or
- * sizes. The export runs under the exclusive push fence and reads the tensors
- * without v->lock (only readers run then; emit may itself pull). The import
+ * sizes. The export reads the tensors under the exclusive push fence without
+ * v->lock (only readers run then; emit may itself pull), and there cuts the
+ * table parts; their rows are copied after the fence is let go
+ * (store_sparse_ckpt.c), one export at a time (s->ckpt_lock, taken first). The import
  * fetches and checks everything into its own buffers first, with no lock held
  * (the fetch reads RocksDB), then copies under the fence and each v->lock.
  * Floats are raw host-order bytes (little-endian hosts only, asserted in
@@ -119,6 +121,7 @@ static int export_impl(store_t *s, store_emit_fn emit, void *arg, const store_ro
     if (parent) *parent = 0;
     if (!emit) return store_reject(s, psc_seterr(err, errlen, PSC_EINVAL, "export without an emit function"));
 
+    pthread_mutex_lock(&s->ckpt_lock); /* one cut open at a time: until the copy ends */
     pthread_rwlock_wrlock(&s->fence);
     pthread_rwlock_rdlock(&s->lock);
     int ready = s->ready, have_job = s->have_job;
@@ -133,6 +136,7 @@ static int export_impl(store_t *s, store_emit_fn emit, void *arg, const store_ro
     int rc = 0;
     if (need_ready ? !ready : !have_job) {
         pthread_rwlock_unlock(&s->fence);
+        pthread_mutex_unlock(&s->ckpt_lock);
         if (!have_job)
             rc = psc_seterr(err, errlen, PSC_ENOTREADY, "export: model not ready (no job created yet)");
         else
@@ -149,12 +153,14 @@ static int export_impl(store_t *s, store_emit_fn emit, void *arg, const store_ro
             if (v->acc[k].step != sync_step) at = v->acc[k].step;
         if (at >= 0 && at != sync_step) {
             pthread_rwlock_unlock(&s->fence);
+            pthread_mutex_unlock(&s->ckpt_lock);
             return psc_seterr(err, errlen, PSC_ESTALE, "export: %s is at step %" PRId64 ", not at step boundary %" PRId64,
                               v->name, at, sync_step);
         }
     }
     if (sync_step >= 0 && (rc = store_table_accs_at(s, sync_step, err, errlen))) {
         pthread_rwlock_unlock(&s->fence);
+        pthread_mutex_unlock(&s->ckpt_lock);
         return rc;
     }
     size_t count;
@@ -186,13 +192,19 @@ static int export_impl(store_t *s, store_emit_fn emit, void *arg, const store_ro
             psc_seterr(err, errlen, rc, "export stopped at tensor \"%s\": %s (%d)", list[j].name,
                        rc < 0 ? psc_strerror(rc) : "emit failed", rc);
     }
+    /* The tables: only the cut under the fence (O(shards)); their rows are
+     * copied after it, while pushes go on (store_sparse_ckpt.c). */
     uint64_t from = 0;
-    if (!rc) rc = store_tables_export(s, rows, ckpt_id, &from, err, errlen);
-    if (!rc && parent) *parent = from;
+    store_cut_t cut = {0};
+    if (!rc) rc = store_tables_cut(s, rows, ckpt_id, &cut, &from, err, errlen);
     if (!rc && step && sv) *step = sv->step;
     pthread_rwlock_unlock(&s->fence);
     free(le);
     tensor_list_free(list, count);
+    if (!rc) rc = store_tables_copy(s, rows, &cut, err, errlen);
+    if (!rc && parent) *parent = from;
+    if (rc && step) *step = -1;
+    pthread_mutex_unlock(&s->ckpt_lock);
     return rc;
 }
 

@@ -3,8 +3,9 @@
  *
  * Every EVICT_TICK seconds it looks for parts whose pass is due and expires
  * their rows shard by shard (sparse_table_expire). Each shard's pass holds
- * the push fence shared (as a push does: a checkpoint's export never sees a
- * part half swept) and the shard's lock, and nothing else: pushes to other
+ * the push fence shared (as a push does: a checkpoint's cut never sees a
+ * part half swept; a row of a cut not copied yet is kept for the copy before
+ * it goes, sparse_cut.c) and the shard's lock, and nothing else: pushes to other
  * shards go on, a push to the same shard waits one shard's pass, and a
  * checkpoint waits at most one shard's pass for the fence. The part is
  * looked up again for every shard, since a restore may replace it between
@@ -99,6 +100,9 @@ static void *evictor_main(void *arg)
 
 void store_evictor_start(store_t *s)
 {
+    /* the checkpoints' lock (store_sparse_ckpt.c) lives as long as the evictor: both are made by store_create
+     * and unmade by store_destroy */
+    PSC_ASSERT(pthread_mutex_init(&s->ckpt_lock, NULL) == 0);
     PSC_ASSERT(pthread_mutex_init(&s->evict_lock, NULL) == 0);
     PSC_ASSERT(pthread_cond_init(&s->evict_cond, NULL) == 0);
     s->evict_stop = 0;
@@ -114,4 +118,5 @@ void store_evictor_stop(store_t *s)
     pthread_join(s->evictor, NULL);
     pthread_cond_destroy(&s->evict_cond);
     pthread_mutex_destroy(&s->evict_lock);
+    pthread_mutex_destroy(&s->ckpt_lock);
 }

@@ -120,6 +120,15 @@ struct store {
     pthread_mutex_t evict_lock; /* evict_stop (leaf lock) */
     pthread_cond_t evict_cond;
     int evict_stop;
+
+    /* Checkpoints of the tables (store_sparse_ckpt.c). ckpt_lock: held by an
+     * export from before its cut to the end of its copy (one cut open at a
+     * time); taken before the fence, never under it (made with the evictor:
+     * store_evictor_start). parts_gen: changes (under the exclusive fence)
+     * whenever a restore swaps the parts, so a copy can tell that the parts
+     * it cut are gone. */
+    pthread_mutex_t ckpt_lock;
+    uint64_t parts_gen;
 };
 
 /* The state a data request (pull, push) sees: snapshot under the read lock. */
@@ -175,15 +184,26 @@ int store_table_check_request(const sparse_table_t *t, const void *ids, size_t n
 /* A sync call at `now` from `worker` (>= N: a tick, nobody): marks it seen,
  * starts the presence clock, returns the contributions needed now. */
 uint32_t store_presence_touch(store_t *s, const store_sync_cfg_t *c, uint32_t worker, double now);
-/* Checkpoints of the tables (store_sparse_ckpt.c). Export, under the
- * exclusive fence: the parts' changed rows (or all of them: a full base)
- * through io, the checkpoint's parent in *parent (0: a base), the pending
- * marks recorded. Import phase 1 (no lock): fresh parts filled from the
- * checkpoint (*parts, one per table; PSC_EMISMATCH when it lacks a table);
- * phase 2 (exclusive fence): swapped in, marks reset (the next checkpoint is
- * a full base), the old parts returned in parts to free. */
-int store_tables_export(store_t *s, const store_rows_io_t *io, uint64_t ckpt_id, uint64_t *parent, char *err,
-                        size_t errlen);
+/* Checkpoints of the tables (store_sparse_ckpt.c). Export in two steps,
+ * both with s->ckpt_lock held: the cut, under the exclusive fence (O(tables
+ * x shards): each part's epoch closed and its shards marked pending, the
+ * checkpoint's parent in *parent (0: a base), the pending marks recorded);
+ * then the copy, with no lock held on entry (each shard under the fence
+ * shared and its lock): the parts' changed rows (or all of them: a full
+ * base) through io, while pushes go on; PSC_ECANCELLED when a restore or a
+ * reset replaced the parts meanwhile; on any error every pending mark is
+ * cleared and nothing is pending for a commit. Import phase 1 (no lock):
+ * fresh parts filled from the checkpoint (*parts, one per table;
+ * PSC_EMISMATCH when it lacks a table); phase 2 (exclusive fence): swapped
+ * in, marks reset (the next checkpoint is a full base), the old parts
+ * returned in parts to free. */
+typedef struct store_cut {
+    int ntables;
+    uint64_t tables_gen, parts_gen; /* the parts the cut was taken of */
+} store_cut_t;
+int store_tables_cut(store_t *s, const store_rows_io_t *io, uint64_t ckpt_id, store_cut_t *cut, uint64_t *parent,
+                     char *err, size_t errlen);
+int store_tables_copy(store_t *s, const store_rows_io_t *io, const store_cut_t *cut, char *err, size_t errlen);
 int store_tables_import_read(store_t *s, const store_rows_io_t *io, sparse_table_t ***parts, int *n, char *err,
                              size_t errlen);
 void store_tables_import_swap(store_t *s, sparse_table_t **parts, int n);

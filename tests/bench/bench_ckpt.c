@@ -6,14 +6,15 @@
  * ckpt writer, ckpt_prepare, ckpt_commit), while a pusher thread keeps
  * pushing 512 rows at a time and records how long each push took. Printed:
  *   full base   rows/s of the whole checkpoint, and its parts: the export
- *               (the cut: pushes wait for it; the rows are copied into the
- *               writer), prepare (the rows sorted and written as table files
+ *               (the cut, which pushes wait for, then the rows copied into
+ *               the writer shard by shard while pushes go on), prepare (the rows sorted and written as table files
  *               that RocksDB ingests, then the manifest's synced write),
  *               commit (two small synced writes: keep-last-K's compaction
  *               runs on the store's thread);
  *   1 % delta   the same for a delta after 1 % of the rows changed (the
  *               pusher stopped);
- *   pushes      the longest a push took during the full base (the pause),
+ *   pushes      the longest a push took during the full base (the pause: the
+ *               cut, and at most one shard's copy),
  *               against the longest without a checkpoint;
  *   disk        the same bytes (keys and values) written with write(2) and
  *               fsync, as the yardstick: rows/s and MB/s.

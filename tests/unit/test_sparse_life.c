@@ -13,10 +13,15 @@
  * header says < 0.25%). Tombstones: an incremental export after evictions
  * names each evicted id once (not a re-created one), a committed mark forgets
  * them. Threads pushing, pulling and scanning while another thread expires
- * and the cap trims keep the part consistent; and in a store, pushes of the
- * same rows race the store's evictor and checkpoint exports with commits:
- * each export is one cut (no id both a row and a tombstone, none twice) and
- * the rows' count matches (this test runs under TSan: `make tsan`).
+ * and the cap trims keep the part consistent. A checkpoint's cut copied a
+ * third of the shards at a time while pushes, puts, expiry and the cap change
+ * the part gives the rows of a cut copied at once, and the same next delta.
+ * In a store, pushes of the same rows race the store's evictor and
+ * checkpoint exports with commits: each export is one cut (no id both a row
+ * and a tombstone, none twice; a pusher's group of rows, always pushed
+ * together, all in or all out at one t and one value) and the chain of
+ * checkpoints rebuilds the rows; a reset or a restore during an export's copy
+ * cancels it without a deadlock (this test runs under TSan: `make tsan`).
  */
 #include "sparse_table.h"
 #include "store.h"
@@ -233,6 +238,12 @@ static int dump_emit(void *arg, int64_t id, const void *rec, size_t len)
     return 0;
 }
 
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 static dump_t dump(sparse_table_t *t, uint64_t since, uint64_t *mark)
 {
     dump_t d = {0};
@@ -264,6 +275,7 @@ static void test_tombstones(void **state)
     d = dump(t, m1, &m2);
     assert_int_equal(d.rows, 5); /* 1..4 pushed, 10 re-created */
     assert_int_equal(d.dead, 5);
+    qsort(d.dead_ids, d.dead, sizeof d.dead_ids[0], cmp_id); /* emitted shard by shard */
     for (size_t i = 0; i < d.dead; i++) assert_int_equal(d.dead_ids[i], 5 + (int64_t)i);
     d = dump(t, m1, NULL); /* not committed: the next delta since m1 still has them */
     assert_int_equal(d.dead, 5);
@@ -352,6 +364,151 @@ static void test_race(void **state)
     sparse_table_destroy(r.t);
 }
 
+/* ---- a cut copied while the part changes (sparse_cut.c) ---- */
+
+/* A part with a TTL and a cap, and the same history in two: rows 0..COW_IDS
+ * created, a base committed, then some pushed and some expired (tombstones). */
+#define COW_IDS 3000
+#define COW_REC (8 + 4 * DIM)
+
+static sparse_table_t *cow_part(uint64_t *m1)
+{
+    sparse_table_cfg_t c = cfg_of(1 << 20, 1, 0, PSC_PART_MOD, DIM, sgd());
+    c.ttl_steps = 5;
+    c.max_rows = 2800; /* the cap trims some too */
+    sparse_table_t *t = make(&c);
+    int64_t *ids = malloc(COW_IDS * sizeof *ids);
+    for (int i = 0; i < COW_IDS; i++) ids[i] = i;
+    sparse_table_set_step(t, 1);
+    push_ones(t, ids, COW_IDS / 2);
+    dump(t, 0, m1);
+    sparse_table_committed(t, *m1);
+    sparse_table_set_step(t, 4);
+    push_ones(t, ids + COW_IDS / 2, COW_IDS / 2);
+    push_ones(t, ids, 300); /* 0..299 twice */
+    sparse_table_set_step(t, 9);
+    expire_all(t);                /* those last pushed at step 1: 300..1499 */
+    push_ones(t, ids + 1000, 10); /* 1000..1009 come back */
+    free(ids);
+    return t;
+}
+
+/* What happens to a part after its cut, before or while it is copied:
+ * pushes of rows of the cut and of new rows, a put, expiry (tombstones after
+ * the cut), the cap, an evicted row re-created. */
+static void cow_changes(sparse_table_t *t, int round)
+{
+    int64_t ids[600];
+    for (int i = 0; i < 600; i++) ids[i] = round * 600 + i * 5; /* rows of the cut, evicted ones, new ones */
+    sparse_table_set_step(t, 10 + round);
+    push_ones(t, ids, 600);
+    int64_t fresh[50];
+    for (int i = 0; i < 50; i++) fresh[i] = 100000 + round * 50 + i;
+    float out[50 * DIM];
+    pull(t, fresh, 50, out);
+    unsigned char rec[COW_REC];
+    memset(rec, 0, sizeof rec);
+    char err[128];
+    assert_int_equal(sparse_table_put(t, 1500 + round, rec, sizeof rec, err, sizeof err), 0);
+    sparse_table_set_step(t, 20 + 10 * round);
+    expire_all(t);
+}
+
+/* rows_emit with a tombstone as a record of 0xee bytes (an SGD record: 8 + 4 * DIM). */
+static int cow_emit(void *arg, int64_t id, const void *rec, size_t len)
+{
+    unsigned char dead[COW_REC];
+    memset(dead, 0xee, sizeof dead);
+    if (!rec)
+        assert_int_equal(len, 0);
+    else
+        assert_int_equal(len, COW_REC);
+    return rows_emit(arg, id, rec ? rec : dead, COW_REC);
+}
+
+/* An export's rows and tombstones, sorted by id, as one list to compare. */
+static rows_t cow_export(sparse_table_t *t, uint64_t since, uint64_t *mark)
+{
+    rows_t r = {0};
+    uint64_t m;
+    assert_int_equal(sparse_table_export(t, since, 1, cow_emit, &r, mark ? mark : &m), 0);
+    return r;
+}
+
+static void expect_same_rows(const rows_t *a, const rows_t *b)
+{
+    assert_int_equal(a->n, b->n);
+    for (size_t i = 0; i < a->n; i++) {
+        assert_int_equal(a->ids[i], b->ids[i]);
+        assert_memory_equal(a->recs + i * a->len, b->recs + i * b->len, a->len);
+    }
+}
+
+static void test_cut_copy_on_write(void **state)
+{
+    (void)state;
+    uint64_t m1a, m1b, m2a, m2b;
+    sparse_table_t *a = cow_part(&m1a), *b = cow_part(&m1b);
+    /* a: copied at once; b: a third of the shards copied, changes, another
+     * third, more changes, the rest (the cut's rows must be as at the cut) */
+    rows_t ra = cow_export(a, m1a, &m2a);
+    rows_t rb = {0};
+    sparse_table_cut(b, m1b, &m2b);
+    sparse_cut_buf_t buf = {0};
+    for (int s = 0; s < SPARSE_TABLE_SHARDS; s++) {
+        if (s == SPARSE_TABLE_SHARDS / 3) cow_changes(b, 0);
+        if (s == 2 * SPARSE_TABLE_SHARDS / 3) cow_changes(b, 1);
+        assert_int_equal(sparse_table_cut_copy(b, s, &buf), 0);
+        assert_int_equal(sparse_cut_buf_emit(&buf, cow_emit, &rb), 0);
+    }
+    assert_int_equal(sparse_table_cut_left(b), 0);
+    sparse_cut_buf_free(&buf);
+    /* sorted, tombstones (len 0 in rows_emit: the record slot unused) as in ra */
+    rows_t sb = {0};
+    size_t *ord = malloc(rb.n * sizeof *ord);
+    for (size_t i = 0; i < rb.n; i++) ord[i] = i;
+    for (size_t i = 1; i < rb.n; i++) /* insertion sort by id: a few thousand */
+        for (size_t j = i; j > 0 && rb.ids[ord[j - 1]] > rb.ids[ord[j]]; j--) {
+            size_t x = ord[j];
+            ord[j] = ord[j - 1];
+            ord[j - 1] = x;
+        }
+    for (size_t i = 0; i < rb.n; i++) rows_emit(&sb, rb.ids[ord[i]], rb.recs + ord[i] * rb.len, rb.len);
+    assert_true(ra.n > 1000);
+    expect_same_rows(&ra, &sb);
+    assert_int_equal(m2a, m2b);
+    /* a gets the same changes after its copy: the next deltas agree too (the
+     * rows changed after the cut, the evictions after it) */
+    sparse_table_committed(a, m2a);
+    sparse_table_committed(b, m2b);
+    cow_changes(a, 0);
+    cow_changes(a, 1);
+    uint64_t m3a, m3b;
+    rows_t da = cow_export(a, m2a, &m3a), db = cow_export(b, m2b, &m3b);
+    assert_true(da.n > 1000);
+    expect_same_rows(&da, &db);
+    /* an abandoned cut: marks cleared, nothing kept, the next cut opens */
+    uint64_t m4;
+    int64_t some[400];
+    for (int i = 0; i < 400; i++) some[i] = 7 * i;
+    push_ones(b, some, 400);
+    sparse_table_cut(b, m3b, &m4);
+    push_ones(b, some, 400); /* keeps the rows for the cut: counted in bytes until the cut closes */
+    sparse_table_stats_t st0 = stats(b);
+    sparse_table_cut_abort(b);
+    assert_int_equal(sparse_table_cut_left(b), 0);
+    assert_true(stats(b).bytes < st0.bytes);
+    rows_t again = cow_export(b, m3b, NULL); /* the changes since m3b, once each */
+    assert_true(again.n > 0);
+    /* and a cut left open when the part goes: destroy frees what it kept */
+    sparse_table_cut(a, m3a, &m4);
+    cow_changes(a, 2);
+    free(ord);
+    rows_free(&ra), rows_free(&rb), rows_free(&sb), rows_free(&da), rows_free(&db), rows_free(&again);
+    sparse_table_destroy(a);
+    sparse_table_destroy(b);
+}
+
 /* ---- in a store: the evictor, pushes and checkpoints ---- */
 
 #define RACE_JOB "00000000000071f0"
@@ -362,12 +519,22 @@ typedef struct store_race {
     int seed, failed;
 } store_race_t;
 
+/* Table "grp" (no TTL, no cap, zeros at first): pusher p pushes its whole
+ * group of GRP_N ids (spread over the shards) in every push, so in any one
+ * cut the group's rows are all there or none (a delta) and all have the same
+ * t and the same values. */
+#define GRP_N 256
+#define GRP_ROWS 8192
+
+static int64_t grp_id(int p, int k) { return (int64_t)p * (GRP_ROWS / 2) + k * 13; }
+
 static void *store_pusher(void *arg)
 {
     store_race_t *r = arg;
-    int64_t ids[128];
-    float g[128 * DIM];
+    int64_t ids[128], gids[GRP_N];
+    float g[GRP_N * DIM];
     for (size_t i = 0; i < PSC_ARRAY_LEN(g); i++) g[i] = 1.0f;
+    for (int k = 0; k < GRP_N; k++) gids[k] = grp_id(r->seed - 7, k);
     unsigned x = (unsigned)r->seed;
     char err[256];
     for (int64_t it = 1; !atomic_load(r->stop) && !r->failed; it++) {
@@ -376,31 +543,45 @@ static void *store_pusher(void *arg)
             ids[i] = (int64_t)((x >> 8) % 64) * 128 + i; /* 8192 ids, unique within the request */
         }
         store_note_step(r->s, it / 4);
-        r->failed |= store_sparse_push(r->s, "emb", ids, 128, g, sizeof g, 0, NULL, err, sizeof err) != 0;
+        r->failed |= store_sparse_push(r->s, "emb", ids, 128, g, 128 * DIM * sizeof *g, 0, NULL, err, sizeof err) != 0;
+        r->failed |= store_sparse_push(r->s, "grp", gids, GRP_N, g, sizeof g, 0, NULL, err, sizeof err) != 0;
     }
     return NULL;
 }
 
 typedef struct cut {
     size_t rows, dead;
-    unsigned char *seen; /* (8192) 1 row, 2 tombstone */
+    unsigned char *seen; /* (8192) "emb": 1 row, 2 tombstone */
+    unsigned char gseen[GRP_ROWS];
+    unsigned char grec[GRP_ROWS][8 + 4 * DIM]; /* "grp": the records */
     int bad;
 } cut_t;
 
 static int cut_table(void *arg, const char *name, uint32_t len)
 {
-    (void)arg, (void)name, (void)len;
+    (void)arg;
+    if (strcmp(name, "grp") == 0) assert_int_equal(len, 8 + 4 * DIM);
     return 0;
 }
 
 static int cut_row(void *arg, const char *name, int64_t id, const void *rec, size_t len)
 {
-    (void)name, (void)len;
     cut_t *c = arg;
-    if (id < 0 || id >= 8192 || c->seen[id]) c->bad = 1;
-    else c->seen[id] = rec ? 1 : 2;
-    if (rec) c->rows++;
-    else c->dead++;
+    if (strcmp(name, "grp") == 0) {
+        if (id < 0 || id >= GRP_ROWS || c->gseen[id] || !rec || len != sizeof c->grec[0])
+            c->bad = 1;
+        else
+            memcpy(c->grec[id], rec, len), c->gseen[id] = 1;
+        return 0;
+    }
+    if (id < 0 || id >= 8192 || c->seen[id])
+        c->bad = 1;
+    else
+        c->seen[id] = rec ? 1 : 2;
+    if (rec)
+        c->rows++;
+    else
+        c->dead++;
     return 0;
 }
 
@@ -410,20 +591,67 @@ static int cut_tensor(void *arg, const char *name, const void *data, size_t len)
     return 0;
 }
 
-static void test_store_race(void **state)
+/* Each group of the cut whole (all its rows or none) at one t, with one
+ * value; the rows folded into the replica (a base replaces it); the groups'
+ * t returned (-1: not in this delta). */
+static void check_groups(const cut_t *c, int base, unsigned char (*replica)[8 + 4 * DIM], int64_t t[2])
 {
-    (void)state;
+    if (base) memset(replica, 0, (size_t)GRP_ROWS * sizeof *replica);
+    for (int p = 0; p < 2; p++) {
+        int n = 0;
+        for (int k = 0; k < GRP_N; k++) n += c->gseen[grp_id(p, k)];
+        assert_true(n == 0 || n == GRP_N); /* one cut: one push is all in or all out */
+        t[p] = -1;
+        if (!n) continue;
+        const unsigned char *first = c->grec[grp_id(p, 0)];
+        for (int k = 0; k < GRP_N; k++) {
+            const unsigned char *r = c->grec[grp_id(p, k)];
+            assert_memory_equal(r, first, sizeof c->grec[0]); /* the same t, the same values */
+            memcpy(replica[grp_id(p, k)], r, sizeof c->grec[0]);
+        }
+        memcpy(&t[p], first, 8);
+    }
+}
+
+static store_t *race_store(void)
+{
     char err[256];
     psc_optim_config_t opt = sgd();
     store_t *s = store_create();
     static const store_var_spec_t step = {.name = "global_step", .is_step = 1};
     int created;
     assert_int_equal(store_create_vars(s, RACE_JOB, &opt, &step, 1, &created, err, sizeof err), 0);
-    sparse_table_cfg_t c = cfg_of(8192, 1, 0, PSC_PART_MOD, DIM, opt);
-    c.ttl_steps = 3;
-    c.max_rows = 4096;
-    assert_int_equal(store_create_tables(s, RACE_JOB, &c, 1, err, sizeof err), 0);
+    sparse_table_cfg_t c[2] = {cfg_of(8192, 1, 0, PSC_PART_MOD, DIM, opt),
+                               cfg_of(GRP_ROWS, 1, 0, PSC_PART_MOD, DIM, opt)};
+    c[0].ttl_steps = 3;
+    c[0].max_rows = 4096;
+    snprintf(c[1].name, sizeof c[1].name, "grp");
+    c[1].init = (psc_initializer_t){.kind = PSC_INIT_ZEROS};
+    assert_int_equal(store_create_tables(s, RACE_JOB, c, 2, err, sizeof err), 0);
     assert_int_equal(store_set_ready(s, RACE_JOB, err, sizeof err), 0);
+    return s;
+}
+
+/* One checkpoint of the race into *cut; its parent. */
+static uint64_t race_checkpoint(store_t *s, uint64_t id, cut_t *cut)
+{
+    char err[256];
+    unsigned char *seen = cut->seen;
+    memset(seen, 0, 8192);
+    memset(cut, 0, sizeof *cut);
+    cut->seen = seen;
+    store_rows_io_t io = {.table = cut_table, .row = cut_row, .arg = cut};
+    int64_t at;
+    uint64_t parent = 0;
+    assert_int_equal(store_export_ex(s, cut_tensor, NULL, &io, id, 0, &at, &parent, err, sizeof err), 0);
+    assert_int_equal(cut->bad, 0);
+    return parent;
+}
+
+static void test_store_race(void **state)
+{
+    (void)state;
+    store_t *s = race_store();
     atomic_int stop;
     atomic_init(&stop, 0);
     pthread_t th[2];
@@ -433,40 +661,140 @@ static void test_store_race(void **state)
         assert_int_equal(pthread_create(&th[i], NULL, store_pusher, &args[i]), 0);
     }
     size_t deltas = 0, dead = 0;
+    cut_t *cut = calloc(1, sizeof *cut);
     unsigned char *seen = calloc(8192, 1);
-    for (uint64_t id = 1; id <= 16; id++) {
-        usleep(100 * 1000); /* the evictor passes every 0.5 s */
-        memset(seen, 0, 8192);
-        cut_t cut = {.seen = seen};
-        store_rows_io_t io = {.table = cut_table, .row = cut_row, .arg = &cut};
-        int64_t at;
-        uint64_t parent = 0;
-        assert_int_equal(store_export_ex(s, cut_tensor, NULL, &io, id, 0, &at, &parent, err, sizeof err), 0);
-        assert_int_equal(cut.bad, 0);
+    unsigned char(*replica)[8 + 4 * DIM] = calloc(GRP_ROWS, sizeof *replica);
+    int64_t last[2] = {0, 0}, t[2];
+    for (uint64_t id = 1; id <= 17; id++) {
+        if (id == 17) { /* the last one after the pushers: the chain must give the rows as they are */
+            atomic_store(&stop, 1);
+            for (int i = 0; i < 2; i++) {
+                assert_int_equal(pthread_join(th[i], NULL), 0);
+                assert_int_equal(args[i].failed, 0);
+            }
+        } else {
+            usleep(100 * 1000); /* the evictor passes every 0.5 s */
+        }
+        cut->seen = seen;
+        uint64_t parent = race_checkpoint(s, id, cut);
         if (parent) {
             deltas++;
-            dead += cut.dead;
+            dead += cut->dead;
         } else {
-            assert_int_equal(cut.dead, 0); /* a base has no tombstones */
+            assert_int_equal(cut->dead, 0); /* a base has no tombstones */
+        }
+        check_groups(cut, parent == 0, replica, t);
+        for (int p = 0; p < 2; p++) { /* a group's t only grows; a base has every group pushed so far */
+            if (t[p] >= 0) assert_true(t[p] > last[p] || (parent == 0 && t[p] == last[p]));
+            if (t[p] >= 0)
+                last[p] = t[p];
+            else
+                assert_true(parent != 0 || last[p] == 0);
         }
         store_ckpt_committed(s, id);
     }
-    atomic_store(&stop, 1);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(pthread_join(th[i], NULL), 0);
-        assert_int_equal(args[i].failed, 0);
+    /* the chain of checkpoints holds the groups' rows as they are now */
+    char err[256];
+    for (int p = 0; p < 2; p++) {
+        int64_t ids[GRP_N];
+        float vals[GRP_N * DIM];
+        for (int k = 0; k < GRP_N; k++) ids[k] = grp_id(p, k);
+        assert_int_equal(store_sparse_pull(s, "grp", ids, GRP_N, vals, GRP_N * DIM, 1, 0, NULL, NULL, err, sizeof err),
+                         0);
+        for (int k = 0; k < GRP_N; k++) {
+            int64_t rt;
+            memcpy(&rt, replica[ids[k]], 8);
+            assert_int_equal(rt, last[p]);
+            assert_memory_equal(replica[ids[k]] + 8, vals + k * DIM, 4 * DIM);
+        }
     }
     store_table_info_t *info;
     int n;
     store_list_tables(s, &info, &n);
-    assert_int_equal(n, 1);
-    printf("store race: %zu deltas, %zu tombstones written, %llu rows evicted, longest pause %llu us\n", deltas, dead,
-           (unsigned long long)info[0].stats.rows_evicted, (unsigned long long)info[0].stats.pause_max_ns / 1000);
+    assert_int_equal(n, 2);
+    printf("store race: %zu deltas, %zu tombstones written, %llu rows evicted, longest pause %llu us; groups "
+           "pushed %lld and %lld times\n",
+           deltas, dead, (unsigned long long)info[0].stats.rows_evicted,
+           (unsigned long long)info[0].stats.pause_max_ns / 1000, (long long)last[0], (long long)last[1]);
     assert_true(info[0].stats.rows_evicted > 0);
     assert_true(info[0].stats.rows <= 4096);
+    assert_true(last[0] > 0 && last[1] > 0);
     free(info);
     free(seen);
+    free(cut);
+    free(replica);
     store_destroy(s);
+}
+
+/* Counts rows; on the first, runs `during` (a reset or a restore replaces
+ * the parts under the copy). */
+typedef struct cancel {
+    store_t *s;
+    int rows, mode; /* mode 1: store_reset; 2: a restore */
+} cancel_t;
+
+static int fetch_none(void *arg, const char *name, void **data, size_t *len, char *err, size_t errlen)
+{
+    (void)arg, (void)data, (void)len;
+    int64_t step = 0;
+    if (strcmp(name, "global_step") != 0) return psc_seterr(err, errlen, PSC_ENOTFOUND, "no %s", name);
+    *data = malloc(8);
+    memcpy(*data, &step, 8);
+    *len = 8;
+    return 0;
+}
+
+static int read_none(void *arg, const char *name, int (*put)(void *, int64_t, const void *, size_t), void *put_arg,
+                     char *err, size_t errlen)
+{
+    (void)arg, (void)name, (void)put, (void)put_arg, (void)err, (void)errlen;
+    return 0; /* a table without rows */
+}
+
+static int cancel_row(void *arg, const char *name, int64_t id, const void *rec, size_t len)
+{
+    (void)name, (void)id, (void)rec, (void)len;
+    cancel_t *c = arg;
+    if (c->rows++ == 0) {
+        char err[256];
+        store_rows_io_t io = {.read = read_none};
+        if (c->mode == 1)
+            store_reset(c->s);
+        else
+            assert_int_equal(store_import_ex(c->s, fetch_none, NULL, &io, 0, err, sizeof err), 0);
+    }
+    return 0;
+}
+
+static void test_store_cut_cancelled(void **state)
+{
+    (void)state;
+    for (int mode = 1; mode <= 2; mode++) {
+        store_t *s = race_store();
+        int64_t ids[512];
+        float g[512 * DIM];
+        char err[256];
+        for (int i = 0; i < 512; i++) ids[i] = i * 11;
+        for (size_t i = 0; i < PSC_ARRAY_LEN(g); i++) g[i] = 1.0f;
+        assert_int_equal(store_sparse_push(s, "grp", ids, 512, g, sizeof g, 0, NULL, err, sizeof err), 0);
+        cancel_t c = {s, 0, mode};
+        store_rows_io_t io = {.table = cut_table, .row = cancel_row, .arg = &c};
+        int64_t at;
+        uint64_t parent;
+        /* the copy meets parts that are gone: cancelled, nothing left pending, no deadlock */
+        assert_int_equal(store_export_ex(s, cut_tensor, NULL, &io, 1, 0, &at, &parent, err, sizeof err),
+                         PSC_ECANCELLED);
+        assert_non_null(strstr(err, "replaced"));
+        if (mode == 2) {
+            cut_t *cut = calloc(1, sizeof *cut);
+            cut->seen = calloc(8192, 1);
+            assert_int_equal(race_checkpoint(s, 2, cut), 0); /* the restored parts: a base, empty */
+            for (int i = 0; i < GRP_ROWS; i++) assert_int_equal(cut->gseen[i], 0);
+            free(cut->seen);
+            free(cut);
+        }
+        store_destroy(s);
+    }
 }
 
 static void test_bad_config(void **state)
@@ -500,9 +828,16 @@ static void test_bad_config(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ttl_steps),  cmocka_unit_test(test_ttl_secs),   cmocka_unit_test(test_cap),
-        cmocka_unit_test(test_admission),  cmocka_unit_test(test_tombstones), cmocka_unit_test(test_race),
-        cmocka_unit_test(test_store_race),  cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_ttl_steps),
+        cmocka_unit_test(test_ttl_secs),
+        cmocka_unit_test(test_cap),
+        cmocka_unit_test(test_admission),
+        cmocka_unit_test(test_tombstones),
+        cmocka_unit_test(test_race),
+        cmocka_unit_test(test_cut_copy_on_write),
+        cmocka_unit_test(test_store_race),
+        cmocka_unit_test(test_store_cut_cancelled),
+        cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
