@@ -56,6 +56,24 @@ static int row_to_writer(void *arg, const char *name, int64_t id, const void *re
     return ckpt_add_row(arg, name, id, rec, len);
 }
 
+/* An async Save's fence (the chief's, service_fence.c): released at the
+ * store's cut, before the table rows are copied, since pushes after the cut
+ * are the next checkpoint's anyway (the store keeps what they change for the
+ * copy: sparse_cut.c). */
+typedef struct save_fence {
+    ps_service_t *svc;
+    uint64_t id;
+    double ms; /* how long it held pushes (-1: it was not held any more) */
+    int released;
+} save_fence_t;
+
+static void release_at_cut(void *arg)
+{
+    save_fence_t *f = arg;
+    f->ms = svc_fence_unpin(f->svc, f->id);
+    f->released = 1;
+}
+
 void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
 {
     ps_service_t *svc = arg;
@@ -65,7 +83,8 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
     if (no_checkpoints(svc, call) || check_job(svc, call, r->job_id)) goto out;
     double t0 = psc_now();
     /* async, one cut: the chief's Fence (service_fence.c) holds every PS
-     * still; the copy happens under it, then it is released here */
+     * still; the store's cut happens under it, then it is released (at the
+     * cut: release_at_cut; after a failed export: below) */
     int rc = r->fence ? svc_fence_pin(svc, r->fence, err, sizeof err) : 0;
     if (rc) {
         PSC_WARN("checkpoint %llu: %s", (unsigned long long)r->id, err);
@@ -90,12 +109,17 @@ void svc_h_save(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg)
     pthread_mutex_unlock(&svc->lock);
     /* what the checkpoint holds, for a reader without the job's spec (Describe) */
     svc_add_description(svc, w, base, steps, nsteps);
-    store_rows_io_t rows = {.table = table_to_writer, .row = row_to_writer, .arg = w};
+    save_fence_t fence = {.svc = svc, .id = r->fence};
+    store_rows_io_t rows = {.table = table_to_writer,
+                            .row = row_to_writer,
+                            .arg = w,
+                            .cut = r->fence ? release_at_cut : NULL,
+                            .cut_arg = &fence};
     uint64_t parent = 0;
     rc = store_export_ex(svc->store, emit_to_writer, w, &rows, r->id, store_get_sync(svc->store, NULL) ? r->step : -1,
                          &held, &parent, err, sizeof err);
     ckpt_set_parent(w, parent); /* the table rows are a delta on it (0: a full base) */
-    double fence_ms = r->fence ? svc_fence_unpin(svc, r->fence) : 0;
+    double fence_ms = !r->fence ? 0 : fence.released ? fence.ms : svc_fence_unpin(svc, r->fence);
     if (rc) {
         ckpt_abort(w);
         if (rc != PSC_ESTALE) PSC_WARN("checkpoint %llu: export failed: %s", (unsigned long long)r->id, err);

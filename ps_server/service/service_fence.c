@@ -227,7 +227,7 @@ double svc_fence_unpin(ps_service_t *svc, uint64_t id)
     svc_fence_t *f = &svc->fence;
     double ms = -1;
     pthread_mutex_lock(&f->lock);
-    if (f->state == SVC_FENCE_HELD && f->id == id) release_locked(svc, "shard copied", &ms, NULL);
+    if (f->state == SVC_FENCE_HELD && f->id == id) release_locked(svc, "the cut taken", &ms, NULL);
     pthread_mutex_unlock(&f->lock);
     if (ms >= 0) svc_reaper_kick(svc);
     return ms;

@@ -414,6 +414,11 @@ typedef struct store_rows_io {
     int (*read)(void *arg, const char *name, int (*put)(void *put_arg, int64_t id, const void *rec, size_t len),
                 void *put_arg, char *err, size_t errlen);
     void *arg;
+    /* export, optional: called once the cut is taken and the store's push
+     * fence let go, before the rows are copied (pushes run meanwhile): what
+     * holds pushes outside the store for this cut may let them go */
+    void (*cut)(void *cut_arg);
+    void *cut_arg;
 } store_rows_io_t;
 
 /* store_export with the table parts: their rows go through rows->table and

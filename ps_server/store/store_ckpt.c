@@ -201,6 +201,7 @@ static int export_impl(store_t *s, store_emit_fn emit, void *arg, const store_ro
     pthread_rwlock_unlock(&s->fence);
     free(le);
     tensor_list_free(list, count);
+    if (!rc && rows && rows->cut) rows->cut(rows->cut_arg); /* the cut is taken: e.g. the chief's fence may go */
     if (!rc) rc = store_tables_copy(s, rows, &cut, err, errlen);
     if (!rc && parent) *parent = from;
     if (rc && step) *step = -1;

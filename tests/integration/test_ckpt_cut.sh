@@ -40,7 +40,7 @@ done
 pauses=$(sed -n 's/.*pushes paused at most \([0-9.]*\) ms on a ps.*/\1/p' "$TMP/worker0.log" | sort -n)
 [ -n "$pauses" ] || fail "the chief logged no fence pause"
 k=$(echo "$pauses" | wc -l)
-echo "fence pause (Fence to the shard copied, the longest of the 2 PS) over $k checkpoints:" \
+echo "fence pause (Fence to the cut taken, the longest of the 2 PS) over $k checkpoints:" \
     "median $(echo "$pauses" | sed -n "$(((k + 1) / 2))p") ms, max $(echo "$pauses" | tail -1) ms"
 # the fences park pushes and apply them later: none may be lost
 gs=$(sed -n 's/.*evaluation on .* at global_step \([0-9]*\):.*/\1/p' "$TMP/worker0.log")
