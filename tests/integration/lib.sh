@@ -76,6 +76,26 @@ wait_exit() {
     set +e; wait "$pid"; EXIT_CODE=$?; set -e
 }
 
+# train_in_cluster NPS NW SPEC — a job in in-cluster mode on a new cluster (cluster, start_ps,
+# start_worker: logs $TMP/psI.log, $TMP/workerI.log): every worker must exit 0 within 120 s,
+# then every ps within 20 s (the chief ends them), or the test fails naming the one.
+train_in_cluster() {
+    local nps=$1 nw=$2 spec=$3 i
+    local ps_pids=() w_pids=()
+    cluster "$nps" "$nw"
+    for ((i = 0; i < nps; i++)); do start_ps "$i"; ps_pids+=("$LAST_PID"); done
+    for ((i = 0; i < nps; i++)); do wait_healthy "${PS_ADDR[i]}"; done
+    for ((i = 0; i < nw; i++)); do start_worker "$i" "$spec"; w_pids+=("$LAST_PID"); done
+    for ((i = 0; i < nw; i++)); do
+        wait_exit "${w_pids[i]}" 120
+        [ "$EXIT_CODE" = 0 ] || fail "worker $i exited $EXIT_CODE: $(tail -3 "$TMP/worker$i.log")"
+    done
+    for ((i = 0; i < nps; i++)); do
+        wait_exit "${ps_pids[i]}" 20
+        [ "$EXIT_CODE" = 0 ] || fail "ps $i exited $EXIT_CODE"
+    done
+}
+
 # small_spec FILE EPOCHS SEED [EXTRA] — the tests' small job: a 784-32-10 MLP with Adam on
 # 6,000 training and 1,000 test images, batch 32 per replica. EXTRA is spliced in as more
 # top-level keys, e.g. ', "checkpoint": {"every_steps": 40}'.

@@ -69,20 +69,7 @@ echo "A: the same model bytes with and without prefetching ($share % of the rows
 
 # B
 spec "$TMP/b.json" ', "prefetch_rows": 1'
-cluster 2 2
-ps_pids=()
-for i in 0 1; do start_ps "$i"; ps_pids+=("$LAST_PID"); done
-for i in 0 1; do wait_healthy "${PS_ADDR[i]}"; done
-w_pids=()
-for i in 0 1; do start_worker "$i" "$TMP/b.json"; w_pids+=("$LAST_PID"); done
-for i in 0 1; do
-    wait_exit "${w_pids[i]}" 120
-    [ "$EXIT_CODE" = 0 ] || fail "B: worker $i exited $EXIT_CODE: $(tail -5 "$TMP/worker$i.log")"
-done
-for i in 0 1; do
-    wait_exit "${ps_pids[i]}" 20
-    [ "$EXIT_CODE" = 0 ] || fail "B: ps $i exited $EXIT_CODE"
-done
+train_in_cluster 2 2 "$TMP/b.json"
 steps=0
 for i in 0 1; do
     n=$(sed -n 's/.*finished \([0-9]*\) steps in .*/\1/p' "$TMP/worker$i.log")

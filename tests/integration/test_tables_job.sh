@@ -26,20 +26,7 @@ cat >"$spec" <<'JSON'
  "batch_size_per_replica": 32, "epochs": 1, "seed": 7}
 JSON
 
-cluster 2 2
-ps_pids=()
-for i in 0 1; do start_ps "$i"; ps_pids+=("$LAST_PID"); done
-for i in 0 1; do wait_healthy "${PS_ADDR[i]}"; done
-w_pids=()
-for i in 0 1; do start_worker "$i" "$spec"; w_pids+=("$LAST_PID"); done
-for i in 0 1; do
-    wait_exit "${w_pids[i]}" 120
-    [ "$EXIT_CODE" = 0 ] || fail "worker $i exited $EXIT_CODE"
-done
-for i in 0 1; do
-    wait_exit "${ps_pids[i]}" 20
-    [ "$EXIT_CODE" = 0 ] || fail "ps $i exited $EXIT_CODE"
-done
+train_in_cluster 2 2 "$spec"
 # global_step, dense/kernel, dense/bias: 3 pieces; user_emb's parts 1, 0 and item_emb's 1, 0 on ps 0, 1
 grep -q "sparse table user_emb: part 1 of 2, 1099511627776 rows declared, dim 16, optimizer adam, mod partition" \
     "$TMP/ps0.log" || fail "ps 0 did not declare user_emb's part 1"
