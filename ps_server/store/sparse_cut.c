@@ -156,7 +156,7 @@ static void buf_settle_dead(sparse_cut_buf_t *b)
     if (!b->ndead) return;
     qsort(b->dead, b->ndead, sizeof *b->dead, id_cmp);
     for (size_t i = 0; i < b->n; i++) b->scratch[i] = row_id(b, i);
-    qsort(b->scratch, b->n, sizeof *b->scratch, id_cmp);
+    if (b->n) qsort(b->scratch, b->n, sizeof *b->scratch, id_cmp); /* scratch is NULL until a shard had rows */
     size_t k = 0, r = 0;
     for (size_t i = 0; i < b->ndead; i++) {
         int64_t id = b->dead[i];
@@ -242,9 +242,9 @@ static int buf_append(sparse_cut_buf_t *all, const sparse_cut_buf_t *b)
     all->rec_bytes = b->rec_bytes;
     int rc = buf_reserve(all, all->n + b->n, all->ndead + b->ndead);
     if (rc) return rc;
-    memcpy(all->rows + all->n * all->row_bytes, b->rows, b->n * b->row_bytes);
+    if (b->n) memcpy(all->rows + all->n * all->row_bytes, b->rows, b->n * b->row_bytes); /* NULL when empty */
     all->n += b->n;
-    memcpy(all->dead + all->ndead, b->dead, b->ndead * sizeof *b->dead);
+    if (b->ndead) memcpy(all->dead + all->ndead, b->dead, b->ndead * sizeof *b->dead);
     all->ndead += b->ndead;
     return 0;
 }

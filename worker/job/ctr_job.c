@@ -128,7 +128,6 @@ fail:
 void ctr_job_destroy(ctr_job_t *j)
 {
     if (!j) return;
-    ctr_pf_destroy(j->pf); /* first: its bulk writes into next2's rows */
     if (j->pf) {
         int64_t pushed, crit;
         ctr_pf_counts(j->pf, &pushed, &crit);
@@ -137,6 +136,7 @@ void ctr_job_destroy(ctr_job_t *j)
                      "the next batch)",
                      100.0 * (double)crit / (double)pushed, (long long)pushed);
     }
+    ctr_pf_destroy(j->pf); /* before the batches: its bulk writes into next2's rows */
     if (j->cur) ctr_loader_release(j->loader, j->cur);
     if (j->next) ctr_loader_release(j->loader, j->next);
     if (j->next2) ctr_loader_release(j->loader, j->next2);
