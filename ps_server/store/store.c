@@ -183,6 +183,7 @@ store_t *store_create(void)
     PSC_ASSERT(pthread_rwlock_init(&s->lock, NULL) == 0);
     PSC_ASSERT(pthread_mutex_init(&s->presence_lock, NULL) == 0);
     PSC_ASSERT(pthread_mutex_init(&s->rate_lock, NULL) == 0);
+    PSC_ASSERT(pthread_mutex_init(&s->ckpt_lock, NULL) == 0); /* one checkpoint cut open at a time */
     atomic_init(&s->applied, 0);
     atomic_init(&s->rejected, 0);
     atomic_init(&s->pulls, 0);
@@ -207,6 +208,7 @@ void store_destroy(store_t *s)
     free(s->left);
     pthread_mutex_destroy(&s->presence_lock);
     pthread_mutex_destroy(&s->rate_lock);
+    pthread_mutex_destroy(&s->ckpt_lock);
     pthread_rwlock_destroy(&s->lock);
     pthread_rwlock_destroy(&s->fence);
     free(s);

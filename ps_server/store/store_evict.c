@@ -100,9 +100,6 @@ static void *evictor_main(void *arg)
 
 void store_evictor_start(store_t *s)
 {
-    /* the checkpoints' lock (store_sparse_ckpt.c) lives as long as the evictor: both are made by store_create
-     * and unmade by store_destroy */
-    PSC_ASSERT(pthread_mutex_init(&s->ckpt_lock, NULL) == 0);
     PSC_ASSERT(pthread_mutex_init(&s->evict_lock, NULL) == 0);
     PSC_ASSERT(pthread_cond_init(&s->evict_cond, NULL) == 0);
     s->evict_stop = 0;
@@ -118,5 +115,4 @@ void store_evictor_stop(store_t *s)
     pthread_join(s->evictor, NULL);
     pthread_cond_destroy(&s->evict_cond);
     pthread_mutex_destroy(&s->evict_lock);
-    pthread_mutex_destroy(&s->ckpt_lock);
 }

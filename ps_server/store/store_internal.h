@@ -123,8 +123,8 @@ struct store {
 
     /* Checkpoints of the tables (store_sparse_ckpt.c). ckpt_lock: held by an
      * export from before its cut to the end of its copy (one cut open at a
-     * time); taken before the fence, never under it (made with the evictor:
-     * store_evictor_start). parts_gen: changes (under the exclusive fence)
+     * time); taken before the fence, never under it (made and unmade with
+     * the fence: store_create, store_destroy). parts_gen: changes (under the exclusive fence)
      * whenever a restore swaps the parts, so a copy can tell that the parts
      * it cut are gone. */
     pthread_mutex_t ckpt_lock;

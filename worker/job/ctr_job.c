@@ -69,9 +69,9 @@ static int ensure_tower(ctr_job_t *j, const ctr_slot_batch_t *b, char *err, size
 /* Whether rows are pulled a batch ahead (ctr_prefetch.h): as the spec says,
  * else (absent) unless a PS runs on this worker's host. Prefetching lets the
  * PS apply most of a step's rows while the next step computes, for some more
- * CPU on both sides: a win where the PS have cores of their own (+16-30 % on
- * 1 ps + 1 worker pinned to a core each), a loss where worker and PS share
- * the cores (-10-15 % on the 2-core VM, 1 + 1 and 2 + 2): docs/performance.md. */
+ * CPU on both sides: a win where the PS have cores of their own (+12-30 % on
+ * 1 ps + 1 worker pinned to a core each), even or a loss where worker and PS
+ * share the cores (the 2-core VM: 1 + 1 even, 2 + 2 -7-40 %): docs/performance.md. */
 static int use_prefetch(const ctr_job_opts_t *o)
 {
     int pf = o->spec->prefetch_rows;
