@@ -18,7 +18,11 @@
  * fails with that item's error, the items before it applied.
  *
  * Sparse tables (service_sparse.c): SparsePush items are applied after the
- * dense pushes, SparsePull items read after the dense pulls; they are checked
+ * dense pushes, SparsePull items read after the dense pulls (in async mode a
+ * table's one push and one pull in a request are applied together at the
+ * pull's place, in one pass over the table's shards: each row pulled still
+ * holds the push, and the shards are locked once; the step and the dense
+ * pulls do not depend on them); they are checked
  * with the rest first (ids in range and in this PS's part, unique in a push,
  * row widths, finite values). A sparse pull creates the rows it touches, so
  * for the fence it counts as an update. On a sync PS sparse pushes are
@@ -168,6 +172,7 @@ typedef struct batch_bufs {
     Psc__SparseRows *rows, **row_ptrs;
     uint8_t *data, *sparse_data;
     Psc__StepReply step_rep;
+    int sync; /* the PS's mode when the sparse pushes ran: the sparse pulls go by it too */
 } batch_bufs_t;
 
 static void batch_bufs_free(batch_bufs_t *b)
@@ -207,10 +212,11 @@ static int batch_pushes(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batc
     b->sparse_versions = psc_xcalloc(BATCH_N(r->n_sparse_push), sizeof *b->sparse_versions);
     b->sparse_steps = psc_xcalloc(BATCH_N(r->n_sparse_push), sizeof *b->sparse_steps);
     b->sparse_stale = psc_xcalloc(BATCH_N(r->n_sparse_push), sizeof *b->sparse_stale);
-    if (svc_sparse_push(svc, call, r, gen, b->sparse_versions, b->sparse_steps, b->sparse_stale)) return -1;
+    b->sync = store_get_sync(svc->store, NULL);
+    if (svc_sparse_push(svc, call, r, gen, b->sync, b->sparse_versions, b->sparse_steps, b->sparse_stale)) return -1;
     rep->n_sparse_push_version = r->n_sparse_push;
     rep->sparse_push_version = b->sparse_versions;
-    if (store_get_sync(svc->store, NULL)) {
+    if (b->sync) {
         rep->n_sparse_push_step = rep->n_sparse_push_stale = r->n_sparse_push;
         rep->sparse_push_step = b->sparse_steps;
         rep->sparse_push_stale = b->sparse_stale;
@@ -280,7 +286,9 @@ static int batch_pulls(ps_service_t *svc, psc_rpc_call_t *call, const Psc__Batch
         svc_fail(svc, call, PSC_ENOMEM, "batch sparse pulls: cannot allocate %zu bytes", sparse_bytes);
         return -1;
     }
-    if (svc_sparse_pull(svc, call, r, gen, sparse_bytes, b->rows, b->row_ptrs, b->sparse_data)) return -1;
+    if (svc_sparse_pull(svc, call, r, gen, b->sync, sparse_bytes, b->sparse_versions, b->rows, b->row_ptrs,
+                        b->sparse_data))
+        return -1;
     rep->n_sparse_pull = r->n_sparse_pull;
     rep->sparse_pull = b->row_ptrs;
     return 0;

@@ -160,14 +160,18 @@ int svc_tables_from_pb(const Psc__CreateRequest *r, const psc_optim_config_t *jo
 int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, size_t *pull_bytes,
                      uint64_t *gen);
 /* Applies the sparse pushes in order: async, versions[i] the part's version
- * after push i; sync, a contribution each (steps[i] the part's step after it,
- * stale[i] whether it was dropped). 0 or -1 (sent). */
-int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen,
+ * after push i, but a push fused with its table's pull is left to
+ * svc_sparse_pull (service_sparse.c: fused_pull); sync, a contribution each
+ * (steps[i] the part's step after it, stale[i] whether it was dropped). 0 or
+ * -1 (sent). `sync`: the PS's mode, read once for the batch. */
+int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen, int sync,
                     int64_t *versions, int64_t *steps, protobuf_c_boolean *stale);
 /* Reads the sparse pulls into data (`bytes`: svc_sparse_check's pull_bytes),
- * filling rows[i] and ptrs[i] (the reply's items point into data). 0 or -1 (sent). */
-int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen, size_t bytes,
-                    Psc__SparseRows *rows, Psc__SparseRows **ptrs, uint8_t *data);
+ * filling rows[i] and ptrs[i] (the reply's items point into data); a pull
+ * fused with its table's push applies that push first, in the same pass
+ * (push_versions[k] its version). 0 or -1 (sent). */
+int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen, int sync,
+                    size_t bytes, int64_t *push_versions, Psc__SparseRows *rows, Psc__SparseRows **ptrs, uint8_t *data);
 /* psc.ParameterServer/TableRows: a page of a table part's rows, id order. */
 void svc_h_table_rows(psc_rpc_call_t *call, const uint8_t *req, size_t len, void *arg);
 

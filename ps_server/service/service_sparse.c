@@ -137,11 +137,40 @@ int svc_sparse_check(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRe
     return 0;
 }
 
-int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen,
+/* Async: the pull item that push item i is applied with, in one pass over
+ * their table (store_sparse_push_pull, at the pull's place): the one pull of
+ * the table, neither read-only nor from a checkpoint, when i is the table's
+ * one push; -1: none (i is applied alone, in order). Requests of more than
+ * FUSE_MAX items of a kind are not fused (the search is quadratic). */
+#define FUSE_MAX 16
+static long fused_pull(const Psc__BatchRequest *r, size_t i)
+{
+    if (r->n_sparse_push > FUSE_MAX || r->n_sparse_pull > FUSE_MAX) return -1;
+    const char *table = r->sparse_push[i]->table;
+    for (size_t k = 0; k < r->n_sparse_push; k++)
+        if (k != i && strcmp(r->sparse_push[k]->table, table) == 0) return -1;
+    long j = -1;
+    for (size_t k = 0; k < r->n_sparse_pull; k++) {
+        const Psc__SparsePull *p = r->sparse_pull[k];
+        if (strcmp(p->table, table) != 0) continue;
+        if (j >= 0 || p->read_only || p->checkpoint) return -1;
+        j = (long)k;
+    }
+    return j;
+}
+
+/* The push item fused with pull item j (fused_pull), or -1. */
+static long fused_push(const Psc__BatchRequest *r, size_t j)
+{
+    for (size_t i = 0; i < r->n_sparse_push && r->n_sparse_push <= FUSE_MAX; i++)
+        if (fused_pull(r, i) == (long)j) return (long)i;
+    return -1;
+}
+
+int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen, int sync,
                     int64_t *versions, int64_t *steps, protobuf_c_boolean *stale)
 {
     char err[512];
-    int sync = store_get_sync(svc->store, NULL);
     for (size_t i = 0; i < r->n_sparse_push; i++) {
         const Psc__SparsePush *p = r->sparse_push[i];
         const void *vals = p->values.data ? p->values.data : (const void *)"";
@@ -153,6 +182,8 @@ int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
                                         sizeof err);
             steps[i] = res.step;
             stale[i] = res.stale;
+        } else if (fused_pull(r, i) >= 0) {
+            continue; /* applied with its pull (svc_sparse_pull) */
         } else {
             rc = store_sparse_push(svc->store, p->table, p->ids.data, p->ids.len / 8, vals, p->values.len, gen,
                                    &versions[i], err, sizeof err);
@@ -166,19 +197,30 @@ int svc_sparse_push(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchReq
     return 0;
 }
 
-int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen, size_t bytes,
-                    Psc__SparseRows *rows, Psc__SparseRows **ptrs, uint8_t *data)
+int svc_sparse_pull(ps_service_t *svc, psc_rpc_call_t *call, const Psc__BatchRequest *r, uint64_t gen, int sync,
+                    size_t bytes, int64_t *push_versions, Psc__SparseRows *rows, Psc__SparseRows **ptrs, uint8_t *data)
 {
     char err[512];
     size_t at = 0;
-    int sync = store_get_sync(svc->store, NULL);
     for (size_t i = 0; i < r->n_sparse_pull; i++) {
         const Psc__SparsePull *p = r->sparse_pull[i];
         size_t n = p->ids.len / 8;
         int64_t version = 0;
         int dim = 0, rc = 0;
         float *dst = (float *)(void *)(data + at);
-        if (p->checkpoint) {
+        long k = sync ? -1 : fused_push(r, i);
+        if (k >= 0) { /* the table's push, applied now with this pull */
+            const Psc__SparsePush *q = r->sparse_push[k];
+            rc = store_sparse_push_pull(svc->store, p->table, q->ids.data, q->ids.len / 8,
+                                        q->values.data ? q->values.data : (const void *)"", q->values.len, p->ids.data,
+                                        n, dst, (bytes - at) / 4, gen, &dim, &version, err, sizeof err);
+            if (rc) {
+                svc_fail(svc, call, rc, "batch sparse push %ld with pull %zu: %s", k, i, err);
+                return -1;
+            }
+            push_versions[k] = version;
+            ps_metrics_add_push_bytes(svc->metrics, q->ids.len + q->values.len);
+        } else if (p->checkpoint) {
             rc = svc_sparse_pull_checkpoint(svc, p, dst, (bytes - at) / 4, &dim, &version, err, sizeof err);
         } else if (sync && p->min_step > 0 && !p->read_only) { /* version: the part's step */
             rc = store_sparse_check(svc->store, p->table, p->ids.data, n, NULL, 0, &dim, NULL, err, sizeof err);

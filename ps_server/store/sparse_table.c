@@ -272,8 +272,12 @@ static int find_rows(sparse_table_t *t, shard_t *sh, const req_t *q, const batch
             e->epoch = epoch;
             if (t->meta_off) meta_touch(t, recs[k - c0], q->clock[0], q->clock[1]);
         }
-        prefetch_bytes(recs[k - c0], fetch);
-        if (touch) prefetch_bytes(q->grads + (b->i0 + b->ord[k]) * gbytes, gbytes);
+        if (touch) {
+            prefetch_bytes(recs[k - c0], fetch);
+            prefetch_bytes(q->grads + (b->i0 + b->ord[k]) * gbytes, gbytes);
+        } else {
+            prefetch_bytes(rec_values(recs[k - c0]), gbytes); /* a pull reads the values only */
+        }
     }
     return 0;
 }
@@ -342,9 +346,9 @@ static int push_rows(sparse_table_t *t, shard_t *sh, const req_t *q, const batch
     return 0;
 }
 
-/* Ids [i0, i0 + m) of the request: grouped by shard into b (whose arrays hold
- * m entries), then each shard locked once. */
-static int run_batch(sparse_table_t *t, const req_t *q, size_t i0, size_t m, batch_t *b)
+/* Ids [i0, i0 + m) of request q grouped by shard into b (whose arrays hold m
+ * entries). */
+static void batch_group(const req_t *q, size_t i0, size_t m, batch_t *b)
 {
     uint32_t pos[SPARSE_TABLE_SHARDS];
     b->i0 = i0;
@@ -362,18 +366,41 @@ static int run_batch(sparse_table_t *t, const req_t *q, size_t i0, size_t m, bat
         b->id[k] = id;
         b->ord[k] = (uint16_t)j;
     }
+}
+
+static inline int group_empty(const batch_t *b, int s) { return !b || b->start[s] == b->start[s + 1]; }
+
+/* The next shard from s on with rows in push batch pb or pull batch lb
+ * (either NULL: none), SPARSE_TABLE_SHARDS when none is left. */
+static int next_shard(const batch_t *pb, const batch_t *lb, int s)
+{
+    while (s < SPARSE_TABLE_SHARDS && group_empty(pb, s) && group_empty(lb, s)) s++;
+    return s;
+}
+
+static void prefetch_groups(sparse_table_t *t, const batch_t *pb, const batch_t *lb, int s)
+{
+    if (s >= SPARSE_TABLE_SHARDS) return;
+    if (pb) prefetch_group(t, pb, s);
+    if (lb) prefetch_group(t, lb, s);
+}
+
+/* Each shard with rows in push batch pb (of request pq) or pull batch lb
+ * (of lq) locked once: its pushes applied, then its pulls read (a row both
+ * pushed and pulled is read with the push applied, its lines still in
+ * cache). Either batch may be NULL. */
+static int run_shards(sparse_table_t *t, const req_t *pq, const batch_t *pb, const req_t *lq, const batch_t *lb)
+{
     uint32_t epoch = (uint32_t)atomic_load_explicit(&t->epoch, memory_order_relaxed);
-    int s = 0;
-    while (s < SPARSE_TABLE_SHARDS && b->start[s] == b->start[s + 1]) s++;
-    if (s < SPARSE_TABLE_SHARDS) prefetch_group(t, b, s);
+    int s = next_shard(pb, lb, 0);
+    prefetch_groups(t, pb, lb, s);
     while (s < SPARSE_TABLE_SHARDS) {
-        int next = s + 1;
-        while (next < SPARSE_TABLE_SHARDS && b->start[next] == b->start[next + 1]) next++;
+        int next = next_shard(pb, lb, s + 1), rc = 0;
         shard_t *sh = &t->shards[s];
         pthread_mutex_lock(&sh->lock);
-        if (next < SPARSE_TABLE_SHARDS) prefetch_group(t, b, next);
-        int rc = q->grads ? push_rows(t, sh, q, b, b->start[s], b->start[s + 1], epoch)
-                          : pull_rows(t, sh, q, b, b->start[s], b->start[s + 1], epoch);
+        prefetch_groups(t, pb, lb, next);
+        if (!group_empty(pb, s)) rc = push_rows(t, sh, pq, pb, pb->start[s], pb->start[s + 1], epoch);
+        if (!rc && !group_empty(lb, s)) rc = pull_rows(t, sh, lq, lb, lb->start[s], lb->start[s + 1], epoch);
         if (sh->cap_rows && sh->n > sh->cap_rows) life_enforce_cap(t, sh); /* no record of this request is held */
         pthread_mutex_unlock(&sh->lock);
         if (rc) return rc;
@@ -384,6 +411,14 @@ static int run_batch(sparse_table_t *t, const req_t *q, size_t i0, size_t m, bat
 
 /* Bytes of batch scratch an id. */
 #define BATCH_ID_BYTES (sizeof(uint64_t) + sizeof(int64_t) + sizeof(uint16_t))
+
+/* Batch b's arrays for n ids in scratch p. */
+static void batch_arrays(batch_t *b, void *p, size_t n)
+{
+    b->h = p;
+    b->id = (int64_t *)(b->h + n);
+    b->ord = (uint16_t *)(void *)(b->id + n);
+}
 
 static int run_rows(sparse_table_t *t, const req_t *q)
 {
@@ -399,14 +434,16 @@ static int run_rows(sparse_table_t *t, const req_t *q)
         size_t n = PSC_MIN(q->n, (size_t)HEAP_BATCH);
         heap = malloc(n * BATCH_ID_BYTES);
         if (heap) {
-            b.h = heap;
-            b.id = (int64_t *)(b.h + n);
-            b.ord = (uint16_t *)(void *)(b.id + n);
+            batch_arrays(&b, heap, n);
             batch = n;
         }
     }
     int rc = 0;
-    for (size_t i0 = 0; i0 < q->n && !rc; i0 += batch) rc = run_batch(t, q, i0, PSC_MIN(batch, q->n - i0), &b);
+    for (size_t i0 = 0; i0 < q->n && !rc; i0 += batch) {
+        size_t m = PSC_MIN(batch, q->n - i0);
+        batch_group(q, i0, m, &b);
+        rc = q->grads ? run_shards(t, q, &b, NULL, NULL) : run_shards(t, NULL, NULL, q, &b);
+    }
     free(heap);
     return rc;
 }
@@ -448,6 +485,36 @@ int sparse_table_push(sparse_table_t *t, const void *ids, size_t n, const void *
     if (!rc) {
         count(&t->rows_pushed, n);
         count(&t->version, 1);
+    }
+    return rc;
+}
+
+int sparse_table_push_pull(sparse_table_t *t, const void *push_ids, size_t npush, const void *grads, double lr,
+                           const void *pull_ids, size_t npull, float *out)
+{
+    PSC_ASSERT(grads != NULL || npush == 0);
+    void *heap = NULL;
+    if (npush == 0 || npull == 0 || npush > HEAP_BATCH || npull > HEAP_BATCH ||
+        !(heap = malloc((npush + npull) * BATCH_ID_BYTES))) { /* one after the other */
+        int rc = sparse_table_push(t, push_ids, npush, grads, lr, NULL);
+        return rc ? rc : sparse_table_pull(t, pull_ids, npull, out);
+    }
+    req_t pq = {.ids = push_ids, .grads = grads, .n = npush, .lr = lr}, lq = {.ids = pull_ids, .n = npull, .out = out};
+    if (t->meta_off) {
+        table_clock(t, &pq.clock[0], &pq.clock[1]);
+        memcpy(lq.clock, pq.clock, sizeof lq.clock);
+    }
+    batch_t pb, lb;
+    batch_arrays(&pb, heap, npush);
+    batch_arrays(&lb, (unsigned char *)heap + npush * BATCH_ID_BYTES, npull);
+    batch_group(&pq, 0, npush, &pb);
+    batch_group(&lq, 0, npull, &lb);
+    int rc = run_shards(t, &pq, &pb, &lq, &lb);
+    free(heap);
+    if (!rc) {
+        count(&t->rows_pushed, npush);
+        count(&t->version, 1);
+        count(&t->rows_pulled, npull);
     }
     return rc;
 }

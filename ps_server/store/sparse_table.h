@@ -144,6 +144,14 @@ void sparse_table_initial(const sparse_table_t *t, const void *ids, size_t n, fl
  * PSC_ENOMEM as for pull: then some rows may be updated and others not (each
  * row whole), and version is unchanged. */
 int sparse_table_push(sparse_table_t *t, const void *ids, size_t n, const void *grads, double lr, float *out);
+/* sparse_table_push of push_ids (no rows out), then sparse_table_pull of
+ * pull_ids into out, in one pass over the shards: each shard is locked once
+ * for both, and a row in both is read right after its update. Every pulled
+ * row holds this push as sparse_table_pull after sparse_table_push would
+ * (the shard of a row is locked for its push and pull alike). PSC_ENOMEM as
+ * for either; a failed call may have applied part of the push. */
+int sparse_table_push_pull(sparse_table_t *t, const void *push_ids, size_t npush, const void *grads, double lr,
+                           const void *pull_ids, size_t npull, float *out);
 
 void sparse_table_get_stats(const sparse_table_t *t, sparse_table_stats_t *st);
 /* stats.version alone (pushes applied): what every pull and push reply carries,

@@ -210,6 +210,14 @@ int store_sparse_initial(store_t *s, const char *table, const void *ids, size_t 
  * refused push changes nothing. */
 int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, const void *grads, size_t glen,
                       uint64_t checked, int64_t *version, char *err, size_t errlen);
+/* store_sparse_push of push_ids, then store_sparse_pull of pull_ids into out
+ * (not read-only), in one pass over the table's shards (sparse_table_push_pull):
+ * what a Batch with both for one table asks in async mode. `checked` covers
+ * both requests (0: both are checked here). *version: the part's version after
+ * the push; *dim its dim. */
+int store_sparse_push_pull(store_t *s, const char *table, const void *push_ids, size_t npush, const void *grads,
+                           size_t glen, const void *pull_ids, size_t npull, float *out, size_t cap, uint64_t checked,
+                           int *dim, int64_t *version, char *err, size_t errlen);
 
 /* Sets n unique ids' rows of `table` (8n bytes of ids, n*dim float32 values
  * in vlen bytes, any alignment) to the values, creating them, their optimizer

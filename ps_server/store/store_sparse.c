@@ -259,6 +259,38 @@ int store_sparse_push(store_t *s, const char *table, const void *ids, size_t n, 
     return rc ? store_reject(s, rc) : 0;
 }
 
+int store_sparse_push_pull(store_t *s, const char *table, const void *push_ids, size_t npush, const void *grads,
+                           size_t glen, const void *pull_ids, size_t npull, float *out, size_t cap, uint64_t checked,
+                           int *dim, int64_t *version, char *err, size_t errlen)
+{
+    sparse_table_t *t;
+    psc_optim_config_t opt;
+    fence_enter(s);
+    uint64_t gen;
+    int rc = store_table_get(s, table, &t, NULL, &opt, &gen, err, errlen);
+    if (!rc && (checked == 0 || checked != gen) &&
+        !(rc = store_table_check_request(t, push_ids, npush, grads, glen, err, errlen)))
+        rc = store_table_check_request(t, pull_ids, npull, NULL, 0, err, errlen);
+    if (!rc && (uint64_t)npull * (uint64_t)sparse_table_config(t)->dim > cap)
+        rc = psc_seterr(err, errlen, PSC_EMISMATCH, "sparse table %s: %zu rows of dim %d exceed the %zu floats given",
+                        table, npull, sparse_table_config(t)->dim, cap);
+    if (!rc) {
+        store_table_clock(s, t);
+        rc = sparse_table_push_pull(t, push_ids, npush, grads, opt.learning_rate, pull_ids, npull, out);
+        if (rc) psc_seterr(err, errlen, rc, "sparse table %s: out of memory creating rows", table);
+        *version = (int64_t)sparse_table_version(t);
+        *dim = sparse_table_config(t)->dim;
+        if (!rc) {
+            count(&s->applied, 1);
+            count(&s->bytes_pushed, glen);
+            count(&s->pulls, 1);
+            count(&s->bytes_pulled, (uint64_t)npull * (uint64_t)*dim * 4);
+        }
+    }
+    fence_leave(s);
+    return rc ? store_reject(s, rc) : 0;
+}
+
 int store_sparse_assign(store_t *s, const char *table, const void *ids, size_t n, const void *values, size_t vlen,
                         char *err, size_t errlen)
 {

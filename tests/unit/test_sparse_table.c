@@ -5,7 +5,9 @@
  * appear when first touched with psc_table_row_init's values (table.h), bit
  * for bit, with t = 0 and the optimizer's initial slots; a read-only pull
  * (sparse_table_read, evaluation) reads the same values, trained or initial,
- * and creates no row, marks none for export and changes no record. The sparse
+ * and creates no row, marks none for export and changes no record. A push and
+ * a pull in one pass over the shards (sparse_table_push_pull) read and leave
+ * the same bytes as the push then the pull. The sparse
  * optimizers against a double reference: test_sparse_optim.c; the helpers:
  * sparse_table_fixture.h. Threads pushing overlapping rows (SGD, lr 1, gradients 1,
  * zeros initializer: the values are exact integers) lose no update, while a
@@ -307,6 +309,85 @@ static void test_rows_appear_initialized(void **state)
         assert_memory_equal(out, again, sizeof out);
         sparse_table_destroy(t);
     }
+}
+
+/* ---- a push and a pull in one pass ---- */
+
+/* sparse_table_push_pull against sparse_table_push then sparse_table_pull on
+ * a twin table: the same rows out and the same records, bit for bit, with
+ * the pulled ids sharing about a third of the pushed ones (the next batch's
+ * share), a pulled id twice, rows new to both, an empty push, and admission
+ * (a pull creates no row there). */
+static void test_push_pull_fused(void **state)
+{
+    (void)state;
+    const psc_optim_config_t opts[] = {
+        {.kind = PSC_OPT_ADAM, .learning_rate = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f},
+        {.kind = PSC_OPT_FTRL, .learning_rate = 0.5f, .initial_accumulator_value = 0.1f, .learning_rate_power = -0.5f},
+    };
+    enum { NP = 700, NL = 701, RANGE = 3000, DIM = 8 };
+    int64_t *push_ids = malloc(NP * sizeof *push_ids), *pull_ids = malloc(NL * sizeof *pull_ids);
+    float *g = malloc((size_t)NP * DIM * sizeof *g), *a = malloc((size_t)NL * DIM * sizeof *a),
+          *b = malloc((size_t)NL * DIM * sizeof *b);
+    for (int k = 0; k < 4; k++) {
+        int dim = k % 2 ? 1 : DIM;
+        sparse_table_cfg_t c = cfg_of(100000, 1, 0, PSC_PART_MOD, dim, opts[k % 2]);
+        if (k >= 2) c.min_count = 2; /* admission */
+        sparse_table_t *ta = make(&c), *tb = make(&c);
+        uint64_t x = 0x9e3779b97f4a7c15ull + (uint64_t)k;
+        for (int round = 0; round < 12; round++) {
+            size_t np = round == 5 ? 0 : NP; /* an empty push */
+            unsigned char used[RANGE] = {0};
+            for (size_t i = 0; i < np; i++) { /* unique */
+                int64_t id;
+                do {
+                    x = x * 6364136223846793005ull + 1442695040888963407ull;
+                    id = (int64_t)((x >> 33) % RANGE);
+                } while (used[id]);
+                used[id] = 1;
+                push_ids[i] = id;
+            }
+            for (size_t i = 0; i < NL; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                pull_ids[i] = i < np / 3 ? push_ids[i * 3] : (int64_t)((x >> 33) % (RANGE + 500)); /* new rows too */
+            }
+            pull_ids[NL - 1] = pull_ids[0]; /* twice */
+            for (size_t i = 0; i < np * (size_t)dim; i++)
+                g[i] = 0.01f * (float)((int)((i * 7 + (size_t)round) % 11) - 5);
+            unsigned char *ri, *rg, *rl;
+            const void *pi = pack_ids(push_ids, np, &ri), *pg = pack_floats(g, np * (size_t)dim, &rg),
+                       *pl = pack_ids(pull_ids, NL, &rl);
+            assert_int_equal(sparse_table_push_pull(ta, pi, np, np ? pg : NULL, 0.01, pl, NL, a), 0);
+            assert_int_equal(sparse_table_push(tb, pi, np, np ? pg : NULL, 0.01, NULL), 0);
+            assert_int_equal(sparse_table_pull(tb, pl, NL, b), 0);
+            assert_memory_equal(a, b, (size_t)NL * (size_t)dim * sizeof *a);
+            free(ri);
+            free(rg);
+            free(rl);
+        }
+        sparse_table_stats_t sa, sb;
+        sparse_table_get_stats(ta, &sa);
+        sparse_table_get_stats(tb, &sb);
+        assert_int_equal(sa.rows, sb.rows);
+        assert_int_equal(sa.version, sb.version);
+        assert_int_equal(sa.rows_pushed, sb.rows_pushed);
+        assert_int_equal(sa.rows_pulled, sb.rows_pulled);
+        if (k < 2) assert_true(sa.rows > RANGE); /* pulls created rows */
+        rows_t ra = export_rows(ta, 0, 1, NULL), rb = export_rows(tb, 0, 1, NULL);
+        assert_int_equal(ra.n, rb.n);
+        assert_int_equal(ra.len, rb.len);
+        assert_memory_equal(ra.ids, rb.ids, ra.n * sizeof *ra.ids);
+        assert_memory_equal(ra.recs, rb.recs, ra.n * ra.len);
+        rows_free(&ra);
+        rows_free(&rb);
+        sparse_table_destroy(ta);
+        sparse_table_destroy(tb);
+    }
+    free(push_ids);
+    free(pull_ids);
+    free(g);
+    free(a);
+    free(b);
 }
 
 /* ---- threads ---- */
@@ -729,6 +810,7 @@ int main(void)
         cmocka_unit_test(test_rows_appear_initialized),
         cmocka_unit_test(test_read_creates_no_row),
         cmocka_unit_test(test_read_big_request),
+        cmocka_unit_test(test_push_pull_fused),
         cmocka_unit_test(test_concurrent_pushes),
         cmocka_unit_test(test_export_incremental),
         cmocka_unit_test(test_put_round_trip),
