@@ -248,22 +248,23 @@ static float adam_lr_t(const psc_optim_config_t *c, float lr, int64_t t)
     return (float)((double)lr * sqrt(1.0 - b2t) / (1.0 - b1t));
 }
 
-/* adam_lr_t through a small direct-mapped memo per thread, keyed by all it
- * depends on (t, lr, beta1, beta2, compared bit for bit): the rows of a
- * sparse table each have their own t (lazy Adam), so nearly every row of a
- * push needs another step size, and two pow calls cost more than the update
- * of a short row; but a push's rows share few values of t (most rows are
- * young, hot rows come back step after step). Same value, so the same
- * results bit for bit. */
-#define LR_MEMO 256 /* entries (a power of two), 6 KiB a thread */
+/* adam_lr_t through a direct-mapped memo per thread: the rows of a sparse
+ * table each have their own t (lazy Adam), so nearly every row of a push
+ * needs another step size, and two pow calls cost more than the update of a
+ * short row; but a push's rows share few values of t (most rows are young,
+ * hot rows come back step after step, and t below LR_MEMO never collide).
+ * The memo holds one (lr, beta1, beta2) at a time, compared bit for bit: on
+ * another it starts empty (a table of other hyper-parameters, a learning-rate
+ * schedule's next value). Same value, so the same results bit for bit. */
+#define LR_MEMO 4096 /* entries (a power of two), 32 KiB a thread */
 
 typedef struct lr_memo {
-    int64_t t; /* 0: empty (t >= 1) */
-    uint32_t lr, beta1, beta2;
+    uint32_t t; /* 0: empty (t >= 1) */
     float lr_t;
 } lr_memo_t;
 
 static _Thread_local lr_memo_t lr_memo[LR_MEMO];
+static _Thread_local uint32_t lr_memo_key[3]; /* lr, beta1, beta2 of the entries */
 
 static inline uint32_t bits_of(float f)
 {
@@ -272,12 +273,21 @@ static inline uint32_t bits_of(float f)
     return u;
 }
 
+/* Empties the memo unless it holds c's and lr's step sizes. */
+static void adam_memo_for(const psc_optim_config_t *c, float lr)
+{
+    const uint32_t key[3] = {bits_of(lr), bits_of(c->beta1), bits_of(c->beta2)};
+    if (memcmp(key, lr_memo_key, sizeof key) == 0) return;
+    memset(lr_memo, 0, sizeof lr_memo);
+    memcpy(lr_memo_key, key, sizeof key);
+}
+
+/* adam_lr_t(c, lr, t) after adam_memo_for(c, lr). */
 static float adam_lr_t_memo(const psc_optim_config_t *c, float lr, int64_t t)
 {
+    if (t > (int64_t)UINT32_MAX) return adam_lr_t(c, lr, t);
     lr_memo_t *e = &lr_memo[(uint64_t)t & (LR_MEMO - 1)];
-    uint32_t l = bits_of(lr), b1 = bits_of(c->beta1), b2 = bits_of(c->beta2);
-    if (e->t != t || e->lr != l || e->beta1 != b1 || e->beta2 != b2)
-        *e = (lr_memo_t){.t = t, .lr = l, .beta1 = b1, .beta2 = b2, .lr_t = adam_lr_t(c, lr, t)};
+    if (e->t != (uint32_t)t) *e = (lr_memo_t){.t = (uint32_t)t, .lr_t = adam_lr_t(c, lr, t)};
     return e->lr_t;
 }
 
@@ -406,7 +416,10 @@ void optim_apply_rows(const psc_optim_config_t *c, double lr, float *const *rows
     size_t n = (size_t)dim;
     int64_t kt = m ? t[0] : 1;
     coef_t k = coef_base(c, (float)lr);
-    if (c->kind == PSC_OPT_ADAM && m) k.lr_t = adam_lr_t_memo(c, (float)lr, kt);
+    if (c->kind == PSC_OPT_ADAM && m) {
+        adam_memo_for(c, (float)lr);
+        k.lr_t = adam_lr_t_memo(c, (float)lr, kt);
+    }
     for (size_t r = 0; r < m; r++) {
         if (c->kind == PSC_OPT_ADAM && t[r] != kt) {
             kt = t[r];

@@ -543,8 +543,9 @@ static void test_apply_rows(void **state)
 }
 
 /* Adam's step size comes from a per-thread memo in optim_apply_rows (keyed
- * by t, lr and the betas): rows whose t collide in it (t and t + 256),
- * repeat, or come back after other values, rows of dims 1 and 8, and calls
+ * by t, holding one lr and pair of betas at a time): rows whose t collide in
+ * it (t and t + 4096), repeat, come back after other values, or pass 32 bits,
+ * rows of dims 1 and 8, and calls
  * that alternate the learning rate and beta2, all equal optim_apply_row
  * (which computes it afresh) bit for bit. */
 static void test_apply_rows_lr_memo(void **state)
@@ -563,7 +564,8 @@ static void test_apply_rows_lr_memo(void **state)
             const psc_optim_config_t *c = &cfgs[call % 2];
             double lr = lrs[call % 3];
             for (int r = 0; r < ROWS; r++) {
-                ts[r] = (int64_t)(1 + (r % 7) + 256 * (r % 3) + (r % 11 == 0 ? 100000 : 0)); /* collisions mod 256 */
+                ts[r] = (int64_t)(1 + (r % 7) + 4096 * (r % 3) + (r % 11 == 0 ? 100000 : 0) + /* collisions mod 4096 */
+                                  (r % 13 == 0 ? (int64_t)1 << 32 : 0));
                 for (int e = 0; e < dim; e++) {
                     rows[r][e] = w0_of((size_t)(r * dim + e));
                     g[r][e] = g_of((size_t)e, r + call);
