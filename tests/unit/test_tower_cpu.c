@@ -14,7 +14,8 @@
  * by hand; zero weights give loss ln(10) for 10 classes. Training: a tiny MLP fits
  * a separable toy set with plain SGD. Replication invariant: the size-weighted mean
  * of two half-batch gradients equals the full-batch gradient. Also the slab layout,
- * Keras initialization and the argument checks.
+ * Keras initialization and the argument checks. The CTR interaction's blocked
+ * loops against one-at-a-time ones, bit for bit.
  * Dropout masks (rng.h's counter-based generator): Philox-4x32-10's known answers
  * from Random123; the drop rate within a statistical tolerance; the tower's mask
  * is psc_dropout_bits of (seed, layer, the unit's index in the step's batch), so
@@ -26,6 +27,7 @@
 #include "psc.h"
 #include "rng.h"
 #include "tower.h"
+#include "tower_walk.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -855,9 +857,65 @@ static void test_bad_arguments(void **state)
     model_free(m);
 }
 
+/* ---- the CTR interaction's loops ---- */
+
+/* The interaction one dot and one column at a time (the loops the CPU backend
+ * had before it worked in blocks): each dot sums over c from 0, each dv entry
+ * over the partners b in order from 0. */
+static void interact_ref(const float *v, const float *dout, int ldo, int n, int P, int D, float *out, float *dv)
+{
+    for (int i = 0; i < n; i++) {
+        const float *ve = v + (int64_t)i * P * D, *g = dout + (int64_t)i * ldo;
+        float *o = out + (int64_t)i * ldo;
+        for (int a = 0; a < P; a++)
+            for (int b = a + 1; b < P; b++) {
+                float dot = 0.0f;
+                for (int c = 0; c < D; c++) dot += ve[a * D + c] * ve[b * D + c];
+                *o++ = dot;
+            }
+        for (int a = 0; a < P; a++)
+            for (int c = 0; c < D; c++) {
+                float s = 0.0f;
+                for (int b = 0; b < P; b++) {
+                    if (b == a) continue;
+                    int x = a < b ? a : b, y = a < b ? b : a;
+                    s += g[x * P - x * (x + 1) / 2 + y - x - 1] * ve[b * D + c];
+                }
+                dv[((int64_t)i * P + a) * D + c] = s;
+            }
+    }
+}
+
+/* The CPU backend's interaction (8 dots or 8 columns at a time, vectorized)
+ * gives the one-at-a-time loops' results bit for bit, for widths below, at
+ * and above a block and not multiples of it, and P from 2 to 100. */
+static void test_interaction_blocks(void **state)
+{
+    (void)state;
+    const tower_backend_ops_t *be = tower_cpu_ops.backend;
+    const int shapes[][3] = {{7, 2, 3}, {33, 5, 4}, {9, 27, 16}, {64, 27, 8}, {5, 40, 24}, {3, 9, 7}, {4, 100, 9}};
+    psc_rng_t rng;
+    psc_rng_seed(&rng, 11);
+    for (size_t s = 0; s < PSC_ARRAY_LEN(shapes); s++) {
+        int n = shapes[s][0], P = shapes[s][1], D = shapes[s][2], ldo = P * (P - 1) / 2 + 5;
+        size_t nv = (size_t)n * (size_t)P * (size_t)D, no = (size_t)n * (size_t)ldo;
+        float *v = malloc(nv * sizeof *v), *g = malloc(no * sizeof *g), *out = calloc(no, sizeof *out),
+              *want = calloc(no, sizeof *want), *dv = malloc(nv * sizeof *dv), *dv_want = malloc(nv * sizeof *dv);
+        for (size_t i = 0; i < nv; i++) v[i] = (float)psc_rng_uniform(&rng) * 2 - 1;
+        for (size_t i = 0; i < no; i++) g[i] = (float)psc_rng_uniform(&rng) * 2 - 1;
+        assert_int_equal(be->interact_fwd(NULL, v, n, P, D, out, ldo), 0);
+        assert_int_equal(be->interact_bwd(NULL, v, g, ldo, n, P, D, dv), 0);
+        interact_ref(v, g, ldo, n, P, D, want, dv_want);
+        assert_memory_equal(out, want, no * sizeof *out);
+        assert_memory_equal(dv, dv_want, nv * sizeof *dv);
+        free(v), free(g), free(out), free(want), free(dv), free(dv_want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_interaction_blocks),
         cmocka_unit_test(test_grad_dense_tanh),
         cmocka_unit_test(test_grad_sigmoid),
         cmocka_unit_test(test_grad_relu),

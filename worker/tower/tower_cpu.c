@@ -4,7 +4,10 @@
  * tested against (tests/unit/test_tower_ops.c: op by op; test_tower_cuda.c:
  * whole steps), so its loops favour being obviously right over being clever;
  * its im2col / col2im are the reference the convolutions are tested against
- * (tests/unit/test_tower_conv.c).
+ * (tests/unit/test_tower_conv.c). The one exception, the CTR interaction (most
+ * of a recommendation step's CPU one column at a time), works in fixed blocks
+ * the compiler vectorizes, with the same sums in the same order: test_tower_cpu.c
+ * holds it to the plain loops bit for bit.
  *
  * Memory: "device" memory is aligned host memory, upload / download are
  * memcpy, and every kernel runs when called, so sync has nothing to wait for.
@@ -373,44 +376,144 @@ static int cpu_bag_bwd(tower_dev_t *d, float *drows, int dim, const int32_t *off
     return 0;
 }
 
+/* The interaction's loops work 8 columns (bwd) or 8 pairs (fwd) at a time in
+ * fixed-length blocks, which gcc's -O2 vectorizes (a loop of runtime length
+ * over memory that may alias stays scalar there): every sum still adds the
+ * same terms in the same order as the one-at-a-time loops, starting from 0,
+ * so the results are the same bit for bit. On x86-64 they are compiled twice,
+ * for the baseline (SSE2) and for AVX2 (one vector a block), and the AVX2 copy
+ * runs on a CPU that has it; element-wise IEEE operations without fused
+ * multiply-adds (ISO C: -ffp-contract=off) round alike at any width, as in
+ * ps_server/optim.c. IBLK: the block. */
+#define IBLK 8
+#if defined(__x86_64__)
+#define INTERACT_AVX2 1
+#else
+#define INTERACT_AVX2 0
+#endif
+
+/* Pair (a, b), a < b, of P vectors: its column among the dots. */
+static inline int64_t pair_index(int a, int b, int P) { return (int64_t)a * P - (int64_t)a * (a + 1) / 2 + b - a - 1; }
+
+/* One example's dots: its vectors ve (P, D), transposed into vt (D, Pp; Pp =
+ * P + IBLK - 1, the padding zero, so a block of dots from any b0 < P reads
+ * inside it); the pairs row by row into o: q(a, b). */
+static inline __attribute__((always_inline)) void interact_fwd_one(const float *ve, int P, int D, float *vt, float *o)
+{
+    int Pp = P + IBLK - 1;
+    for (int c = 0; c < D; c++) {
+        float *r = vt + (int64_t)c * Pp;
+        for (int b = 0; b < P; b++) r[b] = ve[(int64_t)b * D + c];
+        for (int b = P; b < Pp; b++) r[b] = 0.0f;
+    }
+    for (int a = 0; a < P; a++) {
+        const float *va = ve + (int64_t)a * D;
+        for (int b0 = a + 1; b0 < P; b0 += IBLK) { /* the dots with b0 .. b0 + IBLK - 1 */
+            float dot[IBLK] = {0};
+            for (int c = 0; c < D; c++) {
+                const float x = va[c], *y = vt + (int64_t)c * Pp + b0;
+                for (int k = 0; k < IBLK; k++) dot[k] += x * y[k];
+            }
+            int m = PSC_MIN(IBLK, P - b0);
+            memcpy(o, dot, (size_t)m * sizeof *o);
+            o += m;
+        }
+    }
+}
+
+/* One example's dv (P, D): each entry sums its partners' g(a, b) * v[b] in b
+ * order (a gather, as the CUDA kernel), IBLK columns at a time; ga: room for
+ * P floats. */
+static inline __attribute__((always_inline)) void interact_bwd_one(const float *ve, const float *g, int P, int D,
+                                                                   float *ga, float *dve)
+{
+    for (int a = 0; a < P; a++) {
+        for (int b = 0; b < a; b++) ga[b] = g[pair_index(b, a, P)];
+        for (int b = a + 1; b < P; b++) ga[b] = g[pair_index(a, b, P)];
+        float *o = dve + (int64_t)a * D;
+        int c = 0;
+        for (; c + IBLK <= D; c += IBLK) {
+            float acc[IBLK] = {0};
+            for (int b = 0; b < P; b++) {
+                if (b == a) continue;
+                const float gab = ga[b], *vb = ve + (int64_t)b * D + c;
+                for (int k = 0; k < IBLK; k++) acc[k] += gab * vb[k];
+            }
+            memcpy(o + c, acc, sizeof acc);
+        }
+        for (; c < D; c++) {
+            float sum = 0.0f;
+            for (int b = 0; b < P; b++)
+                if (b != a) sum += ga[b] * ve[(int64_t)b * D + c];
+            o[c] = sum;
+        }
+    }
+}
+
+static void interact_fwd_base(const float *v, int n, int P, int D, float *out, int ldo, float *vt)
+{
+    for (int i = 0; i < n; i++) interact_fwd_one(v + (int64_t)i * P * D, P, D, vt, out + (int64_t)i * ldo);
+}
+
+static void interact_bwd_base(const float *v, const float *dout, int ldo, int n, int P, int D, float *dv, float *ga)
+{
+    for (int i = 0; i < n; i++)
+        interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, ga, dv + (int64_t)i * P * D);
+}
+
+#if INTERACT_AVX2
+__attribute__((target("avx2"))) static void interact_fwd_avx2(const float *v, int n, int P, int D, float *out, int ldo,
+                                                              float *vt)
+{
+    for (int i = 0; i < n; i++) interact_fwd_one(v + (int64_t)i * P * D, P, D, vt, out + (int64_t)i * ldo);
+}
+
+__attribute__((target("avx2"))) static void interact_bwd_avx2(const float *v, const float *dout, int ldo, int n, int P,
+                                                              int D, float *dv, float *ga)
+{
+    for (int i = 0; i < n; i++)
+        interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, ga, dv + (int64_t)i * P * D);
+}
+#endif
+
+/* Whether this CPU runs the AVX2 copies (a load and a test: libgcc reads the
+ * CPU's model before main). */
+static int interact_avx2(void)
+{
+#if INTERACT_AVX2
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
 static int cpu_interact_fwd(tower_dev_t *d, const float *v, int n, int P, int D, float *out, int ldo)
 {
     (void)d;
-    for (int i = 0; i < n; i++) {
-        const float *ve = v + (int64_t)i * P * D; /* (P, D) */
-        float *o = out + (int64_t)i * ldo;
-        for (int a = 0; a < P; a++)
-            for (int b = a + 1; b < P; b++) {
-                float dot = 0.0f;
-                for (int c = 0; c < D; c++) dot += ve[a * D + c] * ve[b * D + c];
-                *o++ = dot; /* pairs row by row: q(a, b) */
-            }
-    }
+    float *vt = malloc((size_t)(P + IBLK - 1) * (size_t)D * sizeof *vt);
+    if (!vt) return PSC_ENOMEM;
+#if INTERACT_AVX2
+    if (interact_avx2())
+        interact_fwd_avx2(v, n, P, D, out, ldo, vt);
+    else
+#endif
+        interact_fwd_base(v, n, P, D, out, ldo, vt);
+    free(vt);
     return 0;
 }
 
-/* Pair (a, b), a < b, of P vectors: its column among the dots. */
-static int64_t pair_index(int a, int b, int P) { return (int64_t)a * P - (int64_t)a * (a + 1) / 2 + b - a - 1; }
-
-/* A gather, as the CUDA kernel: each dv entry sums its partners in b order
- * (the same sums, in the same order; the loops run over whole rows). */
 static int cpu_interact_bwd(tower_dev_t *d, const float *v, const float *dout, int ldo, int n, int P, int D, float *dv)
 {
     (void)d;
-    for (int i = 0; i < n; i++) {
-        const float *ve = v + (int64_t)i * P * D, *g = dout + (int64_t)i * ldo;
-        float *dve = dv + (int64_t)i * P * D;
-        for (int a = 0; a < P; a++) {
-            float *o = dve + (int64_t)a * D;
-            for (int c = 0; c < D; c++) o[c] = 0.0f;
-            for (int b = 0; b < P; b++) {
-                if (b == a) continue;
-                float gab = g[a < b ? pair_index(a, b, P) : pair_index(b, a, P)];
-                const float *vb = ve + (int64_t)b * D;
-                for (int c = 0; c < D; c++) o[c] += gab * vb[c];
-            }
-        }
-    }
+    float *ga = malloc((size_t)P * sizeof *ga);
+    if (!ga) return PSC_ENOMEM;
+#if INTERACT_AVX2
+    if (interact_avx2())
+        interact_bwd_avx2(v, dout, ldo, n, P, D, dv, ga);
+    else
+#endif
+        interact_bwd_base(v, dout, ldo, n, P, D, dv, ga);
+    free(ga);
     return 0;
 }
 
