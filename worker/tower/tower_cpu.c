@@ -422,20 +422,24 @@ static inline __attribute__((always_inline)) void interact_fwd_one(const float *
 }
 
 /* One example's dv (P, D): each entry sums its partners' g(a, b) * v[b] in b
- * order (a gather, as the CUDA kernel), IBLK columns at a time; ga: room for
- * P floats. */
+ * order (a gather, as the CUDA kernel), IBLK columns at a time; pq (P, P):
+ * the column of pair (a, b) among the dots, either way round; ga: room for P
+ * floats. */
 static inline __attribute__((always_inline)) void interact_bwd_one(const float *ve, const float *g, int P, int D,
-                                                                   float *ga, float *dve)
+                                                                   const int32_t *pq, float *ga, float *dve)
 {
     for (int a = 0; a < P; a++) {
-        for (int b = 0; b < a; b++) ga[b] = g[pair_index(b, a, P)];
-        for (int b = a + 1; b < P; b++) ga[b] = g[pair_index(a, b, P)];
+        const int32_t *q = pq + (int64_t)a * P;
+        for (int b = 0; b < P; b++) ga[b] = g[q[b]];
         float *o = dve + (int64_t)a * D;
         int c = 0;
         for (; c + IBLK <= D; c += IBLK) {
             float acc[IBLK] = {0};
-            for (int b = 0; b < P; b++) {
-                if (b == a) continue;
+            for (int b = 0; b < a; b++) { /* two runs around b = a: no branch in the loop */
+                const float gab = ga[b], *vb = ve + (int64_t)b * D + c;
+                for (int k = 0; k < IBLK; k++) acc[k] += gab * vb[k];
+            }
+            for (int b = a + 1; b < P; b++) {
                 const float gab = ga[b], *vb = ve + (int64_t)b * D + c;
                 for (int k = 0; k < IBLK; k++) acc[k] += gab * vb[k];
             }
@@ -455,10 +459,11 @@ static void interact_fwd_base(const float *v, int n, int P, int D, float *out, i
     for (int i = 0; i < n; i++) interact_fwd_one(v + (int64_t)i * P * D, P, D, vt, out + (int64_t)i * ldo);
 }
 
-static void interact_bwd_base(const float *v, const float *dout, int ldo, int n, int P, int D, float *dv, float *ga)
+static void interact_bwd_base(const float *v, const float *dout, int ldo, int n, int P, int D, float *dv,
+                              const int32_t *pq, float *ga)
 {
     for (int i = 0; i < n; i++)
-        interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, ga, dv + (int64_t)i * P * D);
+        interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, pq, ga, dv + (int64_t)i * P * D);
 }
 
 #if INTERACT_AVX2
@@ -469,10 +474,10 @@ __attribute__((target("avx2"))) static void interact_fwd_avx2(const float *v, in
 }
 
 __attribute__((target("avx2"))) static void interact_bwd_avx2(const float *v, const float *dout, int ldo, int n, int P,
-                                                              int D, float *dv, float *ga)
+                                                              int D, float *dv, const int32_t *pq, float *ga)
 {
     for (int i = 0; i < n; i++)
-        interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, ga, dv + (int64_t)i * P * D);
+        interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, pq, ga, dv + (int64_t)i * P * D);
 }
 #endif
 
@@ -506,14 +511,23 @@ static int cpu_interact_bwd(tower_dev_t *d, const float *v, const float *dout, i
 {
     (void)d;
     float *ga = malloc((size_t)P * sizeof *ga);
-    if (!ga) return PSC_ENOMEM;
+    int32_t *pq = malloc((size_t)P * (size_t)P * sizeof *pq);
+    if (!ga || !pq) {
+        free(ga);
+        free(pq);
+        return PSC_ENOMEM;
+    }
+    for (int a = 0; a < P; a++)
+        for (int b = 0; b < P; b++) /* the diagonal's is never used: 0 */
+            pq[(int64_t)a * P + b] = a == b ? 0 : (int32_t)(a < b ? pair_index(a, b, P) : pair_index(b, a, P));
 #if INTERACT_AVX2
     if (interact_avx2())
-        interact_bwd_avx2(v, dout, ldo, n, P, D, dv, ga);
+        interact_bwd_avx2(v, dout, ldo, n, P, D, dv, pq, ga);
     else
 #endif
-        interact_bwd_base(v, dout, ldo, n, P, D, dv, ga);
+        interact_bwd_base(v, dout, ldo, n, P, D, dv, pq, ga);
     free(ga);
+    free(pq);
     return 0;
 }
 
