@@ -14,8 +14,8 @@
  * by hand; zero weights give loss ln(10) for 10 classes. Training: a tiny MLP fits
  * a separable toy set with plain SGD. Replication invariant: the size-weighted mean
  * of two half-batch gradients equals the full-batch gradient. Also the slab layout,
- * Keras initialization and the argument checks. The CTR interaction's blocked
- * loops against one-at-a-time ones, bit for bit.
+ * Keras initialization and the argument checks. The CTR embedding bags' and
+ * interaction's blocked loops against one-at-a-time ones, bit for bit.
  * Dropout masks (rng.h's counter-based generator): Philox-4x32-10's known answers
  * from Random123; the drop rate within a statistical tolerance; the tower's mask
  * is psc_dropout_bits of (seed, layer, the unit's index in the step's batch), so
@@ -912,10 +912,70 @@ static void test_interaction_blocks(void **state)
     }
 }
 
+/* The embedding bags one column at a time (the CPU backend's loops before it
+ * worked in blocks): forward, each bag's weighted sum from 0 in bag order;
+ * backward, each gradient added to its rows in the bags' order. */
+static void bags_ref(const float *rows, float *drows, int dim, const int32_t *off, const int32_t *idx, const float *w,
+                     int n, int nslots, int slot0, int nbags, float *out, const float *dout, int ldo)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < nbags; j++) {
+            const int32_t *bag = off + i * nslots + slot0 + j;
+            for (int c = 0; c < dim; c++) {
+                float s = 0.0f;
+                for (int32_t k = bag[0]; k < bag[1]; k++) s += w[k] * rows[idx[k] * dim + c];
+                out[i * ldo + j * dim + c] = s;
+            }
+            for (int32_t k = bag[0]; k < bag[1]; k++)
+                for (int c = 0; c < dim; c++) drows[idx[k] * dim + c] += w[k] * dout[i * ldo + j * dim + c];
+        }
+}
+
+/* The CPU backend's bags (blocks of 8 columns) give the plain loops' results
+ * bit for bit: widths below, at, above and between blocks, bags of 0 to 4
+ * rows, rows in several bags (their gradients add up in order). */
+static void test_bag_blocks(void **state)
+{
+    (void)state;
+    const tower_backend_ops_t *be = tower_cpu_ops.backend;
+    psc_rng_t rng;
+    psc_rng_seed(&rng, 12);
+    const int dims[] = {3, 8, 13, 16, 24};
+    enum { N = 37, SLOTS = 5, SLOT0 = 1, NBAGS = 3, NROWS = 20 };
+    for (size_t d = 0; d < PSC_ARRAY_LEN(dims); d++) {
+        int dim = dims[d], ldo = NBAGS * dim + 2;
+        int32_t off[N * SLOTS + 1], idx[N * SLOTS * 4];
+        float w[N * SLOTS * 4];
+        off[0] = 0;
+        for (int b = 0; b < N * SLOTS; b++) {
+            int len = (int)psc_rng_below(&rng, 5);
+            off[b + 1] = off[b] + len;
+            for (int k = off[b]; k < off[b + 1]; k++) {
+                idx[k] = (int32_t)psc_rng_below(&rng, NROWS);
+                w[k] = (float)psc_rng_uniform(&rng) * 2 - 1;
+            }
+        }
+        size_t nr = (size_t)NROWS * (size_t)dim, no = (size_t)N * (size_t)ldo;
+        float *rows = malloc(nr * sizeof *rows), *dout = malloc(no * sizeof *dout), *out = calloc(no, sizeof *out),
+              *want = calloc(no, sizeof *want), *drows = malloc(nr * sizeof *drows),
+              *drows_want = malloc(nr * sizeof *drows);
+        for (size_t i = 0; i < nr; i++) rows[i] = (float)psc_rng_uniform(&rng) * 2 - 1;
+        for (size_t i = 0; i < no; i++) dout[i] = (float)psc_rng_uniform(&rng) * 2 - 1;
+        for (size_t i = 0; i < nr; i++) drows[i] = drows_want[i] = 0.25f * (float)(i % 7);
+        assert_int_equal(be->bag_fwd(NULL, rows, dim, off, idx, w, N, SLOTS, SLOT0, NBAGS, out, ldo), 0);
+        assert_int_equal(be->bag_bwd(NULL, drows, dim, off, idx, w, N, SLOTS, SLOT0, NBAGS, dout, ldo), 0);
+        bags_ref(rows, drows_want, dim, off, idx, w, N, SLOTS, SLOT0, NBAGS, want, dout, ldo);
+        assert_memory_equal(out, want, no * sizeof *out);
+        assert_memory_equal(drows, drows_want, nr * sizeof *drows);
+        free(rows), free(dout), free(out), free(want), free(drows), free(drows_want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_interaction_blocks),
+        cmocka_unit_test(test_bag_blocks),
         cmocka_unit_test(test_grad_dense_tanh),
         cmocka_unit_test(test_grad_sigmoid),
         cmocka_unit_test(test_grad_relu),

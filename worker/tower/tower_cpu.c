@@ -4,10 +4,10 @@
  * tested against (tests/unit/test_tower_ops.c: op by op; test_tower_cuda.c:
  * whole steps), so its loops favour being obviously right over being clever;
  * its im2col / col2im are the reference the convolutions are tested against
- * (tests/unit/test_tower_conv.c). The one exception, the CTR interaction (most
- * of a recommendation step's CPU one column at a time), works in fixed blocks
- * the compiler vectorizes, with the same sums in the same order: test_tower_cpu.c
- * holds it to the plain loops bit for bit.
+ * (tests/unit/test_tower_conv.c). The one exception, the CTR embedding bags
+ * and interaction (most of a recommendation step's CPU when run one column at
+ * a time), work in fixed blocks the compiler vectorizes, with the same sums in
+ * the same order: test_tower_cpu.c holds them to the plain loops bit for bit.
  *
  * Memory: "device" memory is aligned host memory, upload / download are
  * memcpy, and every kernel runs when called, so sync has nothing to wait for.
@@ -343,42 +343,10 @@ static int cpu_accumulate(tower_dev_t *d, float *dst, float a, const float *src,
 
 /* ---- recommendation (CTR) models ---- */
 
-static int cpu_bag_fwd(tower_dev_t *d, const float *rows, int dim, const int32_t *off, const int32_t *idx,
-                       const float *w, int n, int nslots, int slot0, int nbags, float *out, int ldo)
-{
-    (void)d;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < nbags; j++) {
-            const int32_t *bag = off + (int64_t)i * nslots + slot0 + j;
-            float *o = out + (int64_t)i * ldo + (int64_t)j * dim;
-            for (int c = 0; c < dim; c++) o[c] = 0.0f;
-            for (int32_t k = bag[0]; k < bag[1]; k++) {
-                const float *r = rows + (int64_t)idx[k] * dim;
-                for (int c = 0; c < dim; c++) o[c] += w[k] * r[c];
-            }
-        }
-    return 0;
-}
-
-static int cpu_bag_bwd(tower_dev_t *d, float *drows, int dim, const int32_t *off, const int32_t *idx, const float *w,
-                       int n, int nslots, int slot0, int nbags, const float *dout, int ldo)
-{
-    (void)d;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < nbags; j++) {
-            const int32_t *bag = off + (int64_t)i * nslots + slot0 + j;
-            const float *g = dout + (int64_t)i * ldo + (int64_t)j * dim;
-            for (int32_t k = bag[0]; k < bag[1]; k++) {
-                float *r = drows + (int64_t)idx[k] * dim;
-                for (int c = 0; c < dim; c++) r[c] += w[k] * g[c];
-            }
-        }
-    return 0;
-}
-
-/* The interaction's loops work 8 columns (bwd) or 8 pairs (fwd) at a time in
- * fixed-length blocks, which gcc's -O2 vectorizes (a loop of runtime length
- * over memory that may alias stays scalar there): every sum still adds the
+/* The embedding bags' and the interaction's loops work 8 columns (or, for
+ * the interaction's dots, 8 pairs) at a time in fixed-length blocks, which
+ * gcc's -O2 vectorizes (a loop of runtime length over memory that may alias
+ * stays scalar there): every sum still adds the
  * same terms in the same order as the one-at-a-time loops, starting from 0,
  * so the results are the same bit for bit. On x86-64 they are compiled twice,
  * for the baseline (SSE2) and for AVX2 (one vector a block), and the AVX2 copy
@@ -387,10 +355,110 @@ static int cpu_bag_bwd(tower_dev_t *d, float *drows, int dim, const int32_t *off
  * ps_server/optim.c. IBLK: the block. */
 #define IBLK 8
 #if defined(__x86_64__)
-#define INTERACT_AVX2 1
+#define CPU_AVX2 1
 #else
-#define INTERACT_AVX2 0
+#define CPU_AVX2 0
 #endif
+
+/* Example i's bags [slot0, slot0 + nbags) of the rows: each bag's weighted
+ * sum of its rows, IBLK columns at a time, each from 0 in the bag's order. */
+static inline __attribute__((always_inline)) void bag_fwd_one(const float *rows, int dim, const int32_t *bag,
+                                                              const int32_t *idx, const float *w, int nbags, float *o)
+{
+    for (int j = 0; j < nbags; j++, o += dim) {
+        int c = 0;
+        for (; c + IBLK <= dim; c += IBLK) {
+            float acc[IBLK] = {0};
+            for (int32_t k = bag[j]; k < bag[j + 1]; k++) {
+                const float wk = w[k], *r = rows + (int64_t)idx[k] * dim + c;
+                for (int e = 0; e < IBLK; e++) acc[e] += wk * r[e];
+            }
+            memcpy(o + c, acc, sizeof acc);
+        }
+        for (; c < dim; c++) {
+            float sum = 0.0f;
+            for (int32_t k = bag[j]; k < bag[j + 1]; k++) sum += w[k] * rows[(int64_t)idx[k] * dim + c];
+            o[c] = sum;
+        }
+    }
+}
+
+/* Example i's bags' gradients g added to their rows' (drows), in the bags'
+ * order, IBLK columns at a time. */
+static inline __attribute__((always_inline)) void bag_bwd_one(float *drows, int dim, const int32_t *bag,
+                                                              const int32_t *idx, const float *w, int nbags,
+                                                              const float *g)
+{
+    for (int j = 0; j < nbags; j++, g += dim)
+        for (int32_t k = bag[j]; k < bag[j + 1]; k++) {
+            float *r = drows + (int64_t)idx[k] * dim;
+            const float wk = w[k];
+            int c = 0;
+            for (; c + IBLK <= dim; c += IBLK) {
+                float t[IBLK];
+                for (int e = 0; e < IBLK; e++) t[e] = r[c + e] + wk * g[c + e];
+                memcpy(r + c, t, sizeof t);
+            }
+            for (; c < dim; c++) r[c] += wk * g[c];
+        }
+}
+
+#define BAG_LOOPS(suffix, attr)                                                                                      \
+    attr static void bag_fwd_##suffix(const float *rows, int dim, const int32_t *off, const int32_t *idx,            \
+                                      const float *w, int n, int nslots, int slot0, int nbags, float *out, int ldo)  \
+    {                                                                                                                \
+        for (int i = 0; i < n; i++)                                                                                  \
+            bag_fwd_one(rows, dim, off + (int64_t)i * nslots + slot0, idx, w, nbags, out + (int64_t)i * ldo);        \
+    }                                                                                                                \
+    attr static void bag_bwd_##suffix(float *drows, int dim, const int32_t *off, const int32_t *idx, const float *w, \
+                                      int n, int nslots, int slot0, int nbags, const float *dout, int ldo)           \
+    {                                                                                                                \
+        for (int i = 0; i < n; i++)                                                                                  \
+            bag_bwd_one(drows, dim, off + (int64_t)i * nslots + slot0, idx, w, nbags, dout + (int64_t)i * ldo);      \
+    }
+BAG_LOOPS(base, )
+#if CPU_AVX2
+BAG_LOOPS(avx2, __attribute__((target("avx2"))))
+#endif
+
+/* Whether this CPU runs the AVX2 copies (a load and a test: libgcc reads the
+ * CPU's model before main). */
+static int cpu_avx2(void)
+{
+#if CPU_AVX2
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
+static int cpu_bag_fwd(tower_dev_t *d, const float *rows, int dim, const int32_t *off, const int32_t *idx,
+                       const float *w, int n, int nslots, int slot0, int nbags, float *out, int ldo)
+{
+    (void)d;
+#if CPU_AVX2
+    if (cpu_avx2()) {
+        bag_fwd_avx2(rows, dim, off, idx, w, n, nslots, slot0, nbags, out, ldo);
+        return 0;
+    }
+#endif
+    bag_fwd_base(rows, dim, off, idx, w, n, nslots, slot0, nbags, out, ldo);
+    return 0;
+}
+
+static int cpu_bag_bwd(tower_dev_t *d, float *drows, int dim, const int32_t *off, const int32_t *idx, const float *w,
+                       int n, int nslots, int slot0, int nbags, const float *dout, int ldo)
+{
+    (void)d;
+#if CPU_AVX2
+    if (cpu_avx2()) {
+        bag_bwd_avx2(drows, dim, off, idx, w, n, nslots, slot0, nbags, dout, ldo);
+        return 0;
+    }
+#endif
+    bag_bwd_base(drows, dim, off, idx, w, n, nslots, slot0, nbags, dout, ldo);
+    return 0;
+}
 
 /* Pair (a, b), a < b, of P vectors: its column among the dots. */
 static inline int64_t pair_index(int a, int b, int P) { return (int64_t)a * P - (int64_t)a * (a + 1) / 2 + b - a - 1; }
@@ -466,7 +534,7 @@ static void interact_bwd_base(const float *v, const float *dout, int ldo, int n,
         interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, pq, ga, dv + (int64_t)i * P * D);
 }
 
-#if INTERACT_AVX2
+#if CPU_AVX2
 __attribute__((target("avx2"))) static void interact_fwd_avx2(const float *v, int n, int P, int D, float *out, int ldo,
                                                               float *vt)
 {
@@ -481,24 +549,13 @@ __attribute__((target("avx2"))) static void interact_bwd_avx2(const float *v, co
 }
 #endif
 
-/* Whether this CPU runs the AVX2 copies (a load and a test: libgcc reads the
- * CPU's model before main). */
-static int interact_avx2(void)
-{
-#if INTERACT_AVX2
-    return __builtin_cpu_supports("avx2");
-#else
-    return 0;
-#endif
-}
-
 static int cpu_interact_fwd(tower_dev_t *d, const float *v, int n, int P, int D, float *out, int ldo)
 {
     (void)d;
     float *vt = malloc((size_t)(P + IBLK - 1) * (size_t)D * sizeof *vt);
     if (!vt) return PSC_ENOMEM;
-#if INTERACT_AVX2
-    if (interact_avx2())
+#if CPU_AVX2
+    if (cpu_avx2())
         interact_fwd_avx2(v, n, P, D, out, ldo, vt);
     else
 #endif
@@ -520,8 +577,8 @@ static int cpu_interact_bwd(tower_dev_t *d, const float *v, const float *dout, i
     for (int a = 0; a < P; a++)
         for (int b = 0; b < P; b++) /* the diagonal's is never used: 0 */
             pq[(int64_t)a * P + b] = a == b ? 0 : (int32_t)(a < b ? pair_index(a, b, P) : pair_index(b, a, P));
-#if INTERACT_AVX2
-    if (interact_avx2())
+#if CPU_AVX2
+    if (cpu_avx2())
         interact_bwd_avx2(v, dout, ldo, n, P, D, dv, pq, ga);
     else
 #endif
