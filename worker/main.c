@@ -46,6 +46,7 @@ enum {
     OPT_PREFETCH,
     OPT_DEVICES,
     OPT_DEBUG_DELAY,
+    OPT_DEBUG_FAIL_PULLS,
     OPT_SHUTDOWN_PS,
     OPT_RETRY_SECS,
     OPT_LOGDIR,
@@ -84,6 +85,8 @@ static void usage(FILE *f)
             "  --log_every_secs S       progress line period (default 5)\n"
             "  --prefetch N             batches prepared ahead by the input thread, 1..64 (default 2)\n"
             "  --debug_step_delay_ms MS testing: sleep MS in every step (simulates a slow replica)\n"
+            "  --debug_fail_row_pulls N testing: a recommendation job's first N row pulls made in a step fail\n"
+            "                           as if the PS were unavailable (the step recovers and retries)\n"
             "  --devices LIST           towers: cpu, cpu,cpu, gpu, gpu:0,gpu:1 (default: every visible GPU,\n"
             "                           else one CPU tower); the batch is split across them. GPUs named but not\n"
             "                           usable (none visible, CUDA driver too old) exit 78\n"
@@ -207,6 +210,9 @@ static int parse_opt(worker_args_t *a, int c, const char *arg, const char *text)
         rc = int_flag("--batch_tensor_bytes", arg, 0, (long)PSC_BATCH_BYTES, NULL, &to->batch_bytes);
         break;
     case OPT_DEBUG_DELAY: rc = int_flag("--debug_step_delay_ms", arg, 0, 600000, NULL, &to->debug_step_delay_ms); break;
+    case OPT_DEBUG_FAIL_PULLS:
+        rc = int_flag("--debug_fail_row_pulls", arg, 0, 1000000, NULL, &to->debug_fail_row_pulls);
+        break;
     case OPT_DEVICES: {
         const tower_ops_t *backend;
         int devs[PSC_MAX_TOWERS], ndev;
@@ -245,6 +251,7 @@ static int parse_args(int argc, char **argv, worker_args_t *a)
         {"blas_threads", required_argument, NULL, OPT_BLAS_THREADS},
         {"batch_tensor_bytes", required_argument, NULL, OPT_BATCH_BYTES},
         {"debug_step_delay_ms", required_argument, NULL, OPT_DEBUG_DELAY},
+        {"debug_fail_row_pulls", required_argument, NULL, OPT_DEBUG_FAIL_PULLS},
         {"shutdown_ps_at_end", required_argument, NULL, OPT_SHUTDOWN_PS},
         {"predict", required_argument, NULL, OPT_PREDICT},
         {"predict_output", required_argument, NULL, OPT_PREDICT_OUTPUT},

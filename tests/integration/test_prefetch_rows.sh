@@ -9,7 +9,9 @@
 #      step's pushes must land before the job ends, or the bytes differ. The worker reports which
 #      share of the pushed rows was on the steps' critical path (here more than 10 %). Without
 #      the key, a worker whose PS is on its host (127.0.0.1 here) says it takes the serial path,
-#      and trains the same bytes.
+#      and trains the same bytes; there the first step's row pull fails 3 times (the worker's
+#      --debug_fail_row_pulls 3, as if its PS were unavailable): the worker recovers 3 times and
+#      trains that batch and every other once, the same bytes again.
 #   B: 2 ps + 2 workers, in-cluster, async, "prefetch_rows": 1: every process exits 0, the
 #      replicas run every batch and the chief evaluates.
 #   C: "prefetch_rows" 2 is refused at start (exit 78 naming the key).
@@ -44,7 +46,9 @@ for pf in 0 1 default; do
     start_ps 0
     ps_pid=$LAST_PID
     wait_healthy "${PS_ADDR[0]}"
-    TF_CONFIG=$(tf_config worker 0) "$BIN/worker" >"$TMP/a$pf-worker.out" 2>"$TMP/a$pf-worker.log" &
+    flags=()
+    [ $pf = default ] && flags=(--debug_fail_row_pulls 3) # the first step's row pull fails 3 times
+    TF_CONFIG=$(tf_config worker 0) "$BIN/worker" "${flags[@]}" >"$TMP/a$pf-worker.out" 2>"$TMP/a$pf-worker.log" &
     w_pid=$!
     PIDS+=("$w_pid")
     wait_healthy "${WORKER_ADDR[0]}"
@@ -57,7 +61,9 @@ for pf in 0 1 default; do
     wait "$w_pid" "$ps_pid" 2>/dev/null || true
 done
 cmp -s "$TMP/a0.st" "$TMP/a1.st" || fail "prefetch_rows 1 trained another model than the serial path"
-cmp -s "$TMP/a0.st" "$TMP/adefault.st" || fail "the default trained another model than the serial path"
+cmp -s "$TMP/a0.st" "$TMP/adefault.st" || fail "the default (its first row pull failing 3 times) trained another model"
+n=$(grep -c 'answer again' "$TMP/adefault-worker.log" || true)
+[ "$n" = 3 ] || fail "the worker recovered $n times from its failed row pulls, expected 3"
 grep -q "prefetch_rows 0 (default: ps 0, ${PS_ADDR[0]}, shares this worker's host)" "$TMP/adefault-worker.log" ||
     fail "the default's choice is not logged: $(grep prefetch_rows "$TMP/adefault-worker.log")"
 share=$(sed -n 's/.*prefetch_rows: \([0-9.]*\)% of the [0-9]* rows pushed were on the steps. critical path.*/\1/p' \

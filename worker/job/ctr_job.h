@@ -43,6 +43,7 @@ typedef struct ctr_job_opts {
     int train;            /* 0: evaluation only (no training files opened) */
     int eval_batch;       /* examples per evaluation batch */
     const atomic_int *stop, *finish; /* data.follow: the wait for the next batch ends when either is set */
+    int debug_fail_row_pulls;        /* testing: the first N pulls ctr_job_compute makes fail (PSC_EUNAVAILABLE) */
 } ctr_job_opts_t;
 
 int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t errlen);
@@ -54,7 +55,9 @@ void ctr_job_destroy(ctr_job_t *j); /* NULL ok */
  * rows' gradients wait for ctr_job_push_*. Returns 0 (examples, loss_sum,
  * epoch set), 1 when the data ran out, 2 (data.follow) when no batch came
  * within half a second or the stop or finish flag ended the wait (the caller
- * does its other duties and calls again), or an error (err). */
+ * does its other duties and calls again), or an error (err); when its pull
+ * failed the batch stays the next one, so a call after the trainer's
+ * recovery pulls its rows again and trains it. */
 int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t sync_step, int *examples,
                     double *loss_sum, int *epoch, char *err, size_t errlen);
 /* Async: the step's row gradients ride on the next dense round

@@ -22,6 +22,7 @@ model_job_opts_t model_job_opts_of(const trainer_opts_t *o, const psc_var_desc_t
                               .task = o->task,
                               .devices = o->devices,
                               .blas_threads = o->blas_threads,
+                              .debug_fail_row_pulls = o->debug_fail_row_pulls,
                               .replicas = 1,
                               .per_step = 1,
                               .eval_batch = PSC_MAX(o->spec->batch_size, 256),

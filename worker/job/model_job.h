@@ -50,6 +50,7 @@ typedef struct model_job_opts {
     int train;                  /* this task trains (reads its shard of the training data) */
     int test;                   /* this task evaluates (reads the test data) */
     int eval_batch;             /* examples per evaluation batch */
+    int debug_fail_row_pulls;   /* testing: trainer_opts_t's */
     const atomic_int *stop, *finish; /* trainer_opts_t's: a followed directory's wait for files ends on either */
 } model_job_opts_t;
 

@@ -307,6 +307,20 @@ static int compute(run_t *r, int *batches, int *examples, char *err, size_t errl
     return 0;
 }
 
+/* compute, and when a pull of its own (a recommendation model's rows) found
+ * the PS unavailable, recovery and the same batch again (the job keeps it),
+ * for at most retry_secs from the first failure. */
+static int compute_retrying(run_t *r, int *batches, int *examples, char *err, size_t errlen)
+{
+    double t0 = psc_now();
+    for (;;) {
+        int rc = compute(r, batches, examples, err, errlen);
+        if (!rc || !retryable(rc) || r->pp_pending || psc_now() - t0 > r->o->retry_secs) return rc;
+        worker_metrics_retry(r->o->metrics);
+        if ((rc = recover(r, r->params, err, errlen))) return rc;
+    }
+}
+
 /* The end of a step's exchange, rc its outcome: a PS that went away is
  * waited for (the chief restores it), then everyone pulls and goes on (this
  * step's gradients are lost with the PS's state); the step is counted in the
@@ -387,7 +401,7 @@ static int train_step(run_t *r, char *err, size_t errlen)
 {
     double t_step = psc_now();
     int batches, examples, rc;
-    if ((rc = compute(r, &batches, &examples, err, errlen))) return rc;
+    if ((rc = compute_retrying(r, &batches, &examples, err, errlen))) return rc;
     if (batches == 0) return r->more ? 2 : 1;
     if (r->o->debug_step_delay_ms > 0) {
         int ms = r->o->debug_step_delay_ms;

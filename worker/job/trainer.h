@@ -44,6 +44,7 @@ typedef struct trainer_opts {
     double log_every_secs;    /* progress line period (default 5) */
     int prefetch;             /* batches prepared ahead (default 2) */
     int debug_step_delay_ms;  /* testing: sleep this long in every step (a slow replica) */
+    int debug_fail_row_pulls; /* testing: a recommendation job's first N row pulls of a step fail as if unavailable */
     const char *devices;      /* towers: "cpu", "cpu,cpu", "gpu:0,gpu:1", "gpu"; NULL = every GPU, else CPU */
     int blas_threads;         /* CPU towers: threads (0: the host share, cpu_share.h; several CPU towers use 1 each) */
     int batch_bytes;          /* ps_client_set_batch_bytes (-1: the default, PSC_BATCH_TENSOR_BYTES) */
