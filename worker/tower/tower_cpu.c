@@ -432,17 +432,18 @@ static int cpu_avx2(void)
 #endif
 }
 
+/* name##_avx2(...) on a CPU with AVX2, else name##_base(...) (void functions). */
+#if CPU_AVX2
+#define CPU_DISPATCH(name, ...) (cpu_avx2() ? name##_avx2(__VA_ARGS__) : name##_base(__VA_ARGS__))
+#else
+#define CPU_DISPATCH(name, ...) name##_base(__VA_ARGS__)
+#endif
+
 static int cpu_bag_fwd(tower_dev_t *d, const float *rows, int dim, const int32_t *off, const int32_t *idx,
                        const float *w, int n, int nslots, int slot0, int nbags, float *out, int ldo)
 {
     (void)d;
-#if CPU_AVX2
-    if (cpu_avx2()) {
-        bag_fwd_avx2(rows, dim, off, idx, w, n, nslots, slot0, nbags, out, ldo);
-        return 0;
-    }
-#endif
-    bag_fwd_base(rows, dim, off, idx, w, n, nslots, slot0, nbags, out, ldo);
+    CPU_DISPATCH(bag_fwd, rows, dim, off, idx, w, n, nslots, slot0, nbags, out, ldo);
     return 0;
 }
 
@@ -450,13 +451,7 @@ static int cpu_bag_bwd(tower_dev_t *d, float *drows, int dim, const int32_t *off
                        int n, int nslots, int slot0, int nbags, const float *dout, int ldo)
 {
     (void)d;
-#if CPU_AVX2
-    if (cpu_avx2()) {
-        bag_bwd_avx2(drows, dim, off, idx, w, n, nslots, slot0, nbags, dout, ldo);
-        return 0;
-    }
-#endif
-    bag_bwd_base(drows, dim, off, idx, w, n, nslots, slot0, nbags, dout, ldo);
+    CPU_DISPATCH(bag_bwd, drows, dim, off, idx, w, n, nslots, slot0, nbags, dout, ldo);
     return 0;
 }
 
@@ -522,31 +517,20 @@ static inline __attribute__((always_inline)) void interact_bwd_one(const float *
     }
 }
 
-static void interact_fwd_base(const float *v, int n, int P, int D, float *out, int ldo, float *vt)
-{
-    for (int i = 0; i < n; i++) interact_fwd_one(v + (int64_t)i * P * D, P, D, vt, out + (int64_t)i * ldo);
-}
-
-static void interact_bwd_base(const float *v, const float *dout, int ldo, int n, int P, int D, float *dv,
-                              const int32_t *pq, float *ga)
-{
-    for (int i = 0; i < n; i++)
-        interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, pq, ga, dv + (int64_t)i * P * D);
-}
-
+#define INTERACT_LOOPS(suffix, attr)                                                                                   \
+    attr static void interact_fwd_##suffix(const float *v, int n, int P, int D, float *out, int ldo, float *vt)        \
+    {                                                                                                                  \
+        for (int i = 0; i < n; i++) interact_fwd_one(v + (int64_t)i * P * D, P, D, vt, out + (int64_t)i * ldo);        \
+    }                                                                                                                  \
+    attr static void interact_bwd_##suffix(const float *v, const float *dout, int ldo, int n, int P, int D, float *dv, \
+                                           const int32_t *pq, float *ga)                                               \
+    {                                                                                                                  \
+        for (int i = 0; i < n; i++)                                                                                    \
+            interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, pq, ga, dv + (int64_t)i * P * D);  \
+    }
+INTERACT_LOOPS(base, )
 #if CPU_AVX2
-__attribute__((target("avx2"))) static void interact_fwd_avx2(const float *v, int n, int P, int D, float *out, int ldo,
-                                                              float *vt)
-{
-    for (int i = 0; i < n; i++) interact_fwd_one(v + (int64_t)i * P * D, P, D, vt, out + (int64_t)i * ldo);
-}
-
-__attribute__((target("avx2"))) static void interact_bwd_avx2(const float *v, const float *dout, int ldo, int n, int P,
-                                                              int D, float *dv, const int32_t *pq, float *ga)
-{
-    for (int i = 0; i < n; i++)
-        interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, pq, ga, dv + (int64_t)i * P * D);
-}
+INTERACT_LOOPS(avx2, __attribute__((target("avx2"))))
 #endif
 
 static int cpu_interact_fwd(tower_dev_t *d, const float *v, int n, int P, int D, float *out, int ldo)
@@ -554,12 +538,7 @@ static int cpu_interact_fwd(tower_dev_t *d, const float *v, int n, int P, int D,
     (void)d;
     float *vt = malloc((size_t)(P + IBLK - 1) * (size_t)D * sizeof *vt);
     if (!vt) return PSC_ENOMEM;
-#if CPU_AVX2
-    if (cpu_avx2())
-        interact_fwd_avx2(v, n, P, D, out, ldo, vt);
-    else
-#endif
-        interact_fwd_base(v, n, P, D, out, ldo, vt);
+    CPU_DISPATCH(interact_fwd, v, n, P, D, out, ldo, vt);
     free(vt);
     return 0;
 }
@@ -577,12 +556,7 @@ static int cpu_interact_bwd(tower_dev_t *d, const float *v, const float *dout, i
     for (int a = 0; a < P; a++)
         for (int b = 0; b < P; b++) /* the diagonal's is never used: 0 */
             pq[(int64_t)a * P + b] = a == b ? 0 : (int32_t)(a < b ? pair_index(a, b, P) : pair_index(b, a, P));
-#if CPU_AVX2
-    if (cpu_avx2())
-        interact_bwd_avx2(v, dout, ldo, n, P, D, dv, pq, ga);
-    else
-#endif
-        interact_bwd_base(v, dout, ldo, n, P, D, dv, pq, ga);
+    CPU_DISPATCH(interact_bwd, v, dout, ldo, n, P, D, dv, pq, ga);
     free(ga);
     free(pq);
     return 0;
