@@ -494,8 +494,9 @@ int sparse_table_push_pull(sparse_table_t *t, const void *push_ids, size_t npush
 {
     PSC_ASSERT(grads != NULL || npush == 0);
     void *heap = NULL;
+    size_t at = (npush * BATCH_ID_BYTES + 7) & ~(size_t)7; /* the pull batch's arrays: 8-byte aligned */
     if (npush == 0 || npull == 0 || npush > HEAP_BATCH || npull > HEAP_BATCH ||
-        !(heap = malloc((npush + npull) * BATCH_ID_BYTES))) { /* one after the other */
+        !(heap = malloc(at + npull * BATCH_ID_BYTES))) { /* one after the other */
         int rc = sparse_table_push(t, push_ids, npush, grads, lr, NULL);
         return rc ? rc : sparse_table_pull(t, pull_ids, npull, out);
     }
@@ -506,7 +507,7 @@ int sparse_table_push_pull(sparse_table_t *t, const void *push_ids, size_t npush
     }
     batch_t pb, lb;
     batch_arrays(&pb, heap, npush);
-    batch_arrays(&lb, (unsigned char *)heap + npush * BATCH_ID_BYTES, npull);
+    batch_arrays(&lb, (unsigned char *)heap + at, npull);
     batch_group(&pq, 0, npush, &pb);
     batch_group(&lq, 0, npull, &lb);
     int rc = run_shards(t, &pq, &pb, &lq, &lb);

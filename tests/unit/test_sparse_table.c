@@ -325,7 +325,8 @@ static void test_push_pull_fused(void **state)
         {.kind = PSC_OPT_ADAM, .learning_rate = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f},
         {.kind = PSC_OPT_FTRL, .learning_rate = 0.5f, .initial_accumulator_value = 0.1f, .learning_rate_power = -0.5f},
     };
-    enum { NP = 700, NL = 701, RANGE = 3000, DIM = 8 };
+    /* NP odd: the pull batch's arrays would start unaligned unless rounded up */
+    enum { NP = 701, NL = 703, RANGE = 3000, DIM = 8 };
     int64_t *push_ids = malloc(NP * sizeof *push_ids), *pull_ids = malloc(NL * sizeof *pull_ids);
     float *g = malloc((size_t)NP * DIM * sizeof *g), *a = malloc((size_t)NL * DIM * sizeof *a),
           *b = malloc((size_t)NL * DIM * sizeof *b);
