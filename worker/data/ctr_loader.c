@@ -35,6 +35,8 @@ struct ctr_loader {
     slot_desc_t *slots;
     int nslots;
     idmap_t *maps; /* per table, two: this batch's and the one before's (by parity of seq) */
+    int prev;      /* fill each batch's prev (CTR_LOADER_PREV) */
+    int64_t *nnz_tab; /* (ntables) a batch's ids per table */
     int64_t seq;   /* batches mapped */
     int64_t *ids;  /* (cap_ids) a batch's ids in bag order, before the maps */
     int32_t *tab;  /* (cap_ids) their tables */
@@ -114,7 +116,7 @@ static void map_ids(ctr_loader_t *l, ctr_slot_batch_t *b, int64_t nnz)
             idmap_prefetch(&l->maps[2 * l->tab[k + CTR_LOADER_AHEAD] + cur], l->ids[k + CTR_LOADER_AHEAD]);
         b->idx[k] = idmap_get(&l->maps[2 * l->tab[k] + cur], b, l->tab[k], l->ids[k]);
     }
-    for (int t = 0; t < b->ntables; t++) {
+    for (int t = 0; t < b->ntables && l->prev; t++) {
         const idmap_t *before = &l->maps[2 * t + !cur];
         for (int32_t u = 0; u < b->nuids[t]; u++) {
             if (l->seq == 0) {
@@ -144,11 +146,13 @@ static int map_batch(ctr_loader_t *l, ctr_slot_batch_t *b, char *err, size_t err
     const data_batch_t *r = &b->raw;
     int n = r->n, S = l->nslots;
     int64_t nnz = 0;
+    memset(l->nnz_tab, 0, (size_t)b->ntables * sizeof *l->nnz_tab);
     for (int i = 0; i < n; i++)
         for (int s = 0; s < S; s++) {
             int64_t base = (int64_t)i * r->num_cat + l->slots[s].feature;
-            nnz += r->off[base + 1] - r->off[base];
+            l->nnz_tab[l->slots[s].table] += r->off[base + 1] - r->off[base];
         }
+    for (int t = 0; t < b->ntables; t++) nnz += l->nnz_tab[t];
     b->off = psc_xrealloc(b->off, ((size_t)n * (size_t)S + 1) * sizeof *b->off);
     b->idx = psc_xrealloc(b->idx, (size_t)PSC_MAX(nnz, 1) * sizeof *b->idx);
     b->w = psc_xrealloc(b->w, (size_t)PSC_MAX(nnz, 1) * sizeof *b->w);
@@ -156,7 +160,7 @@ static int map_batch(ctr_loader_t *l, ctr_slot_batch_t *b, char *err, size_t err
     b->nslots = S;
     for (int t = 0; t < b->ntables; t++) {
         b->nuids[t] = 0;
-        idmap_reset(&l->maps[2 * t + (l->seq & 1)], (size_t)nnz);
+        idmap_reset(&l->maps[2 * t + (l->seq & 1)], (size_t)l->nnz_tab[t]); /* small: more of it in cache */
     }
     if ((size_t)nnz > l->cap_ids) {
         l->cap_ids = PSC_MAX((size_t)nnz, 2 * l->cap_ids);
@@ -270,14 +274,15 @@ static void *prefetch_main(void *arg)
     }
 }
 
-int ctr_loader_create(const psc_job_spec_t *spec, int test, int shard, int num_shards, int batch_size, uint64_t seed,
+int ctr_loader_create(const psc_job_spec_t *spec, int mode, int shard, int num_shards, int batch_size, uint64_t seed,
                       int shuffle, int prefetch, ctr_loader_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     ctr_loader_t *l = psc_xcalloc(1, sizeof *l);
     l->spec = spec;
     l->batch_size = batch_size;
-    int rc = data_reader_open(spec, test, shard, num_shards, seed, shuffle, &l->reader, err, errlen);
+    l->prev = (mode & CTR_LOADER_PREV) != 0;
+    int rc = data_reader_open(spec, mode & CTR_LOADER_TEST, shard, num_shards, seed, shuffle, &l->reader, err, errlen);
     if (rc) {
         free(l);
         return rc;
@@ -288,6 +293,7 @@ int ctr_loader_create(const psc_job_spec_t *spec, int test, int shard, int num_s
     l->slots = psc_xcalloc((size_t)PSC_MAX(l->nslots, 1), sizeof *l->slots);
     slot_walk(spec, l->slots);
     l->maps = psc_xcalloc((size_t)PSC_MAX(2 * spec->num_tables, 1), sizeof *l->maps);
+    l->nnz_tab = psc_xcalloc((size_t)PSC_MAX(spec->num_tables, 1), sizeof *l->nnz_tab);
     l->nring = PSC_MAX(prefetch, 1) + 3; /* prefetched + the step's + the two the step pipelines (prefetch_rows) */
     l->ring = psc_xcalloc((size_t)l->nring, sizeof *l->ring);
     l->queue = psc_xcalloc((size_t)l->nring, sizeof *l->queue);
@@ -420,6 +426,7 @@ void ctr_loader_destroy(ctr_loader_t *l)
     for (int i = 0; i < l->nring; i++) slot_batch_free(&l->ring[i]);
     for (int t = 0; t < 2 * l->spec->num_tables; t++) idmap_free(&l->maps[t]);
     free(l->maps);
+    free(l->nnz_tab);
     free(l->ids);
     free(l->tab);
     free(l->ring);

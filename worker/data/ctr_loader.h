@@ -34,7 +34,8 @@ typedef struct ctr_slot_batch {
     int64_t nnz;
     int ntables;       /* spec->num_tables */
     int64_t **uids;    /* per table: the batch's unique ids, in first-seen order */
-    int32_t **prev;    /* per table (nuids): the id's index among the unique ids of the batch before (seq - 1), or -1 */
+    int32_t **prev;    /* per table (nuids), with CTR_LOADER_PREV: the id's index among the unique ids of the batch
+                        * before (seq - 1), or -1 */
     int64_t seq;       /* the batch's place in the loader's order (0, 1, ...) */
     int *nuids;        /* per table */
     int *cap_uids;
@@ -47,10 +48,14 @@ typedef struct ctr_slot_batch {
 
 typedef struct ctr_loader ctr_loader_t;
 
-/* Opens the training (test 0) or test (test 1) data of spec for replica shard
- * of num_shards and starts the prefetch thread (prefetch >= 1 batches ahead).
+/* ctr_loader_create's mode: bits. */
+#define CTR_LOADER_TEST 1 /* the test data (else the training data) */
+#define CTR_LOADER_PREV 2 /* fill each batch's prev (prefetch_rows' split), else leave it unset */
+
+/* Opens the training or test data of spec (mode) for replica shard of
+ * num_shards and starts the prefetch thread (prefetch >= 1 batches ahead).
  * Returns 0 or the reader's error. */
-int ctr_loader_create(const psc_job_spec_t *spec, int test, int shard, int num_shards, int batch_size, uint64_t seed,
+int ctr_loader_create(const psc_job_spec_t *spec, int mode, int shard, int num_shards, int batch_size, uint64_t seed,
                       int shuffle, int prefetch, ctr_loader_t **out, char *err, size_t errlen);
 /* The next batch: 0 and *b (owned by the loader until ctr_loader_release),
  * 1 when the data is done, 2 when an interrupt flag (ctr_loader_set_interrupt)

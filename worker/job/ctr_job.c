@@ -111,11 +111,11 @@ int ctr_job_create(const ctr_job_opts_t *o, ctr_job_t **out, char *err, size_t e
     j->ops = psc_xcalloc((size_t)PSC_MAX(T, 1), sizeof *j->ops);
     j->logits = psc_xmalloc((size_t)j->max_batch * sizeof *j->logits);
     ctr_eval_init(&j->period);
-    if (o->train && (rc = ctr_loader_create(spec, 0, o->rank, o->replicas, spec->batch_size, spec->seed, spec->shuffle,
-                                            o->prefetch, &j->loader, err, errlen)))
+    int pf = o->train && !spec->sync && use_prefetch(o);
+    if (o->train && (rc = ctr_loader_create(spec, pf ? CTR_LOADER_PREV : 0, o->rank, o->replicas, spec->batch_size,
+                                            spec->seed, spec->shuffle, o->prefetch, &j->loader, err, errlen)))
         goto fail;
-    if (j->loader && !spec->sync && use_prefetch(o) && (rc = ctr_pf_create(o->pc, spec, &j->pf, err, errlen)))
-        goto fail;
+    if (pf && (rc = ctr_pf_create(o->pc, spec, &j->pf, err, errlen))) goto fail;
     /* a followed directory: the training loop gets control back while files are awaited (model_step_t.waiting) */
     if (j->loader && spec->follow) ctr_loader_set_interrupt(j->loader, o->stop, o->finish, CTR_JOB_WAIT_SECS);
     *out = j;
@@ -374,7 +374,7 @@ int ctr_job_evaluate(ctr_job_t *j, const float *params, uint64_t ckpt, trainer_r
     if (spec->num_test_files == 0)
         return psc_seterr(err, errlen, PSC_ENOTFOUND, "the job spec has no data.test: nothing to evaluate");
     ctr_loader_t *l;
-    int rc = ctr_loader_create(spec, 1, 0, 1, j->o.eval_batch, spec->seed, 0, 2, &l, err, errlen);
+    int rc = ctr_loader_create(spec, CTR_LOADER_TEST, 0, 1, j->o.eval_batch, spec->seed, 0, 2, &l, err, errlen);
     if (rc) return rc;
     ctr_eval_t ev;
     ctr_eval_init(&ev);
@@ -410,7 +410,8 @@ int ctr_job_predict_open(ctr_job_t *j, const float *params, uint64_t ckpt, int s
     j->pred_params = params;
     j->pred_ckpt = ckpt;
     j->pred_probs = psc_xmalloc((size_t)j->max_batch * sizeof *j->pred_probs);
-    return ctr_loader_create(spec, 1, shard, num_shards, j->o.eval_batch, spec->seed, 0, 2, &j->pred, err, errlen);
+    return ctr_loader_create(spec, CTR_LOADER_TEST, shard, num_shards, j->o.eval_batch, spec->seed, 0, 2, &j->pred, err,
+                             errlen);
 }
 
 int ctr_job_predict_next(ctr_job_t *j, int *n, const float **labels, const float **probs, char *err, size_t errlen)
