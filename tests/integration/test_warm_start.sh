@@ -4,8 +4,8 @@
 # (day 1) and file B (day 2), and a test file. On a standalone cluster (2 ps
 # with checkpoints, 1 worker) psctl trains day 1 on A; day 2 warm-starts from
 # day 1's final checkpoint (psctl train --warm_start JOB_ID) and trains its own
-# full schedule on B: its first logged loss is near day 1's last and far below
-# a cold start's, and its test AUC beats a cold start on B alone. Day 1's
+# full schedule on B: its first logged losses are near day 1's last and far
+# below a cold start's, and its test AUC beats a cold start on B alone. Day 1's
 # checkpoint exported to safetensors warm-starts the same job on another
 # cluster of 3 ps (the rows re-partitioned) and trains to the same test AUC. Bad
 # warm starts are refused with the reason, changing nothing: a file that does
@@ -47,13 +47,24 @@ standalone() {
     cluster "$nps" 1
     for ((i = 0; i < nps; i++)); do start_ps "$i" --checkpoint_dir "$TMP/ckpt-$nps-$i"; done
     for ((i = 0; i < nps; i++)); do wait_healthy "${PS_ADDR[i]}"; done
-    TF_CONFIG=$(tf_config worker 0) "$BIN/worker" --log_every_secs 0.2 >"$TMP/w$nps.out" 2>"$TMP/w$nps.log" &
+    # a progress line every 0.02 s: a job's first line is always an early period's loss, however fast the
+    # machine trains (at 0.2 s a 118-step job once logged one line, its whole run's mean)
+    TF_CONFIG=$(tf_config worker 0) "$BIN/worker" --log_every_secs 0.02 >"$TMP/w$nps.out" 2>"$TMP/w$nps.log" &
     PIDS+=($!)
     wait_healthy "${WORKER_ADDR[0]}"
     PSCTL=("$BIN/psctl" --cluster "$CLUSTER")
 }
 
-# train NAME SPEC [psctl flags] — sets AUC, JOB, FIRST and LAST (the first and last logged loss)
+# loss_median LOG COND — the median of the losses of LOG's progress lines i for which the awk condition
+# COND holds (s[i]: the line's global_step, s[NR] the last's)
+loss_median() {
+    grep -o 'global_step [0-9]* loss [0-9.]*' "$1" |
+        awk '{ s[NR] = $2; l[NR] = $4 } END { for (i = 1; i <= NR; i++) if ('"$2"') print l[i] }' |
+        sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
+}
+
+# train NAME SPEC [psctl flags] — sets AUC, JOB, FIRST and LAST (loss_median of the first tenth's and
+# the second half's losses)
 train() {
     local name=$1 sp=$2; shift 2
     local log=$TMP/w$NPS.log at
@@ -63,8 +74,10 @@ train() {
     tail -n +"$((at + 1))" "$log" >"$TMP/$name.log"
     AUC=$(sed -n 's/^test AUC: \([0-9.]*\)$/\1/p' "$TMP/$name.out")
     JOB=$(sed -n 's/.*job \([0-9a-f]*\) submitted.*/\1/p' "$TMP/$name.err")
-    FIRST=$(grep -o 'global_step [0-9]* loss [0-9.]*' "$TMP/$name.log" | head -1 | cut -d' ' -f4)
-    LAST=$(grep -o 'global_step [0-9]* loss [0-9.]*' "$TMP/$name.log" | tail -1 | cut -d' ' -f4)
+    # medians of the losses logged in the job's first tenth (at least its first line) and in its
+    # second half: a short period's loss (a step or two) is noisy
+    FIRST=$(loss_median "$TMP/$name.log" '10 * s[i] <= s[NR] || i == 1')
+    LAST=$(loss_median "$TMP/$name.log" '2 * s[i] > s[NR]')
     [ -n "$AUC" ] && [ -n "$JOB" ] && [ -n "$FIRST" ] || fail "$name: no AUC, job or loss: $(tail -5 "$TMP/$name.err")"
     echo "$name: job $JOB, test AUC $AUC, logged loss $FIRST -> $LAST"
 }
