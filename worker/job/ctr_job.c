@@ -200,19 +200,21 @@ int ctr_job_compute(ctr_job_t *j, const float *params, float *grads, int64_t syn
     }
     j->cur = b;
     if (!pulled) pf_drain(j); /* the rows read below include every push of this worker's */
-    if (!pulled && j->o.debug_fail_row_pulls > 0) {
-        j->o.debug_fail_row_pulls--;
-        rc = psc_seterr(err, errlen, PSC_EUNAVAILABLE, "a row pull failed on purpose (--debug_fail_row_pulls)");
-    } else if (!pulled) {
-        rc = pull_rows(j, b, sync_step, 0, 0, err, errlen);
-    }
-    if (!pulled && rc) { /* b stays the next batch: the step after the trainer's recovery pulls its rows again */
-        j->next2 = j->next;
-        j->next2_pulled = j->next_pulled;
-        j->next = b;
-        j->next_pulled = 0;
-        j->cur = NULL;
-        return rc;
+    if (!pulled) {
+        if (j->o.debug_fail_row_pulls > 0) {
+            j->o.debug_fail_row_pulls--;
+            rc = psc_seterr(err, errlen, PSC_EUNAVAILABLE, "a row pull failed on purpose (--debug_fail_row_pulls)");
+        } else {
+            rc = pull_rows(j, b, sync_step, 0, 0, err, errlen);
+        }
+        if (rc) { /* b stays the next batch: the step after the trainer's recovery pulls its rows again */
+            j->next2 = j->next;
+            j->next2_pulled = j->next_pulled;
+            j->next = b;
+            j->next_pulled = 0;
+            j->cur = NULL;
+            return rc;
+        }
     }
     if ((rc = ensure_tower(j, b, err, errlen))) return rc;
     tower_ctr_batch_t tb = ctr_slot_batch_view(b);

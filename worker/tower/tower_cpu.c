@@ -346,9 +346,9 @@ static int cpu_accumulate(tower_dev_t *d, float *dst, float a, const float *src,
 /* The embedding bags' and the interaction's loops work 8 columns (or, for
  * the interaction's dots, 8 pairs) at a time in fixed-length blocks, which
  * gcc's -O2 vectorizes (a loop of runtime length over memory that may alias
- * stays scalar there): every sum still adds the
- * same terms in the same order as the one-at-a-time loops, starting from 0,
- * so the results are the same bit for bit. On x86-64 they are compiled twice,
+ * stays scalar there): every sum still adds the same terms in the same order
+ * as the one-at-a-time loops, starting from 0, so the results are the same
+ * bit for bit. On x86-64 they are compiled twice,
  * for the baseline (SSE2) and for AVX2 (one vector a block), and the AVX2 copy
  * runs on a CPU that has it; element-wise IEEE operations without fused
  * multiply-adds (ISO C: -ffp-contract=off) round alike at any width, as in
