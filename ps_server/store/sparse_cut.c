@@ -6,31 +6,47 @@
  *     the epoch E and marks each of the 256 shards pending: cut_since and
  *     cut_epoch = E under the shard's lock. O(shards): pushes wait for
  *     nothing else.
- *   - Then the copying thread takes the shards one by one: under the shard's
- *     lock, the entries with an epoch in (since, E] (rows not changed since
- *     the cut) and the rows kept in the shard's `saved` list go into the
- *     caller's buffer, the tombstones of the range beside them, and the mark
- *     is cleared. The buffer is emitted after the lock is let go.
+ *   - Then the copying thread takes the shards one by one, each in pieces of
+ *     copy_piece index positions, the shard's lock held for one piece and
+ *     let go in between: the entries of the piece with an epoch in
+ *     (since, E] (rows not changed since the cut) go into the caller's
+ *     buffer, each marked in the shard's `copied` bits (by record number:
+ *     records never move); after the last piece, under the same hold, the
+ *     rows kept in the shard's `saved` list and the tombstones of the range
+ *     go beside them and the mark is cleared. The buffer is emitted after the
+ *     lock is let go.
+ *   - Between two pieces the index may change under the copy: an insert
+ *     takes an empty slot (the new row is not in the range), a growth
+ *     rehashes every entry (the copy starts again at position 0, its bits
+ *     skipping the rows it has) and a removal's backward shift moves entries
+ *     back (one that moves from where the copy has not been to where it has
+ *     been sets the copy's position back to it). So the copy sees every
+ *     entry of the range that is still there, and takes each once.
  *   - Meanwhile every thread that changes or removes a row under a shard's
  *     lock (a push's update, a put, an eviction by the TTL or the cap) first
  *     calls cut_keep_row: in a pending shard, a row whose epoch is still in
- *     (since, E] has its record appended to `saved` (one memcpy) before it
- *     changes; its new epoch is > E, so it is kept once, and it belongs to
- *     the next delta. Rows created after the cut have an epoch > E and are
+ *     (since, E] and that the copy has not taken yet has its record appended
+ *     to `saved` (one memcpy) before it changes; its new epoch is > E, so it
+ *     is kept once, and it belongs to the next delta. Rows created after the cut have an epoch > E and are
  *     not copied. A push waits for at most one shard's copy, never for the
  *     table's: a push that touches every shard (a batch of random ids) pays
- *     one record copy per row of the cut it changes, not a shard copy each.
+ *     one record copy per row of the cut it changes, not a shard copy each,
+ *     and waits for at most one piece of a copy.
  *   - Tombstones: the cut's are the shard's dead entries with an epoch in
  *     (since, E] whose id has no row at the cut. An id with such a tombstone
  *     that had a row at the cut had it re-created after the eviction, so with
  *     an epoch in (since, E]: it is among the copied rows (untouched, or
  *     kept). So: the dead ids of the range, less the copied rows' ids.
  *     Evictions after the cut record epoch E + 1: the next delta's.
- * Invariants: a shard is pending iff cut_epoch != 0; saved is NULL when it is
- * not; a row is in saved at most once (kept rows leave the range); the cut's
- * rows of a pending shard are exactly its entries in range plus saved.
- * Memory: saved counts in the table's bytes while it lives; the buffer is the
- * caller's (one shard's rows at a time).
+ * Invariants: a shard is pending iff cut_epoch != 0; saved and copied are
+ * NULL when it is not; a row is in saved or taken by the copy, at most once
+ * and not both (kept rows leave the range, taken ones are not kept); the
+ * cut's rows of a pending shard are exactly its entries in range plus saved
+ * plus the rows its running copy has taken. Every row of the cut has a
+ * record number below the shard's nrec when its copy starts (copied_bits).
+ * Memory: saved counts in the table's bytes while it lives; the copied bits
+ * (a bit per record of the shard being copied) and the buffer are the
+ * copy's scratch (one shard at a time), not counted.
  */
 #include "sparse_table.h"
 #include "sparse_table_internal.h"
@@ -44,10 +60,17 @@
 
 /* ---- the mutators' side ---- */
 
+/* Whether shard sh's running copy has taken the row of record r. */
+static inline int copy_has(const shard_t *sh, uint32_t r)
+{
+    return r < sh->copied_bits && (sh->copied[r >> 6] >> (r & 63) & 1);
+}
+
 int cut_save_row(sparse_table_t *t, shard_t *sh, const entry_t *e)
 {
     /* a thread that loaded its epoch before the cut must not be here (the cut's contract) */
     PSC_ASSERT(atomic_load_explicit(&t->epoch, memory_order_relaxed) > sh->cut_epoch);
+    if (sh->copied && copy_has(sh, e->rec)) return 0; /* in the copy already */
     size_t rb = t->cut_row_bytes;
     cut_saved_t *sv = sh->saved;
     if (!sv || sv->n == sv->cap) {
@@ -73,6 +96,9 @@ static void shard_uncut(sparse_table_t *t, shard_t *sh)
                                   memory_order_relaxed);
     free(sh->saved);
     sh->saved = NULL;
+    free(sh->copied);
+    sh->copied = NULL;
+    sh->copied_bits = sh->copy_at = 0;
     sh->cut_epoch = 0;
     sh->cut_since = 0;
 }
@@ -168,23 +194,62 @@ static void buf_settle_dead(sparse_cut_buf_t *b)
     b->ndead = k;
 }
 
-/* Shard sh's rows and tombstones of its cut into b (lock held; b has room). */
-static void shard_copy(sparse_table_t *t, shard_t *sh, sparse_cut_buf_t *b)
+/* The cut's rows at index positions [copy_at, copy_at + m) of shard sh
+ * (locked, its copy running) that the copy has not taken yet, into b (it
+ * has room). */
+static void piece_copy(sparse_table_t *t, shard_t *sh, sparse_cut_buf_t *b, size_t m)
 {
     uint64_t since = sh->cut_since, epoch = sh->cut_epoch;
-    for (size_t i = 0; i < sh->cap; i++) {
+    for (size_t i = sh->copy_at; i < sh->copy_at + m; i++) {
         const entry_t *e = &sh->index[i];
-        if (e->id < 0 || e->epoch <= since || e->epoch > epoch) continue;
+        if (e->id < 0 || e->epoch <= since || e->epoch > epoch || copy_has(sh, e->rec)) continue;
+        PSC_ASSERT(e->rec < sh->copied_bits); /* a row of the cut: its record is older than the copy */
+        sh->copied[e->rec >> 6] |= (uint64_t)1 << (e->rec & 63);
         unsigned char *row = b->rows + b->n++ * b->row_bytes;
         memcpy(row, &e->id, 8);
         memcpy(row + 8, rec_at(t, sh, e->rec), t->rec_bytes);
     }
+    sh->copy_at += m;
+}
+
+/* After the last piece: shard sh's kept rows and its tombstones of the cut
+ * into b (lock held; b has room). */
+static void shard_copy_rest(shard_t *sh, sparse_cut_buf_t *b)
+{
+    uint64_t since = sh->cut_since, epoch = sh->cut_epoch;
     if (sh->saved) {
         memcpy(b->rows + b->n * b->row_bytes, sh->saved->rows, sh->saved->n * b->row_bytes);
         b->n += sh->saved->n;
     }
     for (size_t i = 0; since > 0 && i < sh->ndead; i++)
         if (sh->dead[i].epoch > since && sh->dead[i].epoch <= epoch) b->dead[b->ndead++] = sh->dead[i].id;
+}
+
+/* The copy of shard sh (locked; copied set up) into b, piece by piece, the
+ * lock let go between pieces. Returns with the lock held: 0 when the shard
+ * is copied, or PSC_ENOMEM. */
+static int shard_copy(sparse_table_t *t, shard_t *sh, sparse_cut_buf_t *b)
+{
+    for (;;) {
+        size_t m = PSC_MIN(sh->cap - sh->copy_at, t->copy_piece);
+        int last = sh->copy_at + m == sh->cap;
+        size_t rows = b->n + m + (last && sh->saved ? sh->saved->n : 0), dead = last ? sh->ndead : 0;
+        if (b->cap < rows || b->dead_cap < dead) { /* room, allocated without the lock */
+            pthread_mutex_unlock(&sh->lock);
+            int rc = buf_reserve(b, rows + rows / 8, dead);
+            pthread_mutex_lock(&sh->lock);
+            if (rc) return rc;
+            continue; /* the shard may have changed meanwhile */
+        }
+        piece_copy(t, sh, b, m);
+        if (last) {
+            shard_copy_rest(sh, b);
+            return 0;
+        }
+        pthread_mutex_unlock(&sh->lock);
+        if (t->copy_hook) t->copy_hook(t->copy_hook_arg);
+        pthread_mutex_lock(&sh->lock);
+    }
 }
 
 int sparse_table_cut_copy(sparse_table_t *t, int s, sparse_cut_buf_t *b)
@@ -198,22 +263,31 @@ int sparse_table_cut_copy(sparse_table_t *t, int s, sparse_cut_buf_t *b)
     }
     b->rec_bytes = t->rec_bytes;
     pthread_mutex_lock(&sh->lock);
-    PSC_ASSERT(sh->cut_epoch != 0 && "shard copied twice");
-    /* room for every row the copy may take (the shard's rows and its kept
-     * ones), allocated without the lock */
-    for (;;) {
-        size_t rows = sh->n + (sh->saved ? sh->saved->n : 0), dead = sh->ndead;
-        if (b->cap >= rows && b->dead_cap >= dead) break;
-        pthread_mutex_unlock(&sh->lock);
-        if (buf_reserve(b, rows + rows / 8, dead)) return PSC_ENOMEM;
-        pthread_mutex_lock(&sh->lock);
-    }
-    shard_copy(t, sh, b);
-    shard_uncut(t, sh);
+    PSC_ASSERT(sh->cut_epoch != 0 && !sh->copied && "shard copied twice");
+    size_t bits = sh->nrec; /* the cut's rows were created before the cut: their records are below */
     pthread_mutex_unlock(&sh->lock);
+    uint64_t *copied = calloc(bits / 64 + 1, sizeof *copied);
+    if (!copied) return PSC_ENOMEM;
+    pthread_mutex_lock(&sh->lock);
+    sh->copied = copied;
+    sh->copied_bits = bits;
+    sh->copy_at = 0;
+    /* a failure leaves the shard pending, its copy's bits set: rows it took
+     * are not kept any more, so only sparse_table_cut_abort may follow */
+    int rc = shard_copy(t, sh, b);
+    if (!rc) shard_uncut(t, sh);
+    pthread_mutex_unlock(&sh->lock);
+    if (rc) return rc;
     t->cut_left--;
     buf_settle_dead(b);
     return 0;
+}
+
+void sparse_table_set_copy_piece(sparse_table_t *t, size_t piece, void (*hook)(void *arg), void *arg)
+{
+    t->copy_piece = piece ? piece : SPARSE_COPY_PIECE;
+    t->copy_hook = hook;
+    t->copy_hook_arg = arg;
 }
 
 int sparse_cut_buf_emit(const sparse_cut_buf_t *b, int (*emit)(void *arg, int64_t id, const void *rec, size_t len),

@@ -143,6 +143,8 @@ static void index_remove(shard_t *sh, entry_t *e)
         /* entry j may fill the hole when its home is not in (hole, j] (cyclically) */
         int between = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
         if (between) continue;
+        /* a running copy (sparse_cut.c) that has not looked at j yet must still see the entry */
+        if (sh->copied && j >= sh->copy_at && hole < sh->copy_at) sh->copy_at = hole;
         sh->index[hole] = sh->index[j];
         hole = j;
     }

@@ -36,7 +36,7 @@
  * max(BLOCK_BYTES, S) bytes: <= 4 MiB at BLOCK_BYTES = 16 KiB); the index,
  * 16 bytes an entry at load >= 0.35 (<= 46 bytes a row, plus INDEX_MIN
  * entries a shard); the block pointer arrays; the table and shard structs
- * (33 KiB). Nothing depends on the declared rows. stats.bytes counts exactly
+ * (65 KiB). Nothing depends on the declared rows. stats.bytes counts exactly
  * these allocations (not a request's scratch, freed before it returns).
  *
  * Invariants: an entry is inserted only once its record number is valid, and
@@ -99,6 +99,7 @@ static int shard_grow_index(sparse_table_t *t, shard_t *sh)
     for (size_t i = 0; i < sh->cap; i++)
         if (sh->index[i].id >= 0) *shard_slot(index, cap, psc_mix64((uint64_t)sh->index[i].id)) = sh->index[i];
     free(sh->index);
+    if (sh->copied) sh->copy_at = 0; /* a running copy goes over the new index again (its bits skip what it has) */
     count(&t->bytes, (cap - sh->cap) * sizeof *index);
     sh->index = index;
     sh->cap = cap;
@@ -661,6 +662,7 @@ int sparse_table_create(const sparse_table_cfg_t *cfg, sparse_table_t **out, cha
     }
     atomic_init(&t->epoch, 1);
     atomic_init(&t->bytes, sizeof *t + shards_bytes);
+    t->copy_piece = SPARSE_COPY_PIECE;
     t->t0 = psc_now();
     life_init(t);
     *out = t;
@@ -676,6 +678,7 @@ void sparse_table_destroy(sparse_table_t *t)
         free(sh->blocks);
         free(sh->index);
         free(sh->saved); /* a cut left open (its copy failed or never ran) */
+        free(sh->copied);
         life_free_shard(sh);
         pthread_mutex_destroy(&sh->lock);
     }

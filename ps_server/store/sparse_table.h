@@ -178,11 +178,19 @@ typedef struct sparse_cut_buf {
 void sparse_table_cut(sparse_table_t *t, uint64_t since, uint64_t *mark);
 /* Copies shard s (0..SPARSE_TABLE_SHARDS-1) of the open cut into b (its
  * previous content dropped), as of the cut, and clears the shard's mark;
- * each shard exactly once. Holds the shard's lock for one pass over its
- * index: pushes of that shard wait for it, others go on. PSC_ENOMEM (the
- * shard stays pending: sparse_table_cut_abort). Thread-safe with pulls,
+ * each shard exactly once. Goes over the shard's index SPARSE_COPY_PIECE
+ * positions at a time, each piece under the shard's lock, letting it go in
+ * between: a push of that shard waits for at most one piece (about a
+ * thousand rows' copies, however big the shard). PSC_ENOMEM: the cut can
+ * only be abandoned then (sparse_table_cut_abort). Thread-safe with pulls,
  * pushes, puts and expiry; one thread copies a cut. */
 int sparse_table_cut_copy(sparse_table_t *t, int s, sparse_cut_buf_t *b);
+/* Index positions a shard's copy takes under one hold of its lock. */
+#define SPARSE_COPY_PIECE 4096
+/* For tests: the copy's pieces of `piece` positions (0: SPARSE_COPY_PIECE),
+ * and between two of them, with no lock of t held, hook(arg) when not NULL
+ * (it may pull, push, put and expire on t). */
+void sparse_table_set_copy_piece(sparse_table_t *t, size_t piece, void (*hook)(void *arg), void *arg);
 /* Shards of the open cut not copied yet (0: no cut open). Same thread as the copy. */
 int sparse_table_cut_left(const sparse_table_t *t);
 /* Closes the open cut without copying the rest: every pending mark cleared,

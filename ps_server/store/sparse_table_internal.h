@@ -65,9 +65,14 @@ typedef struct shard {
     /* The open checkpoint cut (sparse_cut.c): rows with cut_since < epoch <=
      * cut_epoch belong to it; cut_epoch 0: the shard is not pending (copied,
      * or no cut open). saved: the cut's rows changed or removed since the
-     * cut, kept for its copy; NULL when none. (The struct stays 192 bytes.) */
+     * cut, kept for its copy; NULL when none. */
     uint32_t cut_since;
     struct cut_saved *saved;
+    /* The shard's copy while it runs (sparse_cut.c; copied NULL: none runs):
+     * a bit for each record number < copied_bits whose row it has taken,
+     * and the next index position it looks at. */
+    uint64_t *copied;
+    size_t copied_bits, copy_at;
     uint8_t *cms;         /* admission: 4 rows of cms_w counters; NULL without admission */
     size_t cms_incs;      /* increments since the last halving */
     atomic_size_t cms_nz; /* nonzero counters of row 0 (the waiting ids' estimate) */
@@ -93,6 +98,9 @@ struct sparse_table {
     shard_t *shards;                /* (SPARSE_TABLE_SHARDS) */
     size_t cut_row_bytes;           /* a copied row: 8 (id) + rec_bytes rounded up to 8 */
     int cut_left;                   /* shards of the open cut not copied yet (the copying thread's) */
+    size_t copy_piece;              /* index positions a piece of a shard's copy (sparse_cut.c) */
+    void (*copy_hook)(void *arg);   /* tests: run between two pieces (sparse_table_set_copy_piece) */
+    void *copy_hook_arg;
 };
 
 static inline void count(atomic_uint_fast64_t *c, uint64_t n) { atomic_fetch_add_explicit(c, n, memory_order_relaxed); }
@@ -150,7 +158,8 @@ int cut_save_row(sparse_table_t *t, shard_t *sh, const entry_t *e);
 
 /* Before row e of shard sh (locked) changes or goes: when the shard is
  * pending for a cut that holds the row (its epoch in (cut_since,
- * cut_epoch]: it was not changed since the cut), its record is kept for the
+ * cut_epoch]: it was not changed since the cut) and the shard's copy has not
+ * taken it yet, its record is kept for the
  * copy. 0, or PSC_ENOMEM: then the row must not change. Without a pending
  * cut (cut_epoch 0) this is one compare. */
 static inline int cut_keep_row(sparse_table_t *t, shard_t *sh, const entry_t *e)

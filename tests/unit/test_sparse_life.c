@@ -15,7 +15,10 @@
  * them. Threads pushing, pulling and scanning while another thread expires
  * and the cap trims keep the part consistent. A checkpoint's cut copied a
  * third of the shards at a time while pushes, puts, expiry and the cap change
- * the part gives the rows of a cut copied at once, and the same next delta.
+ * the part gives the rows of a cut copied at once, and the same next delta;
+ * so does one whose shards are copied a few index positions at a time with
+ * the changes between two pieces of a shard (its index grown, entries
+ * shifted back by removals).
  * In a store, pushes of the same rows race the store's evictor and
  * checkpoint exports with commits: each export is one cut (no id both a row
  * and a tombstone, none twice; a pusher's group of rows, always pushed
@@ -28,6 +31,7 @@
 
 #include "optim.h"
 #include "psc.h"
+#include "rng.h"
 #include "table.h"
 
 #include <math.h>
@@ -414,6 +418,16 @@ static void cow_changes(sparse_table_t *t, int round)
     expire_all(t);
 }
 
+/* cow_changes and then a burst of 1500 new rows: indexes grow, and the cap
+ * evicts (removals shift entries back). */
+static void cow_round(sparse_table_t *t, int round)
+{
+    cow_changes(t, round);
+    int64_t ids[1500];
+    for (int i = 0; i < 1500; i++) ids[i] = 200000 + round * 1500 + i;
+    push_ones(t, ids, 1500);
+}
+
 /* rows_emit with a tombstone as a record of 0xee bytes (an SGD record: 8 + 4 * DIM). */
 static int cow_emit(void *arg, int64_t id, const void *rec, size_t len)
 {
@@ -444,69 +458,203 @@ static void expect_same_rows(const rows_t *a, const rows_t *b)
     }
 }
 
-static void test_cut_copy_on_write(void **state)
+/* rb's rows sorted by id (tombstones as in cow_export). */
+static rows_t rows_sorted(const rows_t *rb)
 {
-    (void)state;
-    uint64_t m1a, m1b, m2a, m2b;
-    sparse_table_t *a = cow_part(&m1a), *b = cow_part(&m1b);
-    /* a: copied at once; b: a third of the shards copied, changes, another
-     * third, more changes, the rest (the cut's rows must be as at the cut) */
-    rows_t ra = cow_export(a, m1a, &m2a);
-    rows_t rb = {0};
-    sparse_table_cut(b, m1b, &m2b);
-    sparse_cut_buf_t buf = {0};
-    for (int s = 0; s < SPARSE_TABLE_SHARDS; s++) {
-        if (s == SPARSE_TABLE_SHARDS / 3) cow_changes(b, 0);
-        if (s == 2 * SPARSE_TABLE_SHARDS / 3) cow_changes(b, 1);
-        assert_int_equal(sparse_table_cut_copy(b, s, &buf), 0);
-        assert_int_equal(sparse_cut_buf_emit(&buf, cow_emit, &rb), 0);
-    }
-    assert_int_equal(sparse_table_cut_left(b), 0);
-    sparse_cut_buf_free(&buf);
-    /* sorted, tombstones (len 0 in rows_emit: the record slot unused) as in ra */
     rows_t sb = {0};
-    size_t *ord = malloc(rb.n * sizeof *ord);
-    for (size_t i = 0; i < rb.n; i++) ord[i] = i;
-    for (size_t i = 1; i < rb.n; i++) /* insertion sort by id: a few thousand */
-        for (size_t j = i; j > 0 && rb.ids[ord[j - 1]] > rb.ids[ord[j]]; j--) {
+    size_t *ord = malloc((rb->n ? rb->n : 1) * sizeof *ord);
+    for (size_t i = 0; i < rb->n; i++) ord[i] = i;
+    for (size_t i = 1; i < rb->n; i++) /* insertion sort by id: a few thousand */
+        for (size_t j = i; j > 0 && rb->ids[ord[j - 1]] > rb->ids[ord[j]]; j--) {
             size_t x = ord[j];
             ord[j] = ord[j - 1];
             ord[j - 1] = x;
         }
-    for (size_t i = 0; i < rb.n; i++) rows_emit(&sb, rb.ids[ord[i]], rb.recs + ord[i] * rb.len, rb.len);
+    for (size_t i = 0; i < rb->n; i++) rows_emit(&sb, rb->ids[ord[i]], rb->recs + ord[i] * rb->len, rb->len);
+    free(ord);
+    return sb;
+}
+
+/* Pieces of a shard's copy: cow_round 0 and 1 at the at[0]-th and at[1]-th
+ * break between two pieces (calls counts them). */
+typedef struct cow_hook {
+    sparse_table_t *t;
+    int calls, at[2];
+} cow_hook_t;
+
+static void cow_between_pieces(void *arg)
+{
+    cow_hook_t *h = arg;
+    h->calls++;
+    for (int r = 0; r < 2; r++)
+        if (h->calls == h->at[r]) cow_round(h->t, r);
+}
+
+/* Two parts with the same history: a copied at once, b with cow_round 0
+ * and 1 while its cut is copied (pieces 0: between shards; else between the
+ * pieces-th and a later break between pieces of a shard): the same rows (as
+ * at the cut); then a gets the same changes after its copy, and the next
+ * deltas agree too (the rows changed after the cut, the evictions after
+ * it). Returns b, a in *other. */
+static sparse_table_t *cow_copy_changing(int pieces, sparse_table_t **other, uint64_t *m3)
+{
+    uint64_t m1a, m1b, m2a, m2b;
+    sparse_table_t *a = cow_part(&m1a), *b = cow_part(&m1b);
+    rows_t ra = cow_export(a, m1a, &m2a);
+    rows_t rb = {0};
+    cow_hook_t hook = {.t = b, .at = {pieces, pieces + 700}};
+    if (pieces) sparse_table_set_copy_piece(b, 3, cow_between_pieces, &hook);
+    sparse_table_cut(b, m1b, &m2b);
+    sparse_cut_buf_t buf = {0};
+    for (int s = 0; s < SPARSE_TABLE_SHARDS; s++) {
+        if (!pieces && s == SPARSE_TABLE_SHARDS / 3) cow_round(b, 0);
+        if (!pieces && s == 2 * SPARSE_TABLE_SHARDS / 3) cow_round(b, 1);
+        assert_int_equal(sparse_table_cut_copy(b, s, &buf), 0);
+        assert_int_equal(sparse_cut_buf_emit(&buf, cow_emit, &rb), 0);
+    }
+    assert_int_equal(sparse_table_cut_left(b), 0);
+    if (pieces) {
+        assert_true(hook.calls > hook.at[1]); /* both rounds ran mid-copy */
+        sparse_table_set_copy_piece(b, 0, NULL, NULL);
+    }
+    sparse_cut_buf_free(&buf);
+    rows_t sb = rows_sorted(&rb);
     assert_true(ra.n > 1000);
     expect_same_rows(&ra, &sb);
     assert_int_equal(m2a, m2b);
-    /* a gets the same changes after its copy: the next deltas agree too (the
-     * rows changed after the cut, the evictions after it) */
     sparse_table_committed(a, m2a);
     sparse_table_committed(b, m2b);
-    cow_changes(a, 0);
-    cow_changes(a, 1);
-    uint64_t m3a, m3b;
-    rows_t da = cow_export(a, m2a, &m3a), db = cow_export(b, m2b, &m3b);
+    cow_round(a, 0);
+    cow_round(a, 1);
+    uint64_t m3a;
+    rows_t da = cow_export(a, m2a, &m3a), db = cow_export(b, m2b, m3);
     assert_true(da.n > 1000);
     expect_same_rows(&da, &db);
+    assert_int_equal(m3a, *m3);
+    rows_free(&ra), rows_free(&rb), rows_free(&sb), rows_free(&da), rows_free(&db);
+    *other = a;
+    return b;
+}
+
+static void test_cut_copy_on_write(void **state)
+{
+    (void)state;
+    sparse_table_t *a, *b;
+    uint64_t m3;
+    b = cow_copy_changing(0, &a, &m3);
     /* an abandoned cut: marks cleared, nothing kept, the next cut opens */
     uint64_t m4;
     int64_t some[400];
     for (int i = 0; i < 400; i++) some[i] = 7 * i;
     push_ones(b, some, 400);
-    sparse_table_cut(b, m3b, &m4);
+    sparse_table_cut(b, m3, &m4);
     push_ones(b, some, 400); /* keeps the rows for the cut: counted in bytes until the cut closes */
     sparse_table_stats_t st0 = stats(b);
     sparse_table_cut_abort(b);
     assert_int_equal(sparse_table_cut_left(b), 0);
     assert_true(stats(b).bytes < st0.bytes);
-    rows_t again = cow_export(b, m3b, NULL); /* the changes since m3b, once each */
+    rows_t again = cow_export(b, m3, NULL); /* the changes since m3, once each */
     assert_true(again.n > 0);
     /* and a cut left open when the part goes: destroy frees what it kept */
-    sparse_table_cut(a, m3a, &m4);
+    sparse_table_cut(a, m3, &m4);
     cow_changes(a, 2);
-    free(ord);
-    rows_free(&ra), rows_free(&rb), rows_free(&sb), rows_free(&da), rows_free(&db), rows_free(&again);
+    rows_free(&again);
     sparse_table_destroy(a);
     sparse_table_destroy(b);
+}
+
+/* The same with the changes between pieces of a shard's copy, 3 index
+ * positions a piece, at 16 places. */
+static void test_cut_copy_pieces(void **state)
+{
+    (void)state;
+    for (int at = 1; at < 1200; at += 75) {
+        sparse_table_t *a, *b;
+        uint64_t m3;
+        b = cow_copy_changing(at, &a, &m3);
+        sparse_table_destroy(a);
+        sparse_table_destroy(b);
+    }
+}
+
+/* One shard's copy changed under it, on purpose: shard PIECE_SHARD holds
+ * rows B (pushed at step 1) and A (step 10), 100 each, when a full base's
+ * cut is taken; at the k-th break of its copy (2 index positions a piece)
+ * either 200 new rows go into it (its index doubles: the copy starts over,
+ * its bits skipping the rows it has) or its expiry at step 14 (TTL 5
+ * steps) removes the B rows (kept for the cut first), whose backward shifts
+ * move A entries, some from where the copy has not been to where it has.
+ * The copy must be the rows at the cut, as a copy left alone gives. */
+#define PIECE_SHARD 77
+
+typedef struct piece_hook {
+    sparse_table_t *t;
+    int s, calls, at, grow;
+    const int64_t *fresh; /* (200) the new rows */
+} piece_hook_t;
+
+static void piece_between(void *arg)
+{
+    piece_hook_t *h = arg;
+    if (h->s != PIECE_SHARD || ++h->calls != h->at) return;
+    if (h->grow) {
+        push_ones(h->t, h->fresh, 200);
+    } else {
+        sparse_table_set_step(h->t, 14);
+        assert_int_equal(sparse_table_expire(h->t, PIECE_SHARD), 100);
+    }
+}
+
+/* n ids from `from` on whose rows live in shard s. */
+static void ids_in_shard(int s, int64_t from, int64_t *ids, int n)
+{
+    for (int64_t id = from; n > 0; id++)
+        if ((int)(psc_mix64((uint64_t)id) >> 56) == s) *ids++ = id, n--;
+}
+
+static sparse_table_t *piece_part(const int64_t *ab)
+{
+    sparse_table_cfg_t c = cfg_of(1 << 30, 1, 0, PSC_PART_MOD, DIM, sgd());
+    c.ttl_steps = 5;
+    sparse_table_t *t = make(&c);
+    sparse_table_set_step(t, 1);
+    push_ones(t, ab, 100);
+    sparse_table_set_step(t, 10);
+    push_ones(t, ab + 100, 100);
+    return t;
+}
+
+static void test_cut_copy_piece_moves(void **state)
+{
+    (void)state;
+    int64_t ab[200], fresh[200];
+    ids_in_shard(PIECE_SHARD, 0, ab, 200);
+    ids_in_shard(PIECE_SHARD, 1 << 24, fresh, 200);
+    for (int grow = 0; grow < 2; grow++)
+        for (int at = 1; at < 250; at += 6) {
+            sparse_table_t *a = piece_part(ab), *b = piece_part(ab);
+            uint64_t m, mb;
+            rows_t ra = cow_export(a, 0, &m), rb = {0};
+            piece_hook_t h = {.t = b, .at = at, .grow = grow, .fresh = fresh};
+            sparse_table_set_copy_piece(b, 2, piece_between, &h);
+            sparse_table_cut(b, 0, &mb);
+            sparse_cut_buf_t buf = {0};
+            for (h.s = 0; h.s < SPARSE_TABLE_SHARDS; h.s++) {
+                assert_int_equal(sparse_table_cut_copy(b, h.s, &buf), 0);
+                assert_int_equal(sparse_cut_buf_emit(&buf, cow_emit, &rb), 0);
+            }
+            sparse_cut_buf_free(&buf);
+            if (h.calls < at) { /* the shard's copy had fewer breaks: done */
+                rows_free(&ra), rows_free(&rb);
+                sparse_table_destroy(a), sparse_table_destroy(b);
+                break;
+            }
+            rows_t sb = rows_sorted(&rb);
+            assert_int_equal(ra.n, 200);
+            expect_same_rows(&ra, &sb);
+            rows_free(&ra), rows_free(&rb), rows_free(&sb);
+            sparse_table_destroy(a), sparse_table_destroy(b);
+        }
 }
 
 /* ---- in a store: the evictor, pushes and checkpoints ---- */
@@ -835,6 +983,8 @@ int main(void)
         cmocka_unit_test(test_tombstones),
         cmocka_unit_test(test_race),
         cmocka_unit_test(test_cut_copy_on_write),
+        cmocka_unit_test(test_cut_copy_pieces),
+        cmocka_unit_test(test_cut_copy_piece_moves),
         cmocka_unit_test(test_store_race),
         cmocka_unit_test(test_store_cut_cancelled),
         cmocka_unit_test(test_bad_config),
