@@ -26,6 +26,10 @@
 #   C: standalone-client mode: psctl train on a followed directory (idle limit 60 s), psctl stop
 #      once both files are trained: the job ends as a success with its final checkpoint (step 16)
 #      and evaluation, psctl train exits 0.
+#   D: the chief's files hold one batch each, worker 1's 40 (slowed down): while the chief waits
+#      for files, and then for worker 1 to finish, its checkpoints every 8 steps go on (at least 4
+#      before the final one at 82, one of them in the second wait), and the evaluation after a
+#      checkpoint sees the PS's weights of that time, not the chief's of its own last step.
 source "$(dirname "$0")/lib.sh"
 
 B=64
@@ -75,8 +79,8 @@ for bad in 's/"idle_secs": 3/"idle_secs": 0/' 's/"seed": 5/"seed": 5, "epochs": 
     grep -qE "data\.follow\.idle_secs: expected|epochs: a followed directory is read once|data\.train: cannot follow directory" \
         "$TMP/bad.err" || fail "the refusal does not name the key: $(cat "$TMP/bad.err")"
 done
-start_all() { # ps 0 (checkpoints in $TMP/ckpt0) and both workers, worker 1 slowed down
-    start_ps 0 --checkpoint_dir "$TMP/ckpt0"
+start_all() { # ps 0 (checkpoints in ${1:-$TMP/ckpt0}) and both workers, worker 1 slowed down
+    start_ps 0 --checkpoint_dir "${1:-$TMP/ckpt0}"
     PS_PID=$LAST_PID
     wait_healthy "${PS_ADDR[0]}"
     start_worker 0 "$spec"
@@ -99,9 +103,10 @@ finish() {
     wait_exit "$PS_PID" 30; [ "$EXIT_CODE" = 0 ] || fail "$1: ps 0 exited $EXIT_CODE"
     for f in ps0 worker0 worker1; do mv "$TMP/$f.log" "$TMP/$1-$f.log"; done
 }
-# final_step PHASE — global_step of the final checkpoint
+# final_step PHASE — global_step of the last checkpoint committed (the end of training's; a periodic
+# one the chief took while it waited for files when nothing was trained after it)
 final_step() {
-    sed -n 's/.*checkpoint [0-9]* (end of training) committed on every ps: step \([0-9]*\).*/\1/p' \
+    sed -n 's/.*checkpoint [0-9]* ([^)]*) committed on every ps: step \([0-9]*\).*/\1/p' \
         "$TMP/$1-worker0.log" | tail -1
 }
 
@@ -210,4 +215,39 @@ gsC=$(sed -n 's/.*checkpoint [0-9]* (end of training) committed on every ps: ste
 [ "$gsC" = $((2 * ROWS / B)) ] || fail "C: the final checkpoint is at step '$gsC', expected $((2 * ROWS / B))"
 grep -q "^test AUC: 0\." "$TMP/c-train.out" || fail "C: psctl train printed no test AUC: $(cat "$TMP/c-train.out")"
 echo "C: psctl stop: $(cat "$TMP/c-stop.out"); final checkpoint at step $gsC"
-pass "online training: files followed as they arrive, each example trained exactly once through a killed worker and a restarted job; psctl stop ends it"
+# ---- D: the chief waits for files while worker 1 trains: every_steps checkpoints still come ----
+# Files 0 and 2 (the chief's) hold one batch each, 1 and 3 (worker 1's, slowed to 40 ms a step) 40
+# each: the chief trains 2 steps and then waits, while global_step runs to 82. Its checkpoints every
+# 8 steps must go on meanwhile (it reads global_step from the PS while it waits; it used to check
+# its own last step's, and took none until the end), and when its idle limit has come, while it
+# waits for worker 1 to finish.
+D3=$TMP/follow3
+mkdir -p "$D3"
+pool_file() { printf '%s/train-%05d-of-%05d.tsv' "$pool" "$1" "$NFILES"; }
+head -n $B "$(pool_file 0)" >"$D3/.q0.tmp"
+cat "$(pool_file 1)" "$(pool_file 2)" "$(pool_file 3)" "$(pool_file 4)" "$(pool_file 5)" >"$D3/.q1.tmp"
+head -n $B "$(pool_file 6)" >"$D3/.q2.tmp"
+cat "$(pool_file 7)" "$(pool_file 8)" "$(pool_file 9)" "$(pool_file 10)" "$(pool_file 11)" >"$D3/.q3.tmp"
+for k in 0 1 2 3; do mv "$D3/.q$k.tmp" "$D3/q$k.tsv"; done
+sed -e "s|\"train\": \"$D\"|\"train\": \"$D3\"|" -e 's/"idle_secs": 3/"idle_secs": 2/' \
+    -e 's/"every_steps": 20/"every_steps": 8/' "$spec" >"$TMP/d.json"
+spec=$TMP/d.json
+cluster 1 2
+start_all "$TMP/ckpt-d"
+finish D
+gsD=$(final_step D)
+[ "$gsD" = $((2 + 2 * 5 * ROWS / B)) ] || fail "D: the final checkpoint is at step '$gsD', expected $((2 + 2 * 5 * ROWS / B))"
+[ "$(grep -c "finished file $D3/q[02].tsv ($B examples" "$TMP/D-worker0.log")" = 2 ] ||
+    fail "D: the chief did not train its two one-batch files: $(grep "finished file" "$TMP/D-worker0.log")"
+nper=$(grep -cE "checkpoint [0-9]+ \(periodic\) committed on every ps: step ([89]|[1-9][0-9])" "$TMP/D-worker0.log" || true)
+[ "$nper" -ge 4 ] || fail "D: $nper periodic checkpoints while the chief waited (global_step $gsD, every 8 steps)"
+# some while it waited for files, with an evaluation of the model as the PS had it then (not the
+# chief's weights of its own last step, global_step 2), some while it waited for worker 1 to finish
+ev=$(sed -n 's/.*evaluation after checkpoint [0-9]* on .* at global_step \([0-9]*\):.*/\1/p' "$TMP/D-worker0.log" | head -1)
+[ -n "$ev" ] && [ "$ev" -ge 8 ] || fail "D: the first evaluation after a checkpoint is at global_step '$ev', expected >= 8"
+nend=$(sed -n '/finished 2 steps in/,$p' "$TMP/D-worker0.log" | grep -c "(periodic) committed" || true)
+[ "$nend" -ge 1 ] && [ "$nend" -lt "$nper" ] ||
+    fail "D: $nend of $nper periodic checkpoints after the chief's idle limit: some in each wait expected"
+echo "D: the chief trained 2 steps and waited; $nper periodic checkpoints meanwhile ($nend while it waited for" \
+    "worker 1 to finish), the first evaluation at global_step $ev; final at step $gsD"
+pass "online training: files followed as they arrive, each example trained exactly once through a killed worker and a restarted job; psctl stop ends it; the chief checkpoints while it waits for files"

@@ -354,7 +354,9 @@ static int unfinished(const chief_t *c, const unsigned char *seen_done, const ps
  * replicas not done yet (probe_replicas) to say which are unreachable. An
  * unreachable replica may be restarting (Kubernetes restarts pods; a restarted
  * replica resumes its share): it is waited for like the others, up to
- * wait_workers_secs. */
+ * wait_workers_secs. In asynchronous training the others still move
+ * global_step meanwhile: the checkpoints that fall due (every_steps,
+ * every_secs) and those psctl asks for are taken as during training. */
 int chief_wait_workers(chief_t *c, float *params, int self, char *err, size_t errlen)
 {
     int replicas = psc_cluster_num_replicas(c->o.cluster);
@@ -391,6 +393,7 @@ int chief_wait_workers(chief_t *c, float *params, int self, char *err, size_t er
                 PSC_INFO("every other replica finished: waited %.1f s", psc_now() - start);
                 break;
             }
+            if (!c->o.spec->sync && st.has_global_step) chief_after_step(c, st.global_step);
             for (int r = 0; r < replicas; r++) want[r] = probe && !seen_done[r];
             if (probe) probe_replicas(c, want, misses, replicas);
         }

@@ -417,6 +417,22 @@ static int train_step(run_t *r, char *err, size_t errlen)
     return 0;
 }
 
+/* The global_step for the chief's duties while this replica waits for a
+ * followed directory's files: the other replicas may train meanwhile, so
+ * with checkpoint.every_steps it is read from the PS that holds it (one
+ * Status each time the wait gives control back), not this replica's last
+ * step's. Unreadable: the last one known (the exchange that fails next says
+ * why). */
+static int64_t waiting_global_step(run_t *r)
+{
+    if (r->spec->ckpt_every_steps <= 0) return r->global_step;
+    ps_status_t st;
+    char err[256];
+    int sp = ps_client_step_ps(r->pc);
+    if (sp < 0 || ps_client_status(r->pc, sp, &st, err, sizeof err) != 0 || !st.has_global_step) return r->global_step;
+    return PSC_MAX(r->global_step, st.global_step);
+}
+
 /* A progress line (log, job status, TensorBoard) every log_every_secs and at the end. */
 static void log_progress(run_t *r, int last)
 {
@@ -460,7 +476,10 @@ static void eval_after_checkpoint(run_t *r)
     trainer_result_t res;
     memset(&res, 0, sizeof res);
     char err[512];
-    int rc = r->job->ops->evaluate(r->job, r->params, 0, &res, err, sizeof err);
+    /* async: the weights as the PS has them now, as the rows are read (a
+     * replica waiting for files has not pulled since its last step) */
+    int rc = r->spec->sync || r->pp_pending ? 0 : ps_client_pull(r->pc, r->params, &r->global_step, err, sizeof err);
+    if (!rc) rc = r->job->ops->evaluate(r->job, r->params, 0, &res, err, sizeof err);
     if (rc) {
         PSC_INFO("no evaluation after checkpoint %llu: %s", (unsigned long long)id, err);
         return;
@@ -619,8 +638,9 @@ int trainer_run(const trainer_opts_t *o, trainer_result_t *res, char *err, size_
         }
         if ((rc = train_step(&r, err, errlen)) == 1) break; /* the data ran out */
         if (rc == 2) { /* a followed directory: files to come; the chief's duties go on meanwhile */
-            if (r.chief) chief_after_step(r.chief, r.global_step);
-            rc = 0;
+            /* overlap: the last step's exchange ends first (the client is the chief's again) */
+            if ((rc = push_pull_collect(&r, err, errlen))) goto out;
+            if (r.chief) chief_after_step(r.chief, waiting_global_step(&r));
         } else if (rc) {
             goto out;
         } else {
