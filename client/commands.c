@@ -81,7 +81,12 @@ static int cancel_job(const psctl_cli_t *c)
     if (rc) return rc;
     Psc__CancelReply *r = psc__cancel_reply__unpack(NULL, op.reply_len, op.reply);
     psc_rpc_op_clear(&op);
-    if (r && r->job_id[0])
+    if (r && r->job_id[0] && r->finishing)
+        fprintf(stderr,
+                "psctl: finishing job %s: a followed directory's job ends with its final checkpoint and evaluation "
+                "(stop it again to cancel it)\n",
+                r->job_id);
+    else if (r && r->job_id[0])
         fprintf(stderr, "psctl: cancelling job %s\n", r->job_id);
     else
         fprintf(stderr, "psctl: no job is running\n");

@@ -207,7 +207,8 @@ TRAIN=$!
 wait_log "$TMP/c-worker0.log" "finished file $D2/p0.tsv" 30
 wait_log "$TMP/c-worker1.log" "finished file $D2/p1.tsv" 30
 "$BIN/psctl" --cluster "$CLUSTER" stop >"$TMP/c-stop.out" 2>&1 || fail "C: psctl stop exited $?: $(cat "$TMP/c-stop.out")"
-grep -q "is succeeded" "$TMP/c-stop.out" || fail "C: psctl stop: $(cat "$TMP/c-stop.out")"
+grep -q "is succeeded" "$TMP/c-stop.out" && grep -q "^psctl: finishing job [0-9a-f]*: a followed directory" "$TMP/c-stop.out" ||
+    fail "C: psctl stop: $(cat "$TMP/c-stop.out")"
 wait_exit "$TRAIN" 30
 [ "$EXIT_CODE" = 0 ] || fail "C: psctl train exited $EXIT_CODE: $(tail -3 "$TMP/c-train.err")"
 grep -q "asked to finish (psctl stop)" "$TMP/c-worker1.log" || fail "C: worker 1 was not asked to finish"

@@ -274,6 +274,7 @@ static void h_cancel(psc_rpc_call_t *call, const uint8_t *req, size_t len, void 
     if (c->is_chief && !failed) cancel_others(c);
     Psc__CancelReply rep = PSC__CANCEL_REPLY__INIT;
     rep.job_id = was ? st.job_id : (char *)"";
+    rep.finishing = was == 2;
     uint8_t buf[32];
     psc_rpc_reply(call, buf, psc__cancel_reply__pack(&rep, buf));
 }

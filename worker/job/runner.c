@@ -185,7 +185,7 @@ int runner_cancel(runner_t *r)
     PSC_INFO("finishing job %s at its next step: a followed directory's job ends with its final checkpoint and "
              "evaluation (another stop cancels it)",
              r->spec.job_id);
-    return 1;
+    return 2;
 }
 
 void runner_status(runner_t *r, runner_status_t *out)

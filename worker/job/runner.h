@@ -37,9 +37,10 @@ void runner_destroy(runner_t *r);
  * may be NULL) gets the new job's id. */
 int runner_start(runner_t *r, const char *spec_json, char *job_id, char *err, size_t errlen);
 /* psctl stop: asks the running job to stop at its next step (no-op when
- * none); returns 1 if one was running. A followed directory's training job
- * (data.follow) is asked to finish instead, as if its files had ended (final
- * checkpoint, evaluation, "succeeded"); a second call cancels it. */
+ * none); returns 1 if one was running and is cancelled, 2 if it finishes
+ * instead (a followed directory's training job, data.follow: as if its files
+ * had ended: final checkpoint, evaluation, "succeeded"; a second call
+ * cancels it), 0 if none was running. */
 int runner_cancel(runner_t *r);
 /* Cancels the running job at its next step whatever it is (a failed job, the
  * daemon stopping); 1 if one was running. */
