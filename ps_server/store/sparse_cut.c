@@ -27,11 +27,11 @@
  *     calls cut_keep_row: in a pending shard, a row whose epoch is still in
  *     (since, E] and that the copy has not taken yet has its record appended
  *     to `saved` (one memcpy) before it changes; its new epoch is > E, so it
- *     is kept once, and it belongs to the next delta. Rows created after the cut have an epoch > E and are
- *     not copied. A push waits for at most one shard's copy, never for the
- *     table's: a push that touches every shard (a batch of random ids) pays
- *     one record copy per row of the cut it changes, not a shard copy each,
- *     and waits for at most one piece of a copy.
+ *     is kept once, and it belongs to the next delta. Rows created after the
+ *     cut have an epoch > E and are not copied. A push waits for at most one
+ *     piece of one shard's copy, never for the table's: a push that touches
+ *     every shard (a batch of random ids) pays one record copy per row of
+ *     the cut it changes, not a shard copy each.
  *   - Tombstones: the cut's are the shard's dead entries with an epoch in
  *     (since, E] whose id has no row at the cut. An id with such a tombstone
  *     that had a row at the cut had it re-created after the eviction, so with

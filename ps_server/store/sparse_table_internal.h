@@ -159,9 +159,9 @@ int cut_save_row(sparse_table_t *t, shard_t *sh, const entry_t *e);
 /* Before row e of shard sh (locked) changes or goes: when the shard is
  * pending for a cut that holds the row (its epoch in (cut_since,
  * cut_epoch]: it was not changed since the cut) and the shard's copy has not
- * taken it yet, its record is kept for the
- * copy. 0, or PSC_ENOMEM: then the row must not change. Without a pending
- * cut (cut_epoch 0) this is one compare. */
+ * taken it yet, its record is kept for the copy. 0, or PSC_ENOMEM: then the
+ * row must not change. Without a pending cut (cut_epoch 0) this is one
+ * compare. */
 static inline int cut_keep_row(sparse_table_t *t, shard_t *sh, const entry_t *e)
 {
     if (e->epoch > sh->cut_epoch || e->epoch <= sh->cut_since) return 0;
