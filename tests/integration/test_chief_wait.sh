@@ -9,6 +9,8 @@
 # until --wait_workers_secs (15 s). The job says "allow_partial": it then ends
 # without them with one WARN naming each and its untrained steps, takes its
 # final checkpoint, evaluates and stops the PS: every started process exits 0.
+# Then 1 ps + 1 worker with checkpoint.every_steps 1: the chief's last step takes a periodic
+# checkpoint at the final step, and the end of training's is still taken, at that step.
 source "$(dirname "$0")/lib.sh"
 require_dataset
 small_spec "$TMP/job.json" 1 11 ', "checkpoint": {"every_steps": 1000}, "allow_partial": true'
@@ -37,4 +39,18 @@ tg=$(grep -m1 'the job ends without them' "$TMP/worker0.log" | cut -d' ' -f1)
 echo "the chief began to wait at $tw, worker 1 finished at $t1, the chief gave up on the others at $tg"
 [[ "$tw" < "$t1" ]] || fail "worker 1 finished ($t1) before the chief waited ($tw): nothing to show"
 [[ "$t1" < "$tg" ]] || fail "the chief stopped waiting ($tg) before worker 1 finished ($t1)"
-pass "the chief waited for the live replica and gave up on the unreachable ones"
+# A periodic checkpoint at the final step does not stand for the end of training's: with every_steps
+# 1 the chief's last step takes one, and the final checkpoint follows at the same step.
+small_spec "$TMP/one.json" 1 12 ', "checkpoint": {"every_steps": 1, "keep": 2}'
+cluster 1 1
+start_ps 0 --checkpoint_dir "$TMP/ckpt-one"; p0=$LAST_PID
+wait_healthy "${PS_ADDR[0]}"
+start_worker 0 "$TMP/one.json"; w0=$LAST_PID
+wait_exit "$w0" 100; [ "$EXIT_CODE" = 0 ] || fail "one worker: the chief exited $EXIT_CODE"
+wait_exit "$p0" 30
+last=$(sed -n 's/.*checkpoint [0-9]* (periodic) committed on every ps: step \([0-9]*\),.*/\1/p' "$TMP/worker0.log" | tail -1)
+fin=$(sed -n 's/.*checkpoint [0-9]* (end of training) committed on every ps: step \([0-9]*\),.*/\1/p' "$TMP/worker0.log")
+[ -n "$last" ] && [ "$fin" = "$last" ] ||
+    fail "one worker: the last periodic checkpoint at step '$last', the end of training's at '$fin' (expected the same step)"
+echo "one worker, every_steps 1: a periodic checkpoint and the end of training's both at step $fin"
+pass "the chief waited for the live replica and gave up on the unreachable ones; its final checkpoint follows a periodic one at the same step"

@@ -29,6 +29,7 @@ struct chief {
     uint64_t last_id;     /* the last checkpoint taken (0: none yet) */
     int64_t last_step;    /* its step (or where the schedule started) */
     int64_t committed_step; /* the step of this job's newest committed checkpoint (-1: none) */
+    int committed_final;    /* it is an end of training's (or was found on the PS: a restarted chief's) */
     int final_failed;     /* the final checkpoint failed: the PS keep the only copy of the model */
     double last_time;
     double last_rows_look; /* a job with tables: when every PS's Status was last read (their rows, for a lost shard's WARN) */
@@ -85,6 +86,7 @@ int chief_create_model(chief_t *c, float *params, ps_model_origin_t *origin, cha
     if (origin->initialized && origin->ckpt_id) { /* a warm start's staged first checkpoint */
         c->last_step = origin->step;
         c->committed_step = PSC_MAX(c->committed_step, origin->step);
+        c->committed_final = 1;
     }
     return 0;
 }
@@ -97,6 +99,7 @@ static void log_put_back(chief_t *c, const char *who, const ps_model_origin_t *o
                  (unsigned long long)origin->ckpt_id, (long long)origin->step);
         c->last_step = origin->step;
         c->committed_step = PSC_MAX(c->committed_step, origin->step);
+        c->committed_final = 1;
     } else if (origin->initialized && !origin->reinitialized) { /* (a partial one: ps_client's WARN names the variables) */
         PSC_WARN("%s lost the model and there is no checkpoint: it starts again from initial values", who);
     }
@@ -169,6 +172,7 @@ void chief_start_schedule(chief_t *c, int64_t global_step)
      * than the final step: a chief restarted at the end (its schedule starting
      * at the final global_step) must still take it */
     for (int i = 0; i < list.n; i++) c->committed_step = PSC_MAX(c->committed_step, list.steps[i]);
+    c->committed_final = 1;
     char every[96] = "";
     if (spec->ckpt_every_steps > 0) snprintf(every, sizeof every, "every %lld steps, ", (long long)spec->ckpt_every_steps);
     if (spec->ckpt_every_secs > 0)
@@ -212,6 +216,7 @@ static int take(chief_t *c, int64_t step, const char *why, char *err, size_t err
     if (rc) return rc;
     c->last_step = saved;
     c->committed_step = saved;
+    c->committed_final = strcmp(why, "end of training") == 0;
     c->last_id = id;
     count(c, 1, why, saved, NULL);
     PSC_INFO("checkpoint %llu (%s) committed on every ps: step %lld, %.0f ms", (unsigned long long)id, why,
@@ -433,10 +438,12 @@ int chief_wait_workers(chief_t *c, float *params, int self, char *err, size_t er
 }
 
 /* A checkpoint of the model as it is (tries sync step boundaries for a
- * second); on failure err says why. 0 when taken or none is needed. */
-static int take_now(chief_t *c, int64_t global_step, const char *why, char *err, size_t errlen)
+ * second); on failure err says why. 0 when taken or none is needed: one
+ * committed at global_step already (with `again`, a periodic one does not
+ * count). */
+static int take_now(chief_t *c, int64_t global_step, const char *why, int again, char *err, size_t errlen)
 {
-    if (!c->enabled || global_step == c->committed_step) return 0;
+    if (!c->enabled || (global_step == c->committed_step && (!again || c->committed_final))) return 0;
     int rc, tries = 0;
     while ((rc = take(c, global_step, why, err, errlen)) && wait_boundary(c, rc, err, &tries)) {
         struct timespec ts = {0, 100 * 1000 * 1000};
@@ -450,7 +457,9 @@ static int take_now(chief_t *c, int64_t global_step, const char *why, char *err,
 static int final_checkpoint(chief_t *c, int64_t global_step, char *err, size_t errlen)
 {
     char why[512];
-    int rc = take_now(c, global_step, "end of training", why, sizeof why);
+    /* a periodic checkpoint that the chief took at the final step while it
+     * waited for the others does not stand for the end of training's */
+    int rc = take_now(c, global_step, "end of training", 1, why, sizeof why);
     if (rc == 0) return 0;
     c->final_failed = 1;
     char prev[96] = "no earlier checkpoint of this job exists";
@@ -471,7 +480,7 @@ void chief_checkpoint_as_is(chief_t *c, int64_t global_step, const char *why)
 {
     char err[512];
     if (!c->enabled) return;
-    if (take_now(c, global_step, why, err, sizeof err))
+    if (take_now(c, global_step, why, 0, err, sizeof err))
         PSC_WARN("checkpoint (%s) at global_step %lld not taken: %s", why, (long long)global_step, err);
 }
 
