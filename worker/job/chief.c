@@ -457,8 +457,9 @@ static int take_now(chief_t *c, int64_t global_step, const char *why, int again,
 static int final_checkpoint(chief_t *c, int64_t global_step, char *err, size_t errlen)
 {
     char why[512];
-    /* a periodic checkpoint that the chief took at the final step while it
-     * waited for the others does not stand for the end of training's */
+    /* a periodic or requested checkpoint at the final step (the chief's last
+     * step's, or one taken while it waited for the others) does not stand
+     * for the end of training's */
     int rc = take_now(c, global_step, "end of training", 1, why, sizeof why);
     if (rc == 0) return 0;
     c->final_failed = 1;
