@@ -103,10 +103,9 @@ finish() {
     wait_exit "$PS_PID" 30; [ "$EXIT_CODE" = 0 ] || fail "$1: ps 0 exited $EXIT_CODE"
     for f in ps0 worker0 worker1; do mv "$TMP/$f.log" "$TMP/$1-$f.log"; done
 }
-# final_step PHASE — global_step of the last checkpoint committed (the end of training's; a periodic
-# one the chief took while it waited for files when nothing was trained after it)
+# final_step PHASE — global_step of the final checkpoint
 final_step() {
-    sed -n 's/.*checkpoint [0-9]* ([^)]*) committed on every ps: step \([0-9]*\).*/\1/p' \
+    sed -n 's/.*checkpoint [0-9]* (end of training) committed on every ps: step \([0-9]*\).*/\1/p' \
         "$TMP/$1-worker0.log" | tail -1
 }
 
