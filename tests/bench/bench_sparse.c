@@ -28,11 +28,14 @@
  *    lazy Adam) and "wide" (dim 1, FTRL); a step is CTR_IDS unique ids (a
  *    256-example batch's 6,426 in the real job) pushed to both tables (the
  *    PS's checks: ids in range and unique, gradients finite; then the
- *    update) and CTR_IDS ids pulled from both (checked, copied out), 27 % of
- *    them pushed in the same step (the share of a batch's ids the next batch
- *    holds on psc_gen_ctr data), in one pass over the shards as the
- *    ps_server does (sparse_table_push_pull; "2-pass": the push's pass, then
- *    the pull's, as before it).
+ *    update) and CTR_IDS ids pulled from both (checked, copied out), in one
+ *    pass over the shards as the ps_server does (sparse_table_push_pull;
+ *    "2-pass": the push's pass, then the pull's, as before it). The ids
+ *    follow the job's sequence: a worker pushes a batch's gradients in the
+ *    round after the one that pulled the batch's rows, so a step pushes the
+ *    rows the step before pulled, and pulls the next batch's, 27 % of them
+ *    the rows it pushes (the share of a batch's ids the next batch holds on
+ *    psc_gen_ctr data).
  *    Against the floor: a plain C loop over the same rows held in a flat
  *    array (row k of the working set at k * record bytes, the table's
  *    record layout) that reads each pulled row's floats and applies the
@@ -401,16 +404,15 @@ static void ctr_point(size_t wset, int table_only)
     ctr_tab_init(&tab[1], "wide", 1, ftrl, (psc_initializer_t){PSC_INIT_ZEROS, 0, 0}, all, wset);
     psc_rng_t rng;
     psc_rng_seed(&rng, 5);
-    ctr_draw(&rng, all, wset, 0, pos[0], ids[0]);
+    ctr_draw(&rng, all, wset, 0, pos[1], ids[1]);
     double best_table = 1e30, best_two = 1e30, best_plain = 1e30;
     for (double t0 = psc_now(); psc_now() - t0 < secs;) { /* alternate, the best round of each */
         double tt = 0, t2 = 0, tp = 0;
         for (int k = 0; k < 8; k++) {
-            memcpy(pos[1], pos[0], CTR_SHARED * sizeof *pos[1]);   /* the last step's pushed ids */
+            memcpy(pos[0], pos[1], CTR_IDS * sizeof *pos[0]); /* pushed: the rows the last step pulled */
+            memcpy(ids[0], ids[1], CTR_IDS * sizeof *ids[0]);
+            memcpy(pos[1], pos[0], CTR_SHARED * sizeof *pos[1]);
             ctr_draw(&rng, all, wset, CTR_SHARED, pos[1], ids[1]); /* pulled: CTR_SHARED of them pushed now */
-            ctr_draw(&rng, all, wset, 0, pos[0], ids[0]);          /* pushed */
-            memcpy(pos[0], pos[1], CTR_SHARED * sizeof *pos[0]);
-            memcpy(ids[0], ids[1], CTR_SHARED * sizeof *ids[0]);
             double a = psc_now();
             for (int j = 0; j < 2; j++) ctr_table_step(&tab[j], ids[0], ids[1], k % 2 == 0);
             double b = psc_now();
