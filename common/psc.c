@@ -1,12 +1,14 @@
 /* psc.c — error table, assertion failure, allocation wrappers, clock. */
 #include "psc.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +76,26 @@ void *psc_xaligned(size_t n)
     size_t rounded = (n + 63) & ~(size_t)63;
     if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) oom(n);
     return p;
+}
+
+void *psc_huge_alloc(size_t n)
+{
+    PSC_ASSERT(n % PSC_HUGE_PAGE == 0);
+    size_t span = n + PSC_HUGE_PAGE; /* room to cut an aligned n out of */
+    unsigned char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    size_t head = (PSC_HUGE_PAGE - (uintptr_t)p % PSC_HUGE_PAGE) % PSC_HUGE_PAGE;
+    if (head) munmap(p, head);
+    if (PSC_HUGE_PAGE - head) munmap(p + head + n, PSC_HUGE_PAGE - head);
+#ifdef MADV_HUGEPAGE
+    madvise(p + head, n, MADV_HUGEPAGE); /* advice: without huge pages it is still memory */
+#endif
+    return p + head;
+}
+
+void psc_huge_free(void *p, size_t n)
+{
+    if (p) munmap(p, n);
 }
 
 int psc_seterr(char *err, size_t errlen, int code, const char *fmt, ...)

@@ -61,6 +61,15 @@ void *psc_xrealloc(void *p, size_t n);
 char *psc_xstrdup(const char *s);
 /* 64-byte aligned allocation for tensors (free with free()). */
 void *psc_xaligned(size_t n);
+/* A huge page (x86-64's 2 MiB): psc_huge_alloc's alignment and unit. */
+#define PSC_HUGE_PAGE ((size_t)2 << 20)
+/* n bytes (a multiple of PSC_HUGE_PAGE), zeroed, on a mapping of their own
+ * aligned to a huge page, with transparent huge pages asked for
+ * (madvise(MADV_HUGEPAGE), where the kernel has them): random reads over
+ * tables of many MiB then miss the TLB far less. NULL when out of memory.
+ * Free with psc_huge_free(p, n). */
+void *psc_huge_alloc(size_t n);
+void psc_huge_free(void *p, size_t n);
 /* Makes glibc keep freed tensor-sized blocks for reuse instead of returning
  * them to the kernel (mmap threshold 64 MiB, trim threshold 256 MiB): every
  * RPC allocates and frees chunk-sized buffers, and fresh pages cost a page

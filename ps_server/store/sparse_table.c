@@ -10,11 +10,11 @@
  *     Only a row's life (sparse_life.c: expiry, the cap) removes rows, by
  *     backward shift: no tombstones in the index.
  *   - the records: blocks of 2^bshift records of `stride` bytes (the record
- *     rounded up to 8), about BLOCK_BYTES each, malloc'd one at a time and
- *     never moved or freed before destroy (an evicted row's record goes on
- *     the shard's free list and is reused); record r of a shard is at
- *     blocks[r >> bshift] + (r & bmask) * stride. Growing the index copies
- *     entries, never records.
+ *     rounded up to 8), about BLOCK_BYTES each, never moved or freed before
+ *     destroy (an evicted row's record goes on the shard's free list and is
+ *     reused); record r of a shard is at blocks[r >> bshift] + (r & bmask) *
+ *     stride. Growing the index copies entries, never records.
+ * A big part's blocks and index arrays are on huge pages (sparse_mem.c).
  * A record is exactly the header's export form (int64 t, values, slots); its
  * epoch sits in its index entry, so a checkpoint's copy (sparse_cut.c) scans
  * the index only and the copied bytes are the record itself.
@@ -33,9 +33,12 @@
  * Memory, for R rows of record size B (stride S = B rounded up to 8, plus
  * 16 bytes of rec_meta_t with a TTL or a cap): the
  * records R*S; at most one partly used block per shard (256 blocks of at most
- * max(BLOCK_BYTES, S) bytes: <= 4 MiB at BLOCK_BYTES = 16 KiB); the index,
+ * max(BLOCK_BYTES, S) bytes: <= 4 MiB at BLOCK_BYTES = 16 KiB) and one
+ * partly used slab of blocks (2 MiB), less than a block unused at each
+ * slab's end; the index,
  * 16 bytes an entry at load >= 0.35 (<= 46 bytes a row, plus INDEX_MIN
- * entries a shard); the block pointer arrays; the table and shard structs
+ * entries a shard; between 64 KiB and 2 MiB an array, the unused arrays of
+ * the slabs of its size: sparse_mem.c); the block pointer arrays; the table and shard structs
  * (65 KiB). Nothing depends on the declared rows. stats.bytes counts exactly
  * these allocations (not a request's scratch, freed before it returns).
  *
@@ -93,14 +96,14 @@ static entry_t *shard_slot(entry_t *index, size_t cap, uint64_t h)
 static int shard_grow_index(sparse_table_t *t, shard_t *sh)
 {
     size_t cap = sh->cap ? 2 * sh->cap : INDEX_MIN;
-    entry_t *index = malloc(cap * sizeof *index);
+    struct islab *slab;
+    entry_t *index = mem_index_alloc(t, cap, &slab);
     if (!index) return PSC_ENOMEM;
-    memset(index, 0xff, cap * sizeof *index); /* id -1 everywhere */
     for (size_t i = 0; i < sh->cap; i++)
         if (sh->index[i].id >= 0) *shard_slot(index, cap, psc_mix64((uint64_t)sh->index[i].id)) = sh->index[i];
-    free(sh->index);
+    mem_index_free(t, sh->index, sh->cap, sh->index_slab);
+    sh->index_slab = slab;
     if (sh->copied) sh->copy_at = 0; /* a running copy goes over the new index again (its bits skip what it has) */
-    count(&t->bytes, (cap - sh->cap) * sizeof *index);
     sh->index = index;
     sh->cap = cap;
     atomic_store_explicit(&sh->hint_index, index, memory_order_relaxed);
@@ -119,9 +122,8 @@ static int shard_add_block(sparse_table_t *t, shard_t *sh)
         sh->blocks = b;
         sh->blocks_cap = cap;
     }
-    unsigned char *block = malloc(t->block_bytes);
+    unsigned char *block = mem_block_alloc(t, sh);
     if (!block) return PSC_ENOMEM;
-    count(&t->bytes, t->block_bytes);
     sh->blocks[sh->nblocks++] = block;
     return 0;
 }
@@ -660,6 +662,8 @@ int sparse_table_create(const sparse_table_cfg_t *cfg, sparse_table_t **out, cha
         atomic_init(&t->shards[s].hint_index, NULL);
         atomic_init(&t->shards[s].hint_mask, 0);
     }
+    pthread_mutex_init(&t->slab_lock, NULL);
+    atomic_init(&t->slabbing, 0);
     atomic_init(&t->epoch, 1);
     atomic_init(&t->bytes, sizeof *t + shards_bytes);
     t->copy_piece = SPARSE_COPY_PIECE;
@@ -674,14 +678,14 @@ void sparse_table_destroy(sparse_table_t *t)
     if (!t) return;
     for (int s = 0; s < SPARSE_TABLE_SHARDS; s++) {
         shard_t *sh = &t->shards[s];
-        for (size_t b = 0; b < sh->nblocks; b++) free(sh->blocks[b]);
-        free(sh->blocks);
-        free(sh->index);
+        mem_index_free(t, sh->index, sh->cap, sh->index_slab);
         free(sh->saved); /* a cut left open (its copy failed or never ran) */
         free(sh->copied);
         life_free_shard(sh);
         pthread_mutex_destroy(&sh->lock);
     }
+    mem_free_blocks(t);
+    pthread_mutex_destroy(&t->slab_lock);
     free(t->shards);
     free(t);
 }

@@ -1,6 +1,6 @@
 /* sparse_table_internal.h — what sparse_table.c (rows, pulls, pushes),
- * sparse_life.c (expiry, the cap, admission, tombstones) and sparse_cut.c (a
- * checkpoint's cut and its copy) share:
+ * sparse_life.c (expiry, the cap, admission, tombstones), sparse_cut.c (a
+ * checkpoint's cut and its copy) and sparse_mem.c (where rows live) share:
  * the shard and table structs and the inline lookups. The design is at the
  * top of sparse_table.c; a row's life at the end of sparse_table.h. Not for
  * other modules. */
@@ -18,6 +18,7 @@
 #include <string.h>
 
 #define REC_NONE UINT32_MAX /* no record: the end of a shard's free list */
+#define ISLAB_CLASSES 5     /* index arrays of 64 KiB .. 1 MiB carved from slabs (sparse_mem.c) */
 
 typedef struct entry {
     int64_t id;     /* -1: empty */
@@ -55,6 +56,8 @@ typedef struct shard {
     uint32_t cut_epoch;                /* the open checkpoint cut's epoch; 0: not pending (below) */
     unsigned char **blocks;            /* (nblocks) each 2^bshift records */
     size_t nblocks, blocks_cap;
+    size_t nheap;             /* blocks[0, nheap) are malloc'd, the rest carved from the table's slabs */
+    struct islab *index_slab; /* the slab index was carved from, NULL: none (sparse_mem.c) */
     /* index and cap - 1 again, for prefetches by a thread that does not hold
      * the lock (run_batch): possibly stale, never dereferenced */
     _Atomic(entry_t *) hint_index;
@@ -101,6 +104,17 @@ struct sparse_table {
     size_t copy_piece;              /* index positions a piece of a shard's copy (sparse_cut.c) */
     void (*copy_hook)(void *arg);   /* tests: run between two pieces (sparse_table_set_copy_piece) */
     void *copy_hook_arg;
+    /* Huge-page slabs (sparse_mem.c), under slab_lock: slab the one record
+     * blocks are carved from, slab_used bytes of it taken; slabs (nslabs)
+     * all of them; slabbing: set once the part passed SLAB_AFTER bytes, never
+     * unset. islabs: each index size class's slabs. */
+    pthread_mutex_t slab_lock;
+    atomic_int slabbing;
+    unsigned char *slab;
+    size_t slab_used;
+    unsigned char **slabs;
+    size_t nslabs, slabs_cap;
+    struct islab *islabs[ISLAB_CLASSES];
 };
 
 static inline void count(atomic_uint_fast64_t *c, uint64_t n) { atomic_fetch_add_explicit(c, n, memory_order_relaxed); }
@@ -167,6 +181,18 @@ static inline int cut_keep_row(sparse_table_t *t, shard_t *sh, const entry_t *e)
     if (e->epoch > sh->cut_epoch || e->epoch <= sh->cut_since) return 0;
     return cut_save_row(t, sh, e);
 }
+
+/* ---- sparse_mem.c, for sparse_table.c ---- */
+
+/* A new block of shard sh's records (block_bytes), sh locked. NULL: no memory. */
+unsigned char *mem_block_alloc(sparse_table_t *t, shard_t *sh);
+/* An index of cap entries, all empty, for a shard (locked); *slab: the slab
+ * it came from (NULL: none), for mem_index_free. NULL: no memory. */
+entry_t *mem_index_alloc(sparse_table_t *t, size_t cap, struct islab **slab);
+/* Frees a shard's index of cap entries (NULL ok) from slab. */
+void mem_index_free(sparse_table_t *t, entry_t *index, size_t cap, struct islab *slab);
+/* At destroy, after every index is freed: the record blocks and their slabs. */
+void mem_free_blocks(sparse_table_t *t);
 
 /* ---- sparse_life.c, for sparse_table.c ---- */
 

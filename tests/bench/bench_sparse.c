@@ -37,7 +37,7 @@
  *    the rows it pushes (the share of a batch's ids the next batch holds on
  *    psc_gen_ctr data).
  *    Against the floor: a plain C loop over the same rows held in a flat
- *    array (row k of the working set at k * record bytes, the table's
+ *    array on huge pages (row k of the working set at k * record bytes, the table's
  *    record layout) that reads each pulled row's floats and applies the
  *    same optimizer kernel (optim_apply_rows) to each pushed row: no
  *    lookup, no check, no lock, no prefetch. Alternating steps of each, the
@@ -297,7 +297,8 @@ typedef struct ctr_tab {
     psc_optim_config_t opt;
     int dim;
     size_t stride;       /* the record rounded up to 8 bytes, as the table stores it */
-    unsigned char *flat; /* (wset, stride) the plain loop's rows, the table's record layout */
+    unsigned char *flat; /* (wset, stride) the plain loop's rows, the table's record layout, on huge pages */
+    size_t flat_bytes;
     float *grads;        /* (CTR_IDS, dim) */
     float *out;          /* (CTR_IDS, dim) */
 } ctr_tab_t;
@@ -317,7 +318,12 @@ static void ctr_tab_init(ctr_tab_t *c, const char *name, int dim, psc_optim_conf
     c->opt = opt;
     c->dim = dim;
     c->stride = (sparse_table_record_bytes(c->t) + 7) & ~(size_t)7;
-    c->flat = malloc(wset * c->stride);
+    c->flat_bytes = (wset * c->stride + PSC_HUGE_PAGE - 1) / PSC_HUGE_PAGE * PSC_HUGE_PAGE;
+    c->flat = psc_huge_alloc(c->flat_bytes); /* as a big table's records are */
+    if (!c->flat) {
+        fprintf(stderr, "bench_sparse: no memory for %zu rows\n", wset);
+        exit(1);
+    }
     c->grads = malloc((size_t)CTR_IDS * (size_t)dim * sizeof *c->grads);
     c->out = malloc((size_t)CTR_IDS * (size_t)dim * sizeof *c->out);
     for (size_t i = 0; i < (size_t)CTR_IDS * (size_t)dim; i++) c->grads[i] = 1e-3f * (float)((int)(i % 13) - 6);
@@ -332,7 +338,7 @@ static void ctr_tab_init(ctr_tab_t *c, const char *name, int dim, psc_optim_conf
 static void ctr_tab_free(ctr_tab_t *c)
 {
     sparse_table_destroy(c->t);
-    free(c->flat);
+    psc_huge_free(c->flat, c->flat_bytes);
     free(c->grads);
     free(c->out);
 }

@@ -24,6 +24,7 @@
 #include "psc.h"
 #include "table.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -709,8 +710,10 @@ static void test_scan_pages(void **state)
 
 /* The fixed overhead stats.bytes may carry beyond 2x the records (see
  * sparse_table.c): at most one partly used 16 KiB record block per shard
- * (4 MiB), the shard and table structs (~17 KiB), block pointer arrays. */
-#define FIXED_OVERHEAD ((uint64_t)5 << 20)
+ * (4 MiB) and one partly used 2 MiB slab, the shard and table structs (~65
+ * KiB), block pointer arrays. MEM_ROWS rows pass the part's first 4 MiB:
+ * their records are in malloc'd blocks and in slabs both. */
+#define FIXED_OVERHEAD ((uint64_t)7 << 20)
 #define MEM_ROWS 100000
 
 /* ThreadSanitizer's shadow memory makes the RSS of touched memory several
@@ -801,6 +804,59 @@ static void test_memory(void **state)
     sparse_table_destroy(t);
 }
 
+/* A part of ~10^6 rows (sparse_mem.c): its record blocks pass from malloc
+ * to huge-page slabs at 4 MiB, and its shards' indexes grow through the
+ * 64 KiB class to 128 KiB arrays (8,192 entries: every shard's ~4,000 rows
+ * are past 0.7 of 4,096 and under 0.7 of 8,192). Every row reads and
+ * updates its own values, wherever it lives; stats.bytes holds the records
+ * and the live index arrays, not the slabs of the class the shards left
+ * (each unmapped with its last array: kept, they would add 16 MiB). */
+#define SLAB_ROWS 1024000
+#define SLAB_BATCH 65536
+
+static void test_memory_slabs(void **state)
+{
+    (void)state;
+    sparse_table_cfg_t c = cfg_of(PSC_TABLE_MAX_ROWS, 1, 0, PSC_PART_MOD, 1, sgd());
+    sparse_table_t *t = make(&c);
+    assert_int_equal(sparse_table_record_bytes(t), 12); /* stride 16 */
+    int64_t *ids = malloc(SLAB_ROWS * sizeof *ids);
+    float *out = malloc(SLAB_ROWS * sizeof *out), *g = malloc(SLAB_BATCH * sizeof *g);
+    assert_true(ids && out && g);
+    for (size_t i = 0; i < SLAB_ROWS; i++) ids[i] = (int64_t)(i * 1048573 + 3);
+    for (size_t i = 0; i < SLAB_BATCH; i++) g[i] = 1.0f;
+    for (size_t at = 0; at < SLAB_ROWS; at += SLAB_BATCH) { /* created by pulls */
+        size_t n = PSC_MIN((size_t)SLAB_BATCH, SLAB_ROWS - at);
+        assert_int_equal(sparse_table_pull(t, ids + at, n, out + at), 0);
+    }
+    for (size_t at = 0; at < SLAB_ROWS; at += SLAB_BATCH) { /* w - 0.1 * 1 */
+        size_t n = PSC_MIN((size_t)SLAB_BATCH, SLAB_ROWS - at);
+        assert_int_equal(sparse_table_push(t, ids + at, n, g, 0.1, NULL), 0);
+    }
+    float *again = malloc(SLAB_ROWS * sizeof *again);
+    assert_non_null(again);
+    assert_int_equal(sparse_table_read(t, ids, SLAB_ROWS, again), 0);
+    for (size_t i = 0; i < SLAB_ROWS; i++) {
+        float want;
+        init_row(&c, ids[i], &want);
+        if (out[i] != want || fabsf(again[i] - (want - 0.1f)) > 1e-6f)
+            fail_msg("row %" PRId64 ": pulled %g, then %g after a push; want %g, then %g", ids[i], out[i], again[i],
+                     want, want - 0.1f);
+    }
+    sparse_table_stats_t st;
+    sparse_table_get_stats(t, &st);
+    assert_int_equal(st.rows, SLAB_ROWS);
+    uint64_t floor = (uint64_t)SLAB_ROWS * 16 + (uint64_t)SPARSE_TABLE_SHARDS * 8192 * 16;
+    if (st.bytes < floor || st.bytes > floor + ((uint64_t)8 << 20))
+        fail_msg("%d rows hold %" PRIu64 " bytes; records and indexes are %" PRIu64, SLAB_ROWS, (uint64_t)st.bytes,
+                 floor);
+    free(again);
+    free(g);
+    free(out);
+    free(ids);
+    sparse_table_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -817,6 +873,7 @@ int main(void)
         cmocka_unit_test(test_put_round_trip),
         cmocka_unit_test(test_scan_pages),
         cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_memory_slabs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
