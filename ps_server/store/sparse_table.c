@@ -228,7 +228,7 @@ typedef struct batch {
  * without this every row would wait for two cache misses (index entry,
  * record) in turn. */
 #define ROW_CHUNK 64
-#define PREFETCH_ROWS 8
+#define PREFETCH_ROWS 16
 
 static inline void prefetch_bytes(const void *p, size_t n)
 {
