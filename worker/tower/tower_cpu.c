@@ -352,7 +352,8 @@ static int cpu_accumulate(tower_dev_t *d, float *dst, float a, const float *src,
  * for the baseline (SSE2) and for AVX2 (one vector a block), and the AVX2 copy
  * runs on a CPU that has it; element-wise IEEE operations without fused
  * multiply-adds (ISO C: -ffp-contract=off) round alike at any width, as in
- * ps_server/optim.c. IBLK: the block. */
+ * ps_server/optim.c. IBLK: the block. (The interaction's backward writes its
+ * blocks as GCC vector types, element-wise alike: several sums at once.) */
 #define IBLK 8
 #if defined(__x86_64__)
 #define CPU_AVX2 1
@@ -455,9 +456,6 @@ static int cpu_bag_bwd(tower_dev_t *d, float *drows, int dim, const int32_t *off
     return 0;
 }
 
-/* Pair (a, b), a < b, of P vectors: its column among the dots. */
-static inline int64_t pair_index(int a, int b, int P) { return (int64_t)a * P - (int64_t)a * (a + 1) / 2 + b - a - 1; }
-
 /* One example's dots: its vectors ve (P, D), transposed into vt (D, Pp; Pp =
  * P + IBLK - 1, the padding zero, so a block of dots from any b0 < P reads
  * inside it); the pairs row by row into o: q(a, b). */
@@ -485,35 +483,58 @@ static inline __attribute__((always_inline)) void interact_fwd_one(const float *
 }
 
 /* One example's dv (P, D): each entry sums its partners' g(a, b) * v[b] in b
- * order (a gather, as the CUDA kernel), IBLK columns at a time; pq (P, P):
- * the column of pair (a, b) among the dots, either way round; ga: room for P
- * floats. */
+ * order (a gather, as the CUDA kernel), IBLK columns at a time and IROWS
+ * entries a (rows of dv) at once: each row's sum is a chain of dependent
+ * adds, and IROWS independent chains keep the adder busy where one waited
+ * on its latency. The pairs' gradients g are first spread, in one pass in
+ * their order, into G ((P + IROWS) x P, its last IROWS rows zero): G[a][b]
+ * = G[b][a] = g(a, b). */
+#define IROWS 4                                                          /* acc0 .. acc3 below */
+typedef float iblk_t __attribute__((vector_size(IBLK * sizeof(float)))); /* IBLK columns: one ymm with AVX2 */
 static inline __attribute__((always_inline)) void interact_bwd_one(const float *ve, const float *g, int P, int D,
-                                                                   const int32_t *pq, float *ga, float *dve)
+                                                                   float *G, float *dve)
 {
     for (int a = 0; a < P; a++) {
-        const int32_t *q = pq + (int64_t)a * P;
-        for (int b = 0; b < P; b++) ga[b] = g[q[b]];
-        float *o = dve + (int64_t)a * D;
+        G[(int64_t)a * P + a] = 0.0f; /* never read */
+        for (int b = a + 1; b < P; b++) G[(int64_t)a * P + b] = G[(int64_t)b * P + a] = *g++;
+    }
+    for (int a0 = 0; a0 < P; a0 += IROWS) {
+        int na = PSC_MIN(IROWS, P - a0), mid = a0 + na;
+        const float *ga = G + (int64_t)a0 * P; /* rows past P: zeros, their sums never stored */
         int c = 0;
         for (; c + IBLK <= D; c += IBLK) {
-            float acc[IBLK] = {0};
-            for (int b = 0; b < a; b++) { /* two runs around b = a: no branch in the loop */
-                const float gab = ga[b], *vb = ve + (int64_t)b * D + c;
-                for (int k = 0; k < IBLK; k++) acc[k] += gab * vb[k];
+            iblk_t acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0}, vb;
+            for (int b = 0; b < a0; b++) { /* partners before the rows: all of them add */
+                memcpy(&vb, ve + (int64_t)b * D + c, sizeof vb);
+                acc0 += ga[b] * vb;
+                acc1 += ga[P + b] * vb;
+                acc2 += ga[2 * P + b] * vb;
+                acc3 += ga[3 * P + b] * vb;
             }
-            for (int b = a + 1; b < P; b++) {
-                const float gab = ga[b], *vb = ve + (int64_t)b * D + c;
-                for (int k = 0; k < IBLK; k++) acc[k] += gab * vb[k];
+            for (int b = a0; b < mid; b++) { /* among the rows: each skips itself */
+                memcpy(&vb, ve + (int64_t)b * D + c, sizeof vb);
+                if (b != a0) acc0 += ga[b] * vb;
+                if (b != a0 + 1) acc1 += ga[P + b] * vb;
+                if (b != a0 + 2) acc2 += ga[2 * P + b] * vb;
+                if (b != a0 + 3) acc3 += ga[3 * P + b] * vb;
             }
-            memcpy(o + c, acc, sizeof acc);
+            for (int b = mid; b < P; b++) {
+                memcpy(&vb, ve + (int64_t)b * D + c, sizeof vb);
+                acc0 += ga[b] * vb;
+                acc1 += ga[P + b] * vb;
+                acc2 += ga[2 * P + b] * vb;
+                acc3 += ga[3 * P + b] * vb;
+            }
+            const iblk_t *acc[IROWS] = {&acc0, &acc1, &acc2, &acc3};
+            for (int j = 0; j < na; j++) memcpy(dve + (int64_t)(a0 + j) * D + c, acc[j], sizeof vb);
         }
-        for (; c < D; c++) {
-            float sum = 0.0f;
-            for (int b = 0; b < P; b++)
-                if (b != a) sum += ga[b] * ve[(int64_t)b * D + c];
-            o[c] = sum;
-        }
+        for (; c < D; c++)
+            for (int j = 0; j < na; j++) {
+                float sum = 0.0f;
+                for (int b = 0; b < P; b++)
+                    if (b != a0 + j) sum += ga[j * P + b] * ve[(int64_t)b * D + c];
+                dve[(int64_t)(a0 + j) * D + c] = sum;
+            }
     }
 }
 
@@ -523,10 +544,10 @@ static inline __attribute__((always_inline)) void interact_bwd_one(const float *
         for (int i = 0; i < n; i++) interact_fwd_one(v + (int64_t)i * P * D, P, D, vt, out + (int64_t)i * ldo);        \
     }                                                                                                                  \
     attr static void interact_bwd_##suffix(const float *v, const float *dout, int ldo, int n, int P, int D, float *dv, \
-                                           const int32_t *pq, float *ga)                                               \
+                                           float *G)                                                                   \
     {                                                                                                                  \
         for (int i = 0; i < n; i++)                                                                                    \
-            interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, pq, ga, dv + (int64_t)i * P * D);  \
+            interact_bwd_one(v + (int64_t)i * P * D, dout + (int64_t)i * ldo, P, D, G, dv + (int64_t)i * P * D);       \
     }
 INTERACT_LOOPS(base, )
 #if CPU_AVX2
@@ -546,19 +567,10 @@ static int cpu_interact_fwd(tower_dev_t *d, const float *v, int n, int P, int D,
 static int cpu_interact_bwd(tower_dev_t *d, const float *v, const float *dout, int ldo, int n, int P, int D, float *dv)
 {
     (void)d;
-    float *ga = malloc((size_t)P * sizeof *ga);
-    int32_t *pq = malloc((size_t)P * (size_t)P * sizeof *pq);
-    if (!ga || !pq) {
-        free(ga);
-        free(pq);
-        return PSC_ENOMEM;
-    }
-    for (int a = 0; a < P; a++)
-        for (int b = 0; b < P; b++) /* the diagonal's is never used: 0 */
-            pq[(int64_t)a * P + b] = a == b ? 0 : (int32_t)(a < b ? pair_index(a, b, P) : pair_index(b, a, P));
-    CPU_DISPATCH(interact_bwd, v, dout, ldo, n, P, D, dv, pq, ga);
-    free(ga);
-    free(pq);
+    float *G = calloc((size_t)(P + IROWS) * (size_t)P, sizeof *G);
+    if (!G) return PSC_ENOMEM;
+    CPU_DISPATCH(interact_bwd, v, dout, ldo, n, P, D, dv, G);
+    free(G);
     return 0;
 }
 
