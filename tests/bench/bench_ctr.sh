@@ -35,12 +35,14 @@
 # workers, and the CPU time (user + sys) per step of each side: less moved by
 # other load on the machine than examples/s, and what (c) should keep flat on
 # the PS side. BENCH_CTR_PERF=DIR: also `perf record -g` a worker and a ps_server of
-# (b1) for 4 s mid-run, their top symbols in DIR/{worker,ps}.txt.
+# (b1) for 4 s mid-run, their top symbols in DIR/{worker,ps}.txt, the profiles in
+# DIR/{worker,ps}.data (BENCH_CTR_PERF_CG: perf's call-graph option instead of -g, e.g.
+# "--call-graph dwarf,16384": the binaries keep no frame pointers).
 # A measurement, not a test: it never fails on speed (exit 1 only when a
 # process fails).
 #
 # usage: tests/bench/bench_ctr.sh [BUILD_DIR]
-#        BENCH_CTR_SECS (default 10), BENCH_CTR_ROWS (default 600000), BENCH_CTR_PERF (unset),
+#        BENCH_CTR_SECS (default 10), BENCH_CTR_ROWS (default 600000), BENCH_CTR_PERF (unset), BENCH_CTR_PERF_CG,
 #        BENCH_CTR_SIZES (default "100000 1000000 10000000 100000000 1000000000": (c)'s sizes; "" skips (c))
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -85,7 +87,7 @@ tower() {
 # perf_top PID NAME: records PID for 4 s after 3 s, its top symbols into $perf_dir/NAME.txt.
 perf_top() {
     sleep 3
-    perf record -g -o "$perf_dir/$2.data" -p "$1" -- sleep 4 >/dev/null 2>&1 || return 0
+    perf record ${BENCH_CTR_PERF_CG:--g} -o "$perf_dir/$2.data" -p "$1" -- sleep 4 >/dev/null 2>&1 || return 0
     perf report -i "$perf_dir/$2.data" --stdio --no-children -F overhead,dso,sym --percent-limit 1 -g none \
         2>/dev/null | grep -v '^#' | grep -v '^ *$' | cut -c1-120 >"$perf_dir/$2.txt" || true
 }
