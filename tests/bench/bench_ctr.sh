@@ -8,7 +8,9 @@
 #        computed and not counted); measured before and after (b1) and (b)
 #        (these VMs drift by 25-50 % within minutes), the mean is the reference;
 #   (b1) training for real: 1 ps_server + 1 worker on 127.0.0.1, the job
-#        limited by "steps" to about BENCH_CTR_SECS seconds at (a)'s rate; the
+#        limited by "steps" to about BENCH_CTR_SECS seconds at (a')'s rate (every
+#        1 + 1 run the same steps: the first epoch, which creates the rows, weighs
+#        alike in each); the
 #        number is the one the worker logs: "finished N steps in S s (E
 #        examples/s)". (b1)/(a) is the like-for-like ratio: one worker against
 #        one tower (target >= 0.8, as for the dense jobs);
@@ -179,18 +181,21 @@ echo "bench_ctr: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); $
     "--files 2 --gzip --seed 1), batch $batch, each run ~$secs s"
 a1=$(tower 0)
 a1t=$(tower 1)
-spec_for "$work/one.json" "$(steps_for "$a1")"
+# every 1 + 1 run trains the same steps (the faster tower's ~BENCH_CTR_SECS): a job's first epoch
+# creates its rows (the PS's slowest steps), so a shorter run would weigh them more
+one_steps=$(steps_for "$((a1 > a1t ? a1 : a1t))")
+spec_for "$work/one.json" "$one_steps"
 PERF_THIS_RUN=1 train "$work/one.json" 1 1 >"$work/res_b1"
-spec_for "$work/one-p.json" "$(steps_for "$a1")" "" '"prefetch_rows": 1, '
+spec_for "$work/one-p.json" "$one_steps" "" '"prefetch_rows": 1, '
 train "$work/one-p.json" 1 1 >"$work/res_b1p"
-spec_for "$work/one-s.json" "$(steps_for "$a1")" "" '"prefetch_rows": 0, '
+spec_for "$work/one-s.json" "$one_steps" "" '"prefetch_rows": 0, '
 pinned=""
 if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
     pinned=1
     PIN=1 train "$work/one-s.json" 1 1 >"$work/res_p0"
     PIN=1 train "$work/one-p.json" 1 1 >"$work/res_p1"
 fi
-spec_for "$work/one-t.json" "$(steps_for "$a1t")"
+spec_for "$work/one-t.json" "$one_steps"
 train "$work/one-t.json" 1 1 --blas_threads 1 >"$work/res_b1t"
 read -r b1 _ _ _ _ _ <"$work/res_b1"
 # each of the 2 workers gets about half of (b1)'s share of the machine
