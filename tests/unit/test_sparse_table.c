@@ -394,10 +394,14 @@ static void test_push_pull_fused(void **state)
 
 /* ---- threads ---- */
 
+/* CT_FRESH: each push's rows only its thread creates. 4 x 400 x 256 of them
+ * take the part past its first 4 MiB and its shards' indexes to 64 KiB: the
+ * threads carve record blocks and index arrays from the shared slabs at
+ * once (sparse_mem.c). */
 #define CT_THREADS 4
 #define CT_PUSHES 400
 #define CT_SHARED 64
-#define CT_FRESH 8
+#define CT_FRESH 256
 #define CT_DIM 8
 
 typedef struct ct_worker {
