@@ -3,7 +3,7 @@
 # and tests/bench/NOTES.md). BENCH_SECS=S: seconds per point (bench_wire 1, bench_tower and bench_tower_torch.py 2,
 # bench_apply 1, bench_scaling 1); BENCH_STEP_SECS: seconds per training run of
 # bench_step.sh (10); BENCH_CTR_SECS: the same for bench_ctr.sh (10); bench_link.sh's
-# BENCH_LINK_MBIT, BENCH_LINK_STEPS; bench_peers.sh's BENCH_PEERS_ROUNDS, BENCH_PEERS_MLP_STEPS,
+# BENCH_LINK_MBIT, BENCH_LINK_STEPS; bench_ctr_link.sh's BENCH_CTR_LINK_MBIT, _STEPS, _ROUNDS; bench_peers.sh's BENCH_PEERS_ROUNDS, BENCH_PEERS_MLP_STEPS,
 # BENCH_PEERS_CNN_STEPS (4-5 minutes more); bench_ctr_peers.sh's BENCH_CTR_PEERS_ROWS, BENCH_CTR_PEERS_ROUNDS
 # (3-4 minutes more); BENCH_ONLINE_ROWS: bench_online.sh's stream (8000000 rows,
 # about 5 minutes; 600000: 15 s). About 13 minutes on the 2-core development VM.
@@ -31,6 +31,7 @@ python3 -c 'import torch' 2>/dev/null || { [ -x /usr/bin/python3 ] && py=/usr/bi
 "$here/bench_online.sh" "$PSC_BIN" # drifting ids: no eviction, TTL, TTL + admission (issue 31)
 "$PSC_BIN/bench_ckpt" "${BENCH_CKPT_ROWS:-1000000}" # a table's checkpoints against write + fsync (issue 32 item 4)
 "$here/bench_link.sh" "$PSC_BIN" || [ $? = 77 ] # needs root (network namespaces)
+"$here/bench_ctr_link.sh" "$PSC_BIN" || [ $? = 77 ] # prefetch_rows 0 and 1 across a link (root)
 # PyTorch beside psc (bench_peers.sh; peers/setup.sh installs python3-torch; 77: skipped)
 { "$here/peers/setup.sh" && "$here/bench_peers.sh" "$PSC_BIN"; } || [ $? = 77 ]
 # the same for the recommendation job (bench_ctr_peers.sh, issue 32: deploy/jobs/ctr.json)
