@@ -258,5 +258,14 @@ echo "(ratio: (b1) and (b) per worker over (a), (b1') over (a'), target >= 0.8; 
 echo " 0.8..1.2; (c): 1 ps + 1 worker, $csteps steps a run; MiB: the largest peak RSS of a ps_server / worker;"
 echo " ms: CPU ms (user + sys) per step of all ps_servers / all workers, over the steps of all workers)"
 sed 's/^/(a) /' "$work/tower.lines"
+# issue 32 item 2 in the real ps_server: its CPU a step over the step's unique rows (both tables)
+uniq=$(sed -n 's/.* \([0-9][0-9]*\) unique rows\/step.*/\1/p' "$work/tower.lines" | head -1)
+if [ -n "$uniq" ]; then
+    for k in b1 b1t; do
+        read -r _ _ _ _ pc _ <"$work/res_$k"
+        echo "($k) PS CPU per unique row: $(awk -v m="$pc" -v u="$uniq" 'BEGIN {printf "%.3f", m * 1000 / u}') us" \
+            "($uniq unique rows a step; gRPC and the Batch's decoding included; target <= 0.15)"
+    done
+fi
 [ -z "$perf_dir" ] || echo "perf of (b1): $perf_dir/worker.txt, $perf_dir/ps.txt"
 echo "bench_ctr: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
