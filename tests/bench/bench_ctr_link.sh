@@ -32,13 +32,7 @@ run() {
     sed -e "s#@DATA@#$TMP/data#g" -e "0,/{/s//{\"steps\": $steps, \"prefetch_rows\": $2, /" \
         -e 's/"epochs": *[0-9]*/"epochs": 1000/' -e 's/"data": *{/"data": {"test_examples": 1000, /' \
         "$here/deploy/jobs/ctr.json" >"$TMP/$1.json"
-    ns_start_ps 0; local ps=$LAST_PID
-    ns_wait_healthy w0 "${PS_ADDR[0]}"
-    ns_start_worker 0 "$TMP/$1.json"; local w=$LAST_PID
-    wait_exit "$w" 600; [ "$EXIT_CODE" = 0 ] || fail "$1: worker exited $EXIT_CODE: $(tail -3 "$TMP/worker0.log")"
-    wait_exit "$ps" 30
-    sed -n 's/.*finished [0-9]* steps in [0-9.]* s (\([0-9]*\) examples\/s).*/\1/p' "$TMP/worker0.log"
-    for f in "$TMP"/*.log "$TMP"/*.out; do mv "$f" "$f.$1"; done
+    ns_train_one "$1" "$TMP/$1.json"
 }
 serial=() ahead=()
 for ((r = 1; r <= rounds; r++)); do

@@ -27,13 +27,7 @@ net_rate w0 $((mbit * 1000))
 run() {
     sed -e "0,/{/s//{\"steps\": $steps, $2/" -e 's/"epochs": *[0-9]*/"epochs": 1000/' \
         -e 's/"data": *{/"data": {"test_examples": 1000, /' "$here/deploy/jobs/mlp.json" >"$TMP/$1.json"
-    ns_start_ps 0; local ps=$LAST_PID
-    ns_wait_healthy w0 "${PS_ADDR[0]}"
-    ns_start_worker 0 "$TMP/$1.json" --blas_threads 1; local w=$LAST_PID
-    wait_exit "$w" 600; [ "$EXIT_CODE" = 0 ] || fail "$1: worker exited $EXIT_CODE"
-    wait_exit "$ps" 30
-    sed -n 's/.*finished [0-9]* steps in [0-9.]* s (\([0-9]*\) examples\/s).*/\1/p' "$TMP/worker0.log"
-    for f in "$TMP"/*.log "$TMP"/*.out; do mv "$f" "$f.$1"; done
+    ns_train_one "$1" "$TMP/$1.json" --blas_threads 1
 }
 f32=$(run f32 "")
 bf16=$(run bf16 '"gradient_dtype": "bfloat16", ')

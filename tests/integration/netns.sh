@@ -260,3 +260,20 @@ rate() {
     awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); dt = y[1] - x[1]; if (dt < 0) dt += 86400;
                                      if (dt <= 0) { print "0"; exit } printf "%.2f\n", (y[2] - x[2]) / dt }'
 }
+
+# ---- a 1 ps + 1 worker training run (the link benchmarks) ----
+
+# ns_train_one NAME SPEC [WORKER_FLAGS...] — ps 0 and worker 0 on their hosts (ns_cluster) train
+# SPEC to its end; prints the examples/s of the worker's "finished N steps" line. Their logs
+# are kept as $TMP/*.log.NAME and $TMP/*.out.NAME.
+ns_train_one() {
+    local name=$1 spec=$2 ps w f
+    shift 2
+    ns_start_ps 0; ps=$LAST_PID
+    ns_wait_healthy "${WORKER_HOST[0]}" "${PS_ADDR[0]}"
+    ns_start_worker 0 "$spec" "$@"; w=$LAST_PID
+    wait_exit "$w" 600; [ "$EXIT_CODE" = 0 ] || fail "$name: worker exited $EXIT_CODE: $(tail -3 "$TMP/worker0.log")"
+    wait_exit "$ps" 30
+    sed -n 's/.*finished [0-9]* steps in [0-9.]* s (\([0-9]*\) examples\/s).*/\1/p' "$TMP/worker0.log"
+    for f in "$TMP"/*.log "$TMP"/*.out; do mv "$f" "$f.$name"; done
+}
